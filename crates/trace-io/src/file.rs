@@ -1,0 +1,218 @@
+//! Opening trace files: the one memory-mapping constructor, header parsing, typed slices.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors};
+
+use crate::view::{Shape, TraceParts, TraceView};
+use crate::{Result, TraceError, TraceMeta};
+
+enum Backing {
+    Mapped(memmap2::Mmap),
+    /// Heap copy in u64 words so every tensor keeps its natural alignment.
+    Heap { words: Vec<u64>, len: usize },
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mapped(m) => m,
+            Backing::Heap { words, len } => &bytemuck::cast_slice::<u64, u8>(words)[..*len],
+        }
+    }
+}
+
+/// Byte ranges of each tensor inside the backing buffer.
+#[derive(Debug, Clone, Default)]
+struct Layout {
+    ids: Range<usize>,
+    scores: Option<Range<usize>>,
+    gates: Option<Range<usize>>,
+    out_norms: Option<Range<usize>>,
+    seq_offsets: Option<Range<usize>>,
+    step_offsets: Option<Range<usize>>,
+}
+
+/// An opened, validated trace file (or in-memory trace bytes).
+///
+/// Opening parses the safetensors header, checks every tensor's dtype, shape and alignment against
+/// the metadata, and validates every row once (SEMANTICS.md §1). After that, [`TraceFile::view`]
+/// hands out zero-copy slices without further checks.
+pub struct TraceFile {
+    backing: Backing,
+    meta: TraceMeta,
+    shape: Shape,
+    layout: Layout,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for TraceFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceFile").field("path", &self.path).field("shape", &self.shape).finish_non_exhaustive()
+    }
+}
+
+impl TraceFile {
+    /// Memory-maps and validates the trace at `path`.
+    ///
+    /// The contract of the mapping: the file must not be truncated or rewritten in place while the
+    /// returned value lives. moe-offload's own writers never do that (they write a temporary file
+    /// and rename it over the target, which leaves an existing mapping intact); another program
+    /// that edits the file in place while it is open breaks this contract.
+    ///
+    /// # Errors
+    /// [`TraceError::File`] naming `path`, around an I/O error, a malformed container, a tensor
+    /// of the wrong dtype, shape or alignment, missing or invalid metadata, or a content violation.
+    pub fn open(path: impl AsRef<Path>) -> Result<TraceFile> {
+        let path = path.as_ref();
+        let inner = || -> Result<TraceFile> {
+            let file = File::open(path)?;
+            // SAFETY: the mapping is read-only and private to this value. Its soundness relies on
+            // the file not being modified or truncated while mapped, which is the documented
+            // contract of this constructor; moe-offload's writers replace files by rename only.
+            #[expect(unsafe_code, reason = "the single memory-mapping constructor of the project")]
+            let map = unsafe { memmap2::Mmap::map(&file)? };
+            Self::from_backing(Backing::Mapped(map), Some(path.to_path_buf()))
+        };
+        inner().map_err(|e| e.in_file(path))
+    }
+
+    /// Copies `bytes` (a whole trace file, for example from `include_bytes!`) into an aligned heap
+    /// buffer and validates it as [`TraceFile::open`] does.
+    ///
+    /// # Errors
+    /// As [`TraceFile::open`], without the file wrapper.
+    pub fn from_bytes(bytes: &[u8]) -> Result<TraceFile> {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Self::from_backing(Backing::Heap { words, len: bytes.len() }, None)
+    }
+
+    fn from_backing(backing: Backing, path: Option<PathBuf>) -> Result<TraceFile> {
+        let (meta, shape, layout) = parse(backing.bytes())?;
+        let file = TraceFile { backing, meta, shape, layout, path };
+        // Content validation, once.
+        let v = file.view();
+        TraceView::new(&file.meta, shape.tokens, shape.candidates, v.parts())?;
+        Ok(file)
+    }
+
+    /// The path it was opened from, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The metadata.
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// The dimensions.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Size in bytes of the whole file.
+    pub fn byte_len(&self) -> usize {
+        self.backing.bytes().len()
+    }
+
+    /// The validated zero-copy view.
+    pub fn view(&self) -> TraceView<'_> {
+        let bytes = self.backing.bytes();
+        // The casts below cannot fail: `parse` checked every range's alignment and length.
+        let u16s = |r: &Range<usize>| bytemuck::cast_slice::<u8, u16>(&bytes[r.clone()]);
+        let f32s = |r: &Option<Range<usize>>| r.as_ref().map(|r| bytemuck::cast_slice::<u8, f32>(&bytes[r.clone()]));
+        let u64s = |r: &Option<Range<usize>>| r.as_ref().map(|r| bytemuck::cast_slice::<u8, u64>(&bytes[r.clone()]));
+        let parts = TraceParts {
+            ids: u16s(&self.layout.ids),
+            scores: f32s(&self.layout.scores),
+            gates: f32s(&self.layout.gates),
+            out_norms: f32s(&self.layout.out_norms),
+            seq_offsets: u64s(&self.layout.seq_offsets),
+            step_offsets: u64s(&self.layout.step_offsets),
+        };
+        TraceView::new_prevalidated(&self.meta, self.shape, parts)
+    }
+}
+
+/// Parses the container: metadata, dtypes, shapes and alignment (not row content).
+fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| TraceError::Container(e.to_string()))?;
+    let (header_len, md) = SafeTensors::read_metadata(bytes).map_err(|e| TraceError::Container(e.to_string()))?;
+    let data_start = 8 + header_len;
+    let empty = Default::default();
+    let meta = TraceMeta::from_map(md.metadata().as_ref().unwrap_or(&empty))?;
+    for name in st.names() {
+        if !["ids", "scores", "gates", "out_norms", "seq_offsets", "step_offsets"].contains(&name) {
+            return Err(TraceError::Container(format!("unexpected tensor `{name}`")));
+        }
+    }
+    let info = |name: &'static str| md.info(name);
+    let ids_info = info("ids").ok_or(TraceError::MissingTensor { tensor: "ids" })?;
+    check_dtype("ids", ids_info.dtype, Dtype::U16, "U16")?;
+    let layers = meta.layer_ids.len();
+    let &[l, tokens, candidates] = ids_info.shape.as_slice() else {
+        return Err(TraceError::Shape { tensor: "ids", expected: "[L, T, m]".into(), actual: ids_info.shape.clone() });
+    };
+    if l != layers {
+        return Err(TraceError::Shape {
+            tensor: "ids",
+            expected: format!("[L, T, m] with L = {layers} (the length of layer_ids)"),
+            actual: ids_info.shape.clone(),
+        });
+    }
+    let shape = Shape { layers, tokens, candidates, top_k: meta.top_k as usize, num_experts: meta.num_experts as usize };
+    if shape.top_k > candidates {
+        return Err(TraceError::BadMetadata {
+            key: "top_k",
+            value: meta.top_k.to_string(),
+            reason: format!("larger than the {candidates} candidates per row of `ids`"),
+        });
+    }
+    let range = |name: &'static str, dtype: Dtype, dname: &'static str, want: Option<&[usize]>, align: usize| {
+        let Some(ti) = info(name) else { return Ok(None) };
+        check_dtype(name, ti.dtype, dtype, dname)?;
+        if let Some(want) = want {
+            if ti.shape != want {
+                return Err(TraceError::Shape { tensor: name, expected: format!("{want:?}"), actual: ti.shape.clone() });
+            }
+        } else if ti.shape.len() != 1 {
+            return Err(TraceError::Shape { tensor: name, expected: "a 1-D list".into(), actual: ti.shape.clone() });
+        }
+        let (s, e) = ti.data_offsets;
+        let r = data_start + s..data_start + e;
+        let base = bytes.as_ptr() as usize + r.start;
+        if base % align != 0 {
+            return Err(TraceError::Misaligned {
+                tensor: name,
+                reason: format!("byte offset {} is not a multiple of {align}", r.start),
+            });
+        }
+        Ok(Some(r))
+    };
+    let lt_m = [layers, tokens, candidates];
+    let lt_k = [layers, tokens, shape.top_k];
+    let layout = Layout {
+        ids: range("ids", Dtype::U16, "U16", Some(&lt_m), 2)?.expect("ids exists"),
+        scores: range("scores", Dtype::F32, "F32", Some(&lt_m), 4)?,
+        gates: range("gates", Dtype::F32, "F32", Some(&lt_k), 4)?,
+        out_norms: range("out_norms", Dtype::F32, "F32", Some(&lt_k), 4)?,
+        seq_offsets: range("seq_offsets", Dtype::U64, "U64", None, 8)?,
+        step_offsets: range("step_offsets", Dtype::U64, "U64", None, 8)?,
+    };
+    // Cross-check scores presence against the metadata.
+    if layout.scores.is_none() && meta.score_kind != crate::ScoreKind::None {
+        return Err(TraceError::MissingTensor { tensor: "scores" });
+    }
+    Ok((meta, shape, layout))
+}
+
+fn check_dtype(tensor: &'static str, actual: Dtype, want: Dtype, expected: &'static str) -> Result<()> {
+    if actual != want {
+        return Err(TraceError::Dtype { tensor, expected, actual: actual.to_string() });
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! trace-io: the moe-offload routing-trace format.
+//!
+//! A trace is one run of an MoE model over a token stream: for every traced MoE layer and every
+//! token, the router's top-m candidate expert ids in descending score, and optionally the scores,
+//! the gates applied to the k used experts and those experts' output norms (SEMANTICS.md §1).
+//! It is stored as a [safetensors](https://github.com/huggingface/safetensors) container,
+//! layer-major (`[L, T, m]`) so that one layer's stream is contiguous for the replay loop.
+//! `docs/trace-format.md` specifies the file.
+//!
+//! Main types:
+//! - [`TraceFile`]: a memory-mapped (or in-memory) trace, validated once when opened.
+//! - [`TraceView`]: validated zero-copy slices of a trace, handed to every consumer.
+//! - [`TraceData`]: an owned trace, built by importers and generators, written by [`write_trace`].
+//! - [`TraceMeta`]: the metadata (model, `num_experts`, `top_k`, `layer_ids`, score kind, phase).
+//! - [`TraceError`]: the one error type, naming file, tensor, layer, token and value.
+//!
+//! Importers for real-world logs live in [`import`]; [`synth`] generates synthetic traces for
+//! fixtures and benchmarks.
+
+#[cfg(target_endian = "big")]
+compile_error!("trace-io assumes a little-endian target (safetensors stores little-endian data)");
+
+mod error;
+mod file;
+pub mod import;
+mod meta;
+pub mod synth;
+mod view;
+mod write;
+
+pub use error::{Result, TraceError, ValueProblem};
+pub use file::TraceFile;
+pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
+pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
+pub use write::write_trace;
+
+/// Hex SHA-256 of a byte string (used for provenance of inputs and statistics).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex SHA-256 of a file's bytes, streamed.
+///
+/// # Errors
+/// [`TraceError::File`] around the I/O error.
+pub fn sha256_file(path: impl AsRef<std::path::Path>) -> Result<String> {
+    use sha2::Digest;
+    let path = path.as_ref();
+    let inner = || -> Result<String> {
+        let mut f = std::fs::File::open(path)?;
+        let mut h = sha2::Sha256::new();
+        std::io::copy(&mut f, &mut h)?;
+        Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    };
+    inner().map_err(|e| e.in_file(path))
+}

@@ -1,0 +1,331 @@
+//! Validated, borrowed views of a trace's tensors, and an owned in-memory trace.
+
+use crate::error::ValueProblem;
+use crate::{Result, TraceError, TraceMeta};
+
+/// The dimensions of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Shape {
+    /// L: traced MoE layers.
+    pub layers: usize,
+    /// T: tokens, in trace order.
+    pub tokens: usize,
+    /// m: router candidates recorded per (layer, token), `m >= k`.
+    pub candidates: usize,
+    /// k: experts the model used per token (the first k candidates).
+    pub top_k: usize,
+    /// E: routed experts per layer.
+    pub num_experts: usize,
+}
+
+/// Borrowed tensors of a trace, before validation. All slices are layer-major:
+/// `ids[(l * T + t) * m + i]`, `gates[(l * T + t) * k + i]`.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceParts<'a> {
+    /// `ids`, u16, `[L, T, m]`: candidate expert ids in descending router score.
+    pub ids: &'a [u16],
+    /// `scores`, f32, `[L, T, m]`, optional: router logits or log-probabilities, non-increasing per row.
+    pub scores: Option<&'a [f32]>,
+    /// `gates`, f32, `[L, T, k]`, optional: gate weights applied to the k used experts.
+    pub gates: Option<&'a [f32]>,
+    /// `out_norms`, f32, `[L, T, k]`, optional: L2 norm of each used expert's output.
+    pub out_norms: Option<&'a [f32]>,
+    /// `seq_offsets`, u64, `[S]`, optional: first token of each sequence (starts at 0, strictly increasing, `< T`).
+    pub seq_offsets: Option<&'a [u64]>,
+    /// `step_offsets`, u64, `[N]`, optional: first token of each engine step (same rules).
+    pub step_offsets: Option<&'a [u64]>,
+}
+
+/// A validated trace: metadata plus borrowed layer-major tensors.
+///
+/// Obtained from [`crate::TraceFile::view`] or [`TraceData::view`]; every content rule of
+/// SEMANTICS.md §1 held when it was built, so consumers index it without checks.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceView<'a> {
+    meta: &'a TraceMeta,
+    shape: Shape,
+    parts: TraceParts<'a>,
+}
+
+impl<'a> TraceView<'a> {
+    /// Validates `parts` against `meta` with `T = tokens` and `m = candidates`, and returns the view.
+    ///
+    /// # Errors
+    /// [`TraceError::Shape`] when a slice length disagrees with `[L, T, m]` or `[L, T, k]`,
+    /// [`TraceError::BadMetadata`] when `k > m`, [`TraceError::Value`] for the first row that
+    /// breaks a content rule (id `>= E`, repeated id, non-finite or increasing score, negative or
+    /// non-finite gate or norm), [`TraceError::Offsets`] for bad sequence or step boundaries.
+    pub fn new(meta: &'a TraceMeta, tokens: usize, candidates: usize, parts: TraceParts<'a>) -> Result<TraceView<'a>> {
+        let shape = Shape {
+            layers: meta.layer_ids.len(),
+            tokens,
+            candidates,
+            top_k: meta.top_k as usize,
+            num_experts: meta.num_experts as usize,
+        };
+        if shape.top_k > candidates {
+            return Err(TraceError::BadMetadata {
+                key: "top_k",
+                value: meta.top_k.to_string(),
+                reason: format!("larger than the {candidates} candidates per row"),
+            });
+        }
+        let view = TraceView { meta, shape, parts };
+        view.validate()?;
+        Ok(view)
+    }
+
+    /// Builds a view without validating content. Only for data validated before (by the opener).
+    pub(crate) fn new_prevalidated(meta: &'a TraceMeta, shape: Shape, parts: TraceParts<'a>) -> TraceView<'a> {
+        TraceView { meta, shape, parts }
+    }
+
+    /// The metadata.
+    pub fn meta(&self) -> &'a TraceMeta {
+        self.meta
+    }
+
+    /// The dimensions.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// All tensors.
+    pub fn parts(&self) -> TraceParts<'a> {
+        self.parts
+    }
+
+    /// Candidate ids of layer index `l`, `[T, m]` flattened. Panics if `l >= L`.
+    pub fn layer_ids(&self, l: usize) -> &'a [u16] {
+        let n = self.shape.tokens * self.shape.candidates;
+        &self.parts.ids[l * n..(l + 1) * n]
+    }
+
+    /// Scores of layer index `l`, `[T, m]` flattened, if the trace has scores. Panics if `l >= L`.
+    pub fn layer_scores(&self, l: usize) -> Option<&'a [f32]> {
+        let n = self.shape.tokens * self.shape.candidates;
+        self.parts.scores.map(|s| &s[l * n..(l + 1) * n])
+    }
+
+    /// Gates of layer index `l`, `[T, k]` flattened, if present. Panics if `l >= L`.
+    pub fn layer_gates(&self, l: usize) -> Option<&'a [f32]> {
+        let n = self.shape.tokens * self.shape.top_k;
+        self.parts.gates.map(|s| &s[l * n..(l + 1) * n])
+    }
+
+    /// Output norms of layer index `l`, `[T, k]` flattened, if present. Panics if `l >= L`.
+    pub fn layer_out_norms(&self, l: usize) -> Option<&'a [f32]> {
+        let n = self.shape.tokens * self.shape.top_k;
+        self.parts.out_norms.map(|s| &s[l * n..(l + 1) * n])
+    }
+
+    /// The `m` candidate ids of (layer index `l`, token `t`). Panics when out of range.
+    pub fn row(&self, l: usize, t: usize) -> &'a [u16] {
+        let m = self.shape.candidates;
+        let start = (l * self.shape.tokens + t) * m;
+        &self.parts.ids[start..start + m]
+    }
+
+    /// Sequence start offsets, if recorded.
+    pub fn seq_offsets(&self) -> Option<&'a [u64]> {
+        self.parts.seq_offsets
+    }
+
+    /// Engine-step start offsets, if recorded.
+    pub fn step_offsets(&self) -> Option<&'a [u64]> {
+        self.parts.step_offsets
+    }
+
+    fn validate(&self) -> Result<()> {
+        let Shape { layers, tokens, candidates: m, top_k: k, num_experts } = self.shape;
+        let expect_len = |tensor: &'static str, len: usize, width: usize, wname: &str| -> Result<()> {
+            if len != layers * tokens * width {
+                return Err(TraceError::Shape {
+                    tensor,
+                    expected: format!("[L, T, {wname}] = [{layers}, {tokens}, {width}] ({} values)", layers * tokens * width),
+                    actual: vec![len],
+                });
+            }
+            Ok(())
+        };
+        expect_len("ids", self.parts.ids.len(), m, "m")?;
+        if let Some(s) = self.parts.scores {
+            expect_len("scores", s.len(), m, "m")?;
+        }
+        if let Some(s) = self.parts.gates {
+            expect_len("gates", s.len(), k, "k")?;
+        }
+        if let Some(s) = self.parts.out_norms {
+            expect_len("out_norms", s.len(), k, "k")?;
+        }
+        let layer_ids = &self.meta.layer_ids;
+        let value_err = |tensor, pos: usize, width: usize, problem| {
+            let row = pos / width;
+            TraceError::Value {
+                tensor,
+                layer: row / tokens.max(1),
+                layer_id: layer_ids[row / tokens.max(1)],
+                token: row % tokens.max(1),
+                slot: pos % width,
+                problem,
+            }
+        };
+        // ids: in range, unique per row. A per-row "seen" stamp array avoids clearing.
+        let mut seen = vec![u32::MAX; num_experts];
+        for (r, row) in self.parts.ids.chunks_exact(m.max(1)).enumerate() {
+            let stamp = r as u32;
+            for (i, &id) in row.iter().enumerate() {
+                let e = id as usize;
+                if e >= num_experts {
+                    let problem = ValueProblem::IdOutOfRange { id, num_experts: num_experts as u32 };
+                    return Err(value_err("ids", r * m + i, m, problem));
+                }
+                if seen[e] == stamp {
+                    return Err(value_err("ids", r * m + i, m, ValueProblem::RepeatedId { id }));
+                }
+                seen[e] = stamp;
+            }
+        }
+        if let Some(scores) = self.parts.scores {
+            for (r, row) in scores.chunks_exact(m.max(1)).enumerate() {
+                let mut prev = f32::INFINITY;
+                for (i, &v) in row.iter().enumerate() {
+                    if !v.is_finite() {
+                        return Err(value_err("scores", r * m + i, m, ValueProblem::NotFinite { value: v }));
+                    }
+                    if v > prev {
+                        let problem = ValueProblem::Increasing { previous: prev, value: v };
+                        return Err(value_err("scores", r * m + i, m, problem));
+                    }
+                    prev = v;
+                }
+            }
+        }
+        for (tensor, data) in [("gates", self.parts.gates), ("out_norms", self.parts.out_norms)] {
+            let Some(data) = data else { continue };
+            for (pos, &v) in data.iter().enumerate() {
+                if !v.is_finite() {
+                    return Err(value_err(tensor, pos, k, ValueProblem::NotFinite { value: v }));
+                }
+                if v < 0.0 {
+                    return Err(value_err(tensor, pos, k, ValueProblem::Negative { value: v }));
+                }
+            }
+        }
+        for (tensor, offs) in [("seq_offsets", self.parts.seq_offsets), ("step_offsets", self.parts.step_offsets)] {
+            let Some(offs) = offs else { continue };
+            check_offsets(tensor, offs, tokens)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_offsets(tensor: &'static str, offs: &[u64], tokens: usize) -> Result<()> {
+    for (i, &v) in offs.iter().enumerate() {
+        let reason = if i == 0 && v != 0 {
+            "the first offset must be 0"
+        } else if i > 0 && v <= offs[i - 1] {
+            "offsets must be strictly increasing"
+        } else if v >= tokens as u64 {
+            "offset is not below the token count"
+        } else {
+            continue;
+        };
+        return Err(TraceError::Offsets { tensor, index: i, value: v, reason });
+    }
+    Ok(())
+}
+
+/// An owned, validated, in-memory trace (what importers and generators build before writing).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceData {
+    meta: TraceMeta,
+    tokens: usize,
+    candidates: usize,
+    ids: Vec<u16>,
+    scores: Option<Vec<f32>>,
+    gates: Option<Vec<f32>>,
+    out_norms: Option<Vec<f32>>,
+    seq_offsets: Option<Vec<u64>>,
+    step_offsets: Option<Vec<u64>>,
+}
+
+/// The owned tensors of a [`TraceData`], layer-major, as in [`TraceParts`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OwnedParts {
+    /// `ids` `[L, T, m]`.
+    pub ids: Vec<u16>,
+    /// `scores` `[L, T, m]`.
+    pub scores: Option<Vec<f32>>,
+    /// `gates` `[L, T, k]`.
+    pub gates: Option<Vec<f32>>,
+    /// `out_norms` `[L, T, k]`.
+    pub out_norms: Option<Vec<f32>>,
+    /// `seq_offsets` `[S]`.
+    pub seq_offsets: Option<Vec<u64>>,
+    /// `step_offsets` `[N]`.
+    pub step_offsets: Option<Vec<u64>>,
+}
+
+impl TraceData {
+    /// Validates and takes ownership of a trace's tensors (rules as in [`TraceView::new`]).
+    ///
+    /// # Errors
+    /// As [`TraceView::new`].
+    pub fn new(meta: TraceMeta, tokens: usize, candidates: usize, parts: OwnedParts) -> Result<TraceData> {
+        let data = TraceData {
+            meta,
+            tokens,
+            candidates,
+            ids: parts.ids,
+            scores: parts.scores,
+            gates: parts.gates,
+            out_norms: parts.out_norms,
+            seq_offsets: parts.seq_offsets,
+            step_offsets: parts.step_offsets,
+        };
+        TraceView::new(&data.meta, tokens, candidates, data.borrowed())?;
+        Ok(data)
+    }
+
+    fn borrowed(&self) -> TraceParts<'_> {
+        TraceParts {
+            ids: &self.ids,
+            scores: self.scores.as_deref(),
+            gates: self.gates.as_deref(),
+            out_norms: self.out_norms.as_deref(),
+            seq_offsets: self.seq_offsets.as_deref(),
+            step_offsets: self.step_offsets.as_deref(),
+        }
+    }
+
+    /// The validated view.
+    pub fn view(&self) -> TraceView<'_> {
+        let shape = Shape {
+            layers: self.meta.layer_ids.len(),
+            tokens: self.tokens,
+            candidates: self.candidates,
+            top_k: self.meta.top_k as usize,
+            num_experts: self.meta.num_experts as usize,
+        };
+        TraceView::new_prevalidated(&self.meta, shape, self.borrowed())
+    }
+
+    /// The metadata.
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// Gives the tensors back (for example to edit and re-validate).
+    pub fn into_parts(self) -> (TraceMeta, usize, usize, OwnedParts) {
+        let parts = OwnedParts {
+            ids: self.ids,
+            scores: self.scores,
+            gates: self.gates,
+            out_norms: self.out_norms,
+            seq_offsets: self.seq_offsets,
+            step_offsets: self.step_offsets,
+        };
+        (self.meta, self.tokens, self.candidates, parts)
+    }
+}

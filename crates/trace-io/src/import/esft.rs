@@ -1,1 +1,314 @@
-//! placeholder
+//! Importer for the ESFT expert-score layout (DeepSeek-V2-Lite routing, one file per domain and layer).
+//!
+//! Input: `DIR/results/expert_scores/<domain>/expert_weights_<layer>.txt` (DIR may also be the
+//! `expert_scores` directory itself). Each line is one sequence: the token-major ids `[seq_len, k]`,
+//! tab-separated, an empty field, then the matching full-softmax probabilities `[seq_len, k]`
+//! rounded to 4 decimals. Line n of every layer file of a domain is the same sequence.
+//!
+//! Output: one trace, domains concatenated in the order given, sequences in file order, with
+//! - rows sorted by (probability desc, id asc), since the files do not order them;
+//! - `scores = ln(max(p, PROB_FLOOR))` (`score_kind = log_probs`: logits up to a per-row constant);
+//!   probabilities that read 0.0000 after rounding are floored at half the rounding unit and counted
+//!   in the metadata key `floored_probs`;
+//! - `gates = p` as recorded (not renormalized);
+//! - `seq_offsets` at every sequence start; `m = k` (no candidates beyond the used ones).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
+
+/// Probabilities below this (the recorded 0.0000) are floored here before `ln`: half the rounding unit.
+pub const PROB_FLOOR: f32 = 0.00005;
+
+/// The four domains of the ESFT release, in their default concatenation order.
+pub const DOMAINS: [&str; 4] = ["intent", "law", "summary", "translation"];
+
+/// Options of [`import_esft`].
+#[derive(Debug, Clone)]
+pub struct EsftOptions {
+    /// Domains to read, concatenated in this order. Default: all four, in [`DOMAINS`] order.
+    pub domains: Vec<String>,
+    /// Routed experts per layer (E). Default 64 (DeepSeek-V2-Lite).
+    pub num_experts: u32,
+    /// Experts per token (k): the row width. Default 6.
+    pub top_k: u32,
+    /// Model name recorded in the metadata.
+    pub model: String,
+}
+
+impl Default for EsftOptions {
+    fn default() -> Self {
+        EsftOptions {
+            domains: DOMAINS.iter().map(|s| s.to_string()).collect(),
+            num_experts: 64,
+            top_k: 6,
+            model: "deepseek-ai/ESFT-vanilla-lite (DeepSeek-V2-Lite shape)".into(),
+        }
+    }
+}
+
+/// One parsed layer file: rows of (id, prob) and sequence lengths.
+struct LayerFile {
+    rows: Vec<(u16, f32)>,
+    seq_lens: Vec<usize>,
+}
+
+/// Imports one or more ESFT domains into one trace.
+///
+/// # Errors
+/// [`TraceError::Import`] naming the file and line for a missing directory, no layer files, a line
+/// without the empty separator field, unequal id and probability counts, a count not divisible by
+/// k, an unparsable number, or layer files of one domain that disagree on sequence count or
+/// lengths; [`TraceError::Value`] (wrapped with the directory) when a row breaks a trace rule
+/// (an id `>= num_experts`, a repeated id).
+pub fn import_esft(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<TraceData> {
+    let dir = dir.as_ref();
+    if opts.domains.is_empty() {
+        return Err(TraceError::Config { key: "domains", reason: "at least one domain is needed".into() });
+    }
+    if opts.top_k == 0 {
+        return Err(TraceError::Config { key: "top_k", reason: "must be at least 1".into() });
+    }
+    let k = opts.top_k as usize;
+    let root = if dir.join("results/expert_scores").is_dir() { dir.join("results/expert_scores") } else { dir.to_path_buf() };
+
+    let mut layer_ids: Option<Vec<u32>> = None;
+    // per layer, per domain parsed files
+    let mut per_layer: Vec<Vec<LayerFile>> = Vec::new();
+    let mut seqs_per_domain = Vec::new();
+    for domain in &opts.domains {
+        let ddir = root.join(domain);
+        let files = layer_files(&ddir)?;
+        let ids: Vec<u32> = files.iter().map(|(l, _)| *l).collect();
+        match &layer_ids {
+            None => {
+                per_layer = (0..ids.len()).map(|_| Vec::new()).collect();
+                layer_ids = Some(ids);
+            }
+            Some(prev) if *prev != ids => {
+                return Err(import_err(&ddir, None, format!("layers {ids:?} differ from the first domain's {prev:?}")));
+            }
+            Some(_) => {}
+        }
+        let mut domain_lens: Option<(PathBuf, Vec<usize>)> = None;
+        for (li, (_, path)) in files.iter().enumerate() {
+            let lf = parse_layer_file(path, k)?;
+            match &domain_lens {
+                None => domain_lens = Some((path.clone(), lf.seq_lens.clone())),
+                Some((first, lens)) if *lens != lf.seq_lens => {
+                    return Err(import_err(
+                        path,
+                        None,
+                        format!(
+                            "sequence lengths differ from {} ({} vs {} sequences, {} vs {} tokens)",
+                            first.display(),
+                            lf.seq_lens.len(),
+                            lens.len(),
+                            lf.seq_lens.iter().sum::<usize>(),
+                            lens.iter().sum::<usize>()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+            per_layer[li].push(lf);
+        }
+        let lens = domain_lens.map(|d| d.1).unwrap_or_default();
+        seqs_per_domain.push((domain.clone(), lens));
+    }
+    let layer_ids = layer_ids.unwrap_or_default();
+
+    let tokens: usize = seqs_per_domain.iter().flat_map(|(_, l)| l.iter()).sum();
+    let n_layers = layer_ids.len();
+    let mut ids = Vec::with_capacity(n_layers * tokens * k);
+    let mut scores = Vec::with_capacity(n_layers * tokens * k);
+    let mut gates = Vec::with_capacity(n_layers * tokens * k);
+    let mut floored = 0u64;
+    let mut row: Vec<(u16, f32)> = Vec::with_capacity(k);
+    for files in &per_layer {
+        for lf in files {
+            for chunk in lf.rows.chunks_exact(k) {
+                row.clear();
+                row.extend_from_slice(chunk);
+                row.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                for &(id, p) in &row {
+                    ids.push(id);
+                    gates.push(p);
+                    if p < PROB_FLOOR {
+                        floored += 1;
+                    }
+                    scores.push(p.max(PROB_FLOOR).ln());
+                }
+            }
+        }
+    }
+    let mut seq_offsets = Vec::new();
+    let mut start = 0u64;
+    for (_, lens) in &seqs_per_domain {
+        for &len in lens {
+            seq_offsets.push(start);
+            start += len as u64;
+        }
+    }
+    let mut extra = BTreeMap::new();
+    extra.insert("domains".to_string(), opts.domains.join(","));
+    extra.insert(
+        "domain_tokens".to_string(),
+        seqs_per_domain.iter().map(|(d, l)| format!("{d}:{}", l.iter().sum::<usize>())).collect::<Vec<_>>().join(","),
+    );
+    extra.insert("prob_floor".to_string(), PROB_FLOOR.to_string());
+    extra.insert("floored_probs".to_string(), floored.to_string());
+    extra.insert("gates".to_string(), "full-softmax probabilities of the used experts, not renormalized".to_string());
+    let meta = TraceMeta {
+        model: opts.model.clone(),
+        num_experts: opts.num_experts,
+        top_k: opts.top_k,
+        layer_ids,
+        score_kind: ScoreKind::LogProbs,
+        phase: Phase::Prefill,
+        source: format!("esft expert_scores: {}", opts.domains.join(",")),
+        extra,
+    };
+    let parts = OwnedParts {
+        ids,
+        scores: Some(scores),
+        gates: Some(gates),
+        out_norms: None,
+        seq_offsets: Some(seq_offsets),
+        step_offsets: None,
+    };
+    TraceData::new(meta, tokens, k, parts).map_err(|e| e.in_file(&root))
+}
+
+/// Lists `expert_weights_<layer>.txt` in `dir`, sorted by layer.
+fn layer_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
+    let rd = std::fs::read_dir(dir).map_err(|e| import_err(dir, None, format!("cannot read the domain directory: {e}")))?;
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| TraceError::Io(e).in_file(dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(layer) = name.strip_prefix("expert_weights_").and_then(|s| s.strip_suffix(".txt")) {
+            let layer: u32 =
+                layer.parse().map_err(|_| import_err(&entry.path(), None, "layer number is not an integer".into()))?;
+            out.push((layer, entry.path()));
+        }
+    }
+    if out.is_empty() {
+        return Err(import_err(dir, None, "no expert_weights_<layer>.txt files".into()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn parse_layer_file(path: &Path, k: usize) -> Result<LayerFile> {
+    let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io(e).in_file(path))?;
+    let mut rows = Vec::new();
+    let mut seq_lens = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() {
+            continue;
+        }
+        let err = |msg: String| import_err(path, Some(n + 1), msg);
+        let fields: Vec<&str> = line.split('\t').collect();
+        let sep = fields.iter().position(|f| f.is_empty()).ok_or_else(|| err("no empty field between ids and probabilities".into()))?;
+        let (id_f, prob_f) = (&fields[..sep], &fields[sep + 1..]);
+        if id_f.len() != prob_f.len() {
+            return Err(err(format!("{} ids but {} probabilities", id_f.len(), prob_f.len())));
+        }
+        if id_f.len() % k != 0 {
+            return Err(err(format!("{} ids is not a multiple of k = {k}", id_f.len())));
+        }
+        for (i, (a, b)) in id_f.iter().zip(prob_f).enumerate() {
+            let id: u16 = a.trim().parse().map_err(|_| err(format!("field {}: expert id {a:?} is not an integer", i + 1)))?;
+            let p: f32 = b.trim().parse().map_err(|_| err(format!("field {}: probability {b:?} is not a number", sep + 2 + i)))?;
+            if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
+                return Err(err(format!("field {}: probability {p} is not in [0, 1]", sep + 2 + i)));
+            }
+            rows.push((id, p));
+        }
+        seq_lens.push(id_f.len() / k);
+    }
+    Ok(LayerFile { rows, seq_lens })
+}
+
+fn import_err(path: &Path, line: Option<usize>, message: String) -> TraceError {
+    let location = match line {
+        Some(n) => format!("{}:{n}", path.display()),
+        None => path.display().to_string(),
+    };
+    TraceError::Import { format: "esft", location, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_domain(root: &Path, domain: &str, layers: &[(u32, &str)]) {
+        let d = root.join(domain);
+        std::fs::create_dir_all(&d).unwrap();
+        for (l, text) in layers {
+            std::fs::write(d.join(format!("expert_weights_{l}.txt")), text).unwrap();
+        }
+    }
+
+    fn opts(domains: &[&str]) -> EsftOptions {
+        EsftOptions { domains: domains.iter().map(|s| s.to_string()).collect(), num_experts: 8, top_k: 2, ..Default::default() }
+    }
+
+    #[test]
+    fn sorts_rows_floors_zeros_and_keeps_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two sequences (2 tokens, 1 token) in layer 1 and layer 2; k = 2.
+        write_domain(
+            dir.path(),
+            "a",
+            &[
+                (1, "3\t1\t5\t2\t\t0.1\t0.3\t0.2\t0.2\n7\t0\t\t0.0\t0.5\n"),
+                (2, "0\t1\t2\t3\t\t0.4\t0.1\t0.1\t0.1\n4\t6\t\t0.25\t0.25\n"),
+            ],
+        );
+        write_domain(dir.path(), "b", &[(1, "1\t2\t\t0.3\t0.2\n"), (2, "5\t4\t\t0.2\t0.3\n")]);
+        let t = import_esft(dir.path(), &opts(&["a", "b"])).unwrap();
+        let v = t.view();
+        assert_eq!(v.shape().tokens, 4);
+        assert_eq!(v.shape().layers, 2);
+        assert_eq!(v.meta().layer_ids, vec![1, 2]);
+        // layer 1: token 0 [3:0.1, 1:0.3] -> [1, 3]; token 1 [5:0.2, 2:0.2] tie -> [2, 5];
+        // token 2 [7:0.0, 0:0.5] -> [0, 7]; token 3 (domain b) [1:0.3, 2:0.2] -> [1, 2].
+        assert_eq!(v.layer_ids(0), &[1, 3, 2, 5, 0, 7, 1, 2]);
+        // layer 2: [0, 1]; [2, 3] (tie 0.1); [4, 6] (tie); [4, 5].
+        assert_eq!(v.layer_ids(1), &[0, 1, 2, 3, 4, 6, 4, 5]);
+        assert_eq!(v.seq_offsets().unwrap(), &[0, 2, 3]);
+        let g = v.layer_gates(0).unwrap();
+        assert_eq!(g[5], 0.0);
+        let s = v.layer_scores(0).unwrap();
+        assert_eq!(s[5], PROB_FLOOR.ln());
+        assert_eq!(s[0], 0.3f32.ln());
+        assert_eq!(v.meta().extra["floored_probs"], "1");
+        assert_eq!(v.meta().extra["domain_tokens"], "a:3,b:1");
+    }
+
+    #[test]
+    fn refuses_mismatched_sequences_and_bad_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        write_domain(dir.path(), "a", &[(1, "1\t2\t\t0.3\t0.2\n"), (2, "1\t2\t3\t4\t\t0.3\t0.2\t0.1\t0.1\n")]);
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
+        assert!(e.contains("expert_weights_2.txt") && e.contains("sequence lengths differ"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        write_domain(dir.path(), "a", &[(1, "1\t2\t0.3\t0.2\n")]);
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
+        assert!(e.contains("expert_weights_1.txt:1") && e.contains("no empty field"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        write_domain(dir.path(), "a", &[(1, "1\t9\t\t0.3\t0.2\n")]);
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
+        assert!(e.contains("expert id 9 >= num_experts 8") && e.contains("token 0"), "{e}");
+
+        let e = import_esft(dir.path(), &opts(&["missing"])).unwrap_err().to_string();
+        assert!(e.contains("missing") && e.contains("cannot read the domain directory"), "{e}");
+    }
+}

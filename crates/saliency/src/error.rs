@@ -1,0 +1,100 @@
+//! The one error type of the saliency crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong computing statistics, metrics, keep maps and retention, or reading
+/// and writing their JSON files. Variants carry the context needed to find the problem (metric,
+/// statistic, layer id, file path).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SaliencyError {
+    /// A metric needs a statistic the statistics do not hold (SEMANTICS.md §2: an error, not a guess).
+    #[error("metric `{metric}` needs the statistic `{statistic}`, which these statistics do not hold{}", missing_hint(statistic))]
+    MissingStatistic {
+        /// The metric asked for (or the computation, e.g. `retention`).
+        metric: String,
+        /// The absent statistic (`gate_sum`, `ean_sum`, `reap_sum`, `reap_sumsq`, or a trace tensor).
+        statistic: &'static str,
+    },
+    /// A layer has fewer usable (c > 0) experts than the budget K and short layers are not allowed
+    /// (SEMANTICS.md §3).
+    #[error("layer {layer_id} has only {available} experts with calibration hits, fewer than K = {k} (allow short layers to build the map anyway)")]
+    ShortLayer {
+        /// The model's id of the layer.
+        layer_id: u32,
+        /// Experts with c > 0 in that layer.
+        available: usize,
+        /// The requested budget.
+        k: usize,
+    },
+    /// The budget K exceeds the number of experts per layer.
+    #[error("K = {k} is larger than the {num_experts} experts per layer")]
+    KTooLarge {
+        /// The requested budget.
+        k: usize,
+        /// E.
+        num_experts: usize,
+    },
+    /// Two inputs that must agree in shape or provenance do not.
+    #[error("{what} mismatch: expected {expected}, found {actual}")]
+    Mismatch {
+        /// What was compared (names the layer when relevant).
+        what: String,
+        /// The value required.
+        expected: String,
+        /// The value found.
+        actual: String,
+    },
+    /// An operating-system I/O error on a file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file read or written.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not valid JSON or does not have the expected structure.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file read or written.
+        path: PathBuf,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A metric name that is not one of [`crate::Metric::ALL`].
+    #[error("unknown metric `{name}`; expected one of: {}", crate::Metric::names().join(", "))]
+    UnknownMetric {
+        /// The name given.
+        name: String,
+    },
+    /// Bad configuration or bad file content (duplicate id in a keep map, negative statistic, ...).
+    #[error("invalid {key}: {reason}")]
+    Invalid {
+        /// What is invalid (names the file key, layer and expert when relevant).
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn missing_hint(statistic: &str) -> &'static str {
+    match statistic {
+        "reap_sumsq" => " (REAP aggregate files such as core_agg.json hold no sum of squares, so no standard error can be derived from them)",
+        "reap_sum" | "ean_sum" => " (it needs expert output norms, which this source did not record or recorded as non-finite)",
+        "gate_sum" => " (the source recorded no gate weights)",
+        _ => "",
+    }
+}
+
+/// The crate's result type.
+pub type Result<T> = std::result::Result<T, SaliencyError>;
+
+pub(crate) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> SaliencyError {
+    SaliencyError::Invalid { key: key.into(), reason: reason.into() }
+}
+
+pub(crate) fn mismatch(what: impl Into<String>, expected: impl ToString, actual: impl ToString) -> SaliencyError {
+    SaliencyError::Mismatch { what: what.into(), expected: expected.to_string(), actual: actual.to_string() }
+}

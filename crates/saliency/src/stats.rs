@@ -1,0 +1,226 @@
+//! Per-(layer, expert) saliency statistics (SEMANTICS.md §2) and their JSON file.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use trace_io::TraceView;
+
+use crate::error::{invalid, mismatch};
+use crate::{Result, jsonio};
+
+/// Provenance and shape of a statistics file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsMeta {
+    /// Free-form model name.
+    pub model: String,
+    /// E: routed experts per layer; every per-expert vector has this length.
+    pub num_experts: u32,
+    /// k: experts the model used per token (the slots the statistics are summed over).
+    pub top_k: u32,
+    /// The model's id of each layer, one per entry of [`Stats::layers`].
+    pub layer_ids: Vec<u32>,
+    /// Where the statistics came from (trace path, or aggregate file and corpus, plus any note on
+    /// what was dropped when loading).
+    pub source: String,
+    /// Hex SHA-256 of the source file's bytes (empty when unknown).
+    pub source_sha256: String,
+}
+
+/// Statistics of one layer: per expert e (vectors of length E), summed over the k used slots of
+/// every token (SEMANTICS.md §2). Optional statistics are `None` when the source did not record
+/// what they need.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerStats {
+    /// Tokens the layer saw (T).
+    pub tokens: u64,
+    /// c: used slots routed to each expert.
+    pub count: Vec<u64>,
+    /// Σg: sum of the gate weights applied to each expert (needs gates).
+    pub gate_sum: Option<Vec<f64>>,
+    /// Σ‖o‖: sum of each expert's output L2 norms (needs output norms).
+    pub ean_sum: Option<Vec<f64>>,
+    /// Σ g·‖o‖: REAP mass (needs gates and output norms).
+    pub reap_sum: Option<Vec<f64>>,
+    /// Σ (g·‖o‖)²: for the REAP standard error (needs gates and output norms).
+    pub reap_sumsq: Option<Vec<f64>>,
+}
+
+/// Saliency statistics of every layer: the input of metrics, keep maps and retention.
+/// Serialized as the JSON statistics file ([`Stats::read_json`], [`Stats::write_json`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Provenance and shape.
+    pub meta: StatsMeta,
+    /// One entry per layer, in the order of `meta.layer_ids`.
+    pub layers: Vec<LayerStats>,
+}
+
+/// Accessor of one optional statistic.
+pub(crate) type StatGetter = fn(&LayerStats) -> Option<&Vec<f64>>;
+
+/// Names and accessors of the optional statistics, for validation and error messages.
+pub(crate) const OPTIONAL_STATS: [(&str, StatGetter); 4] = [
+    ("gate_sum", |l| l.gate_sum.as_ref()),
+    ("ean_sum", |l| l.ean_sum.as_ref()),
+    ("reap_sum", |l| l.reap_sum.as_ref()),
+    ("reap_sumsq", |l| l.reap_sumsq.as_ref()),
+];
+
+impl Stats {
+    /// Accumulates the statistics of a trace over the first k = `top_k` slots of every
+    /// (layer, token) row, in f64: `count` always; `gate_sum` when the trace has gates; `ean_sum`
+    /// when it has output norms; `reap_sum` = Σ g·‖o‖ and `reap_sumsq` = Σ (g·‖o‖)² when it has
+    /// both. `tokens` = T for every layer (SEMANTICS.md §2).
+    ///
+    /// `source` and `source_sha256` are recorded as given (typically the trace path and
+    /// `trace_io::sha256_file` of it). The view is validated, so this cannot fail.
+    pub fn from_trace(trace: &TraceView<'_>, source: String, source_sha256: String) -> Stats {
+        let shape = trace.shape();
+        let meta = trace.meta();
+        let (e, k, m) = (shape.num_experts, shape.top_k, shape.candidates);
+        let mut layers = Vec::with_capacity(shape.layers);
+        for l in 0..shape.layers {
+            let ids = trace.layer_ids(l);
+            let gates = trace.layer_gates(l);
+            let norms = trace.layer_out_norms(l);
+            let mut count = vec![0u64; e];
+            let mut gate_sum = gates.map(|_| vec![0f64; e]);
+            let mut ean_sum = norms.map(|_| vec![0f64; e]);
+            let both = gates.is_some() && norms.is_some();
+            let mut reap_sum = both.then(|| vec![0f64; e]);
+            let mut reap_sumsq = both.then(|| vec![0f64; e]);
+            for t in 0..shape.tokens {
+                let row = &ids[t * m..t * m + k];
+                for (slot, &id) in row.iter().enumerate() {
+                    let id = usize::from(id);
+                    let i = t * k + slot;
+                    count[id] += 1;
+                    let g = gates.map(|g| f64::from(g[i]));
+                    let o = norms.map(|o| f64::from(o[i]));
+                    if let (Some(s), Some(g)) = (gate_sum.as_mut(), g) {
+                        s[id] += g;
+                    }
+                    if let (Some(s), Some(o)) = (ean_sum.as_mut(), o) {
+                        s[id] += o;
+                    }
+                    if let (Some(s), Some(sq), Some(g), Some(o)) = (reap_sum.as_mut(), reap_sumsq.as_mut(), g, o) {
+                        let r = g * o;
+                        s[id] += r;
+                        sq[id] += r * r;
+                    }
+                }
+            }
+            layers.push(LayerStats { tokens: shape.tokens as u64, count, gate_sum, ean_sum, reap_sum, reap_sumsq });
+        }
+        Stats {
+            meta: StatsMeta {
+                model: meta.model.clone(),
+                num_experts: meta.num_experts,
+                top_k: meta.top_k,
+                layer_ids: meta.layer_ids.clone(),
+                source,
+                source_sha256,
+            },
+            layers,
+        }
+    }
+
+    /// E as a `usize`.
+    pub fn num_experts(&self) -> usize {
+        self.meta.num_experts as usize
+    }
+
+    /// Hex SHA-256 of the canonical JSON of the statistics (`serde_json::to_vec(self)`, compact,
+    /// fields in declaration order). Keep maps record it to tie themselves to their statistics.
+    pub fn sha256(&self) -> String {
+        // Serializing plain structs of integers, finite floats and strings cannot fail; a non-finite
+        // float serializes as `null`, which still hashes deterministically.
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        trace_io::sha256_hex(&bytes)
+    }
+
+    /// Checks the structure and content: 1 <= E <= 65536, k >= 1, one layer per layer id, every per-expert vector
+    /// of length E, each optional statistic present in all layers or in none, every value finite
+    /// and >= 0, and every sum 0 where the count is 0.
+    ///
+    /// # Errors
+    /// [`crate::SaliencyError::Mismatch`] for a shape disagreement and
+    /// [`crate::SaliencyError::Invalid`] for bad content; both name the layer id (and expert).
+    pub fn validate(&self) -> Result<()> {
+        let e = self.num_experts();
+        if e == 0 || e > 1 << 16 {
+            return Err(invalid("num_experts", format!("{e} is not in 1..=65536 (expert ids are u16)")));
+        }
+        if self.meta.top_k == 0 {
+            return Err(invalid("top_k", "must be at least 1"));
+        }
+        if self.layers.len() != self.meta.layer_ids.len() {
+            return Err(mismatch("number of layers (layers vs meta.layer_ids)", self.meta.layer_ids.len(), self.layers.len()));
+        }
+        for (layer, &id) in self.layers.iter().zip(&self.meta.layer_ids) {
+            if layer.count.len() != e {
+                return Err(mismatch(format!("layer {id} count length"), e, layer.count.len()));
+            }
+            for (name, get) in OPTIONAL_STATS {
+                let first_has = self.layers.first().and_then(get).is_some();
+                let Some(v) = get(layer) else {
+                    if first_has {
+                        return Err(invalid(format!("layer {id} {name}"), "absent here but present in the first layer"));
+                    }
+                    continue;
+                };
+                if !first_has {
+                    return Err(invalid(format!("layer {id} {name}"), "present here but absent in the first layer"));
+                }
+                if v.len() != e {
+                    return Err(mismatch(format!("layer {id} {name} length"), e, v.len()));
+                }
+                for (x, (&s, &c)) in v.iter().zip(&layer.count).enumerate() {
+                    if !s.is_finite() || s < 0.0 {
+                        return Err(invalid(format!("layer {id} {name}[{x}]"), format!("{s} is not a finite value >= 0")));
+                    }
+                    if c == 0 && s != 0.0 {
+                        return Err(invalid(format!("layer {id} {name}[{x}]"), format!("{s} but the expert has count 0")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and validates a JSON statistics file (as written by [`Stats::write_json`]).
+    ///
+    /// # Errors
+    /// [`crate::SaliencyError::Io`], [`crate::SaliencyError::Json`], or a validation error of
+    /// [`Stats::validate`] naming the layer.
+    pub fn read_json(path: impl AsRef<Path>) -> Result<Stats> {
+        let stats: Stats = jsonio::read(path.as_ref())?;
+        stats.validate()?;
+        Ok(stats)
+    }
+
+    /// Validates, then writes the statistics as pretty JSON, atomically (temporary file in the same
+    /// directory, renamed over `path`).
+    ///
+    /// # Errors
+    /// A validation error of [`Stats::validate`], [`crate::SaliencyError::Io`] or
+    /// [`crate::SaliencyError::Json`].
+    pub fn write_json(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.validate()?;
+        jsonio::write_atomic(path.as_ref(), self)
+    }
+
+    /// Ok when every layer holds the optional statistic `statistic`, else a
+    /// [`crate::SaliencyError::MissingStatistic`] naming `metric`.
+    pub(crate) fn require(&self, metric: &str, statistic: &'static str) -> Result<()> {
+        let present = OPTIONAL_STATS
+            .iter()
+            .find(|(n, _)| *n == statistic)
+            .is_none_or(|(_, get)| self.layers.iter().all(|l| get(l).is_some()));
+        if present {
+            Ok(())
+        } else {
+            Err(crate::SaliencyError::MissingStatistic { metric: metric.to_string(), statistic })
+        }
+    }
+}

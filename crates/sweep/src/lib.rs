@@ -1,1 +1,73 @@
-//! stub
+//! sweep: whole configuration grids of expert-cache replays, in and out of sample.
+//!
+//! A [`Grid`] (a JSON file, `docs/grid-format.md`) names an in-sample and an out-of-sample trace,
+//! the variants (`full`, `METRIC@K` keep maps built from the in-sample statistics, or keep-map
+//! files) and blocks of policies × λ × j × cap × k_used (SEMANTICS.md §7). [`prepare`] builds the
+//! keep maps and validates every configuration before any work; [`Prepared::run`] replays them
+//! all with rayon and returns [`Row`]s sorted by [`ConfigKey`], identical whatever the thread
+//! count. [`DeviceProfile`] is the cost model of SEMANTICS.md §6; [`SweepOutput`] writes
+//! `results.json`, `results.csv` and `summary.md`.
+//!
+//! sweep prints nothing: progress is reported through a callback.
+
+mod cost;
+mod grid;
+mod output;
+mod run;
+
+pub use cost::{DeviceProfile, ExpertShape, PRESETS};
+pub use grid::{Block, ConfigKey, Grid, GridTraces, ProfileSpec};
+pub use output::{BestOf, InputRef, Provenance, SweepOutput, write_atomic};
+pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config};
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong preparing or writing a sweep. Running a prepared sweep cannot fail.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SweepError {
+    /// A grid entry is invalid; `key` names it (for example `blocks[2].policies: lruu`).
+    #[error("grid: {key}: {reason}")]
+    Grid {
+        /// The offending entry.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// cachesim refused a configuration.
+    #[error("configuration {key}: {source}")]
+    Config {
+        /// The configuration key.
+        key: String,
+        /// cachesim's reason.
+        #[source]
+        source: cachesim::CacheSimError,
+    },
+    /// A keep map could not be built or read.
+    #[error(transparent)]
+    Saliency(#[from] saliency::SaliencyError),
+    /// A trace could not be opened.
+    #[error(transparent)]
+    Trace(#[from] trace_io::TraceError),
+    /// An I/O error on a named file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file (grid, results) is malformed.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Shorthand for `Result<T, SweepError>`.
+pub type Result<T, E = SweepError> = std::result::Result<T, E>;

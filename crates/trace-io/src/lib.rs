@@ -32,7 +32,7 @@ pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
-pub use write::write_trace;
+pub use write::{write_atomic, write_trace};
 
 /// Hex SHA-256 of a byte string (used for provenance of inputs and statistics).
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -9,8 +9,9 @@
 //! `base_e · exp(0.25 · N(0, 1))` with `base_e` log-normal and a few heavy-tailed outlier experts.
 //! The `dead_experts` highest ids of every layer are never routed (they never enter a row).
 //!
-//! Each layer is generated from its own ChaCha8 stream seeded by `(seed, layer)`, so the output
-//! depends only on the configuration, never on threads or platform.
+//! Each layer is generated from its own ChaCha8 streams seeded by `(model_seed, layer)` (popularity,
+//! norm scales) and `(seed, layer)` (tokens), so the output depends only on the configuration,
+//! never on threads or platform.
 
 use std::collections::BTreeMap;
 
@@ -36,8 +37,11 @@ pub struct SynthConfig {
     pub tokens: usize,
     /// Sequences the tokens are split into (equal lengths, the last takes the remainder).
     pub sequences: usize,
-    /// RNG seed.
+    /// Seed of the token stream (topics, noise, norms jitter).
     pub seed: u64,
+    /// Seed of the model (expert popularity and norm scales): two traces with the same
+    /// `model_seed` and different `seed`s behave like two text samples run through one model.
+    pub model_seed: u64,
     /// Record `out_norms`.
     pub norms: bool,
     /// Popularity skew: weight of `ln(w_e)` in the logit (0 = uniform).
@@ -60,6 +64,7 @@ impl Default for SynthConfig {
             tokens: 4096,
             sequences: 16,
             seed: 0,
+            model_seed: 0,
             norms: true,
             skew: 1.0,
             reuse: 1.5,
@@ -104,11 +109,13 @@ pub fn generate(cfg: &SynthConfig) -> Result<TraceData> {
     let mut order: Vec<usize> = Vec::with_capacity(live);
     let mut prev_used = vec![false; live];
     for layer in 0..l_n {
-        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ (layer as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let layer_mix = (layer as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut model_rng = ChaCha8Rng::seed_from_u64(cfg.model_seed ^ layer_mix);
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.rotate_left(32) ^ layer_mix);
         // Popularity: Zipf weights over a random permutation of the live experts.
         let mut perm: Vec<usize> = (0..live).collect();
         for i in (1..live).rev() {
-            perm.swap(i, rng.random_range(0..=i));
+            perm.swap(i, model_rng.random_range(0..=i));
         }
         let mut base = vec![0f64; live];
         for (rank, &e) in perm.iter().enumerate() {
@@ -118,7 +125,7 @@ pub fn generate(cfg: &SynthConfig) -> Result<TraceData> {
             let ln = LogNormal::new(0.0, 0.3).expect("valid log-normal");
             (0..live)
                 .map(|i| {
-                    let b: f64 = ln.sample(&mut rng);
+                    let b: f64 = ln.sample(&mut model_rng);
                     // A few outliers with heavy-tailed norms (every 16th expert of the permutation).
                     if perm[i] % 16 == 7 { b * 8.0 } else { b }
                 })
@@ -177,7 +184,7 @@ pub fn generate(cfg: &SynthConfig) -> Result<TraceData> {
         layer_ids: (0..l_n as u32).collect(),
         score_kind: ScoreKind::Logits,
         phase: Phase::Prefill,
-        source: format!("moe-offload synth seed {}", cfg.seed),
+        source: format!("moe-offload synth model_seed {} seed {}", cfg.model_seed, cfg.seed),
         extra,
     };
     let parts = OwnedParts {

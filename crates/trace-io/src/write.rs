@@ -62,6 +62,25 @@ fn write_inner(path: &Path, trace: &TraceView<'_>) -> Result<()> {
         header.push(b' ');
     }
 
+    write_atomic(path, |w| {
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(&header)?;
+        for (_, _, _, bytes) in &tensors {
+            w.write_all(bytes)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Writes a file atomically: `fill` writes the contents into a buffered temporary file in the
+/// same directory as `path`, which is then renamed over `path`. On any error the temporary file
+/// is removed and `path` is untouched, so no partial output is ever left behind. The file gets
+/// the usual permissions (0644 before the umask on Unix), not the temporary file's 0600.
+///
+/// # Errors
+/// The I/O error of creating, writing, syncing or renaming (not wrapped with the path).
+pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -69,14 +88,15 @@ fn write_inner(path: &Path, trace: &TraceView<'_>) -> Result<()> {
     let tmp = tempfile::NamedTempFile::new_in(dir)?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
-        w.write_all(&(header.len() as u64).to_le_bytes())?;
-        w.write_all(&header)?;
-        for (_, _, _, bytes) in &tensors {
-            w.write_all(bytes)?;
-        }
+        fill(&mut w)?;
         w.flush()?;
     }
-    tmp.persist(path).map_err(|e| TraceError::Io(e.error))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 

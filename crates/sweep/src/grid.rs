@@ -1,0 +1,261 @@
+//! Grid files (JSON) and their expansion into configurations (SEMANTICS.md §7).
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use cachesim::Policy;
+
+use crate::{DeviceProfile, Result, SweepError};
+
+/// A grid file: traces, variants, blocks of replay parameters, and device profiles.
+///
+/// Paths are relative to the grid file's directory. See `docs/grid-format.md`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grid {
+    /// Free-form name.
+    #[serde(default)]
+    pub name: String,
+    /// The in-sample (calibration) and out-of-sample (held-out) traces.
+    pub traces: GridTraces,
+    /// Variants: `"full"`, `"METRIC@K"` (a keep map built from the in-sample statistics), or
+    /// `"file:PATH"` (a keep-map JSON file).
+    pub variants: Vec<String>,
+    /// Warmup tokens excluded from the counts (default 64).
+    #[serde(default = "default_warmup")]
+    pub warmup: usize,
+    /// Saliency options for `METRIC@K` variants: `tau` of `shrink` (default 64).
+    #[serde(default = "default_tau")]
+    pub tau: f64,
+    /// Blocks; the configurations are the union of each block's cartesian product.
+    pub blocks: Vec<Block>,
+    /// Device profiles: preset names (`"reference"`, `"dsv2-lite-bf16"`, ...) or full profiles.
+    #[serde(default = "default_profiles")]
+    pub profiles: Vec<ProfileSpec>,
+}
+
+fn default_warmup() -> usize {
+    64
+}
+fn default_tau() -> f64 {
+    64.0
+}
+fn default_profiles() -> Vec<ProfileSpec> {
+    vec![ProfileSpec::Preset("reference".into())]
+}
+
+/// The two traces of a grid.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GridTraces {
+    /// Calibration trace: keep maps are built from its statistics, and it is replayed.
+    pub in_sample: PathBuf,
+    /// Held-out trace, replayed with the same configurations.
+    pub out_of_sample: PathBuf,
+}
+
+/// A device profile in a grid: a preset's name or a full profile.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum ProfileSpec {
+    /// A preset name, see [`DeviceProfile::preset`].
+    Preset(String),
+    /// A profile given in full.
+    Full(DeviceProfile),
+}
+
+/// One block: the cartesian product of its lists.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Block {
+    /// Variants this block applies to (default: all of the grid's variants).
+    #[serde(default)]
+    pub variants: Option<Vec<String>>,
+    /// Policy names.
+    pub policies: Vec<String>,
+    /// λ values (default `[0]`).
+    #[serde(default = "zero_f")]
+    pub lambda: Vec<f64>,
+    /// j values (default `[0]`).
+    #[serde(default = "zero_u")]
+    pub j: Vec<usize>,
+    /// Cache capacities, experts per layer.
+    pub cap: Vec<usize>,
+    /// k_used values; `null` means the trace's top-k (default `[null]`).
+    #[serde(default = "null_k")]
+    pub k_used: Vec<Option<usize>>,
+}
+
+fn zero_f() -> Vec<f64> {
+    vec![0.0]
+}
+fn zero_u() -> Vec<usize> {
+    vec![0]
+}
+fn null_k() -> Vec<Option<usize>> {
+    vec![None]
+}
+
+/// The stable identity of one configuration: `variant/policy/lambda/j/cap/k_used`.
+///
+/// Ordered by variant label, policy name, λ, j, cap and k_used (numerically), which is the order of
+/// every output.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ConfigKey {
+    /// Variant label (`full`, `frequency@32`, or the keep-map file's label).
+    pub variant: String,
+    /// Policy name.
+    pub policy: Policy,
+    /// λ of cache-aware routing.
+    pub lambda: f64,
+    /// j: ranks always boosted by cache-aware routing.
+    pub j: usize,
+    /// Cache capacity per layer.
+    pub cap: usize,
+    /// Experts used per token (resolved: never `null` here).
+    pub k_used: usize,
+}
+
+impl Eq for ConfigKey {}
+
+impl Ord for ConfigKey {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.variant
+            .cmp(&o.variant)
+            .then_with(|| self.policy.as_str().cmp(o.policy.as_str()))
+            .then_with(|| self.lambda.total_cmp(&o.lambda))
+            .then_with(|| self.j.cmp(&o.j))
+            .then_with(|| self.cap.cmp(&o.cap))
+            .then_with(|| self.k_used.cmp(&o.k_used))
+    }
+}
+
+impl PartialOrd for ConfigKey {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}/{}/{}/{}", self.variant, self.policy, self.lambda, self.j, self.cap, self.k_used)
+    }
+}
+
+impl Grid {
+    /// Reads a grid file; relative trace and keep-map paths are resolved against its directory.
+    ///
+    /// # Errors
+    /// [`SweepError::Io`] or [`SweepError::Json`] naming the file.
+    pub fn read(path: &Path) -> Result<Grid> {
+        let text = std::fs::read_to_string(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        Grid::from_json(&text, base).map_err(|source| SweepError::Json { path: path.into(), source })
+    }
+
+    /// Parses a grid from JSON text, resolving relative paths against `base`.
+    ///
+    /// # Errors
+    /// The JSON error (unknown fields are refused).
+    pub fn from_json(text: &str, base: &Path) -> std::result::Result<Grid, serde_json::Error> {
+        let mut g: Grid = serde_json::from_str(text)?;
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        resolve(&mut g.traces.in_sample);
+        resolve(&mut g.traces.out_of_sample);
+        for v in &mut g.variants {
+            if let Some(rest) = v.strip_prefix("file:") {
+                let p = Path::new(rest);
+                if p.is_relative() {
+                    *v = format!("file:{}", base.join(p).display());
+                }
+            }
+        }
+        Ok(g)
+    }
+
+    /// Resolves the device profiles.
+    ///
+    /// # Errors
+    /// [`SweepError::Grid`] for an unknown preset, a non-positive size, compute time or bandwidth.
+    pub fn device_profiles(&self) -> Result<Vec<DeviceProfile>> {
+        self.profiles
+            .iter()
+            .map(|p| {
+                let prof = match p {
+                    ProfileSpec::Preset(name) => DeviceProfile::preset(name).ok_or_else(|| SweepError::Grid {
+                        key: format!("profiles: {name}"),
+                        reason: format!(
+                            "unknown preset; known: reference, {}",
+                            crate::cost::PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                        ),
+                    })?,
+                    ProfileSpec::Full(p) => p.clone(),
+                };
+                let positive = prof.expert_mb > 0.0
+                    && prof.compute_ms >= 0.0
+                    && !prof.bandwidth_gbps.is_empty()
+                    && prof.bandwidth_gbps.iter().all(|b| *b > 0.0 && b.is_finite());
+                if !positive {
+                    return Err(SweepError::Grid {
+                        key: format!("profiles: {}", prof.name),
+                        reason: "expert_mb and every bandwidth must be > 0, compute_ms >= 0".into(),
+                    });
+                }
+                Ok(prof)
+            })
+            .collect()
+    }
+
+    /// Expands the blocks into configuration keys, sorted by [`ConfigKey`]'s order, duplicates
+    /// across blocks removed, `k_used: null` resolved to `top_k`. `labels` maps each variant spec
+    /// of the grid to its label. Unknown policies and variants that are not in [`Grid::variants`]
+    /// are errors naming the block.
+    ///
+    /// # Errors
+    /// [`SweepError::Grid`] naming the block and the offending value.
+    pub fn expand(&self, labels: &[(String, String)], top_k: usize) -> Result<Vec<ConfigKey>> {
+        let mut out = Vec::new();
+        for (bi, b) in self.blocks.iter().enumerate() {
+            let specs: Vec<&String> = match &b.variants {
+                Some(v) => v.iter().collect(),
+                None => self.variants.iter().collect(),
+            };
+            for spec in specs {
+                let label = labels.iter().find(|(s, _)| s == spec).map(|(_, l)| l).ok_or_else(|| SweepError::Grid {
+                    key: format!("blocks[{bi}].variants: {spec}"),
+                    reason: "not one of the grid's variants".into(),
+                })?;
+                for pname in &b.policies {
+                    let policy: Policy = pname.parse().map_err(|e| SweepError::Grid {
+                        key: format!("blocks[{bi}].policies: {pname}"),
+                        reason: format!("{e}"),
+                    })?;
+                    for &lambda in &b.lambda {
+                        for &j in &b.j {
+                            for &cap in &b.cap {
+                                for &k in &b.k_used {
+                                    out.push(ConfigKey {
+                                        variant: label.clone(),
+                                        policy,
+                                        lambda,
+                                        j,
+                                        cap,
+                                        k_used: k.unwrap_or(top_k),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+}

@@ -1,0 +1,236 @@
+//! Preparing a sweep (keep maps, validation of every configuration) and running it with rayon.
+
+use std::path::PathBuf;
+
+use cachesim::{Keep, ReplayConfig, ReplayCounts};
+use rayon::prelude::*;
+use saliency::{KeepConfig, KeepMap, MetricConfig, Stats};
+use trace_io::TraceView;
+
+use crate::{ConfigKey, DeviceProfile, Grid, Result, SweepError};
+
+/// Which of the grid's two traces a row comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sample {
+    /// The calibration trace (keep maps are built from it).
+    InSample,
+    /// The held-out trace.
+    OutOfSample,
+}
+
+impl Sample {
+    /// `in_sample` or `out_of_sample`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sample::InSample => "in_sample",
+            Sample::OutOfSample => "out_of_sample",
+        }
+    }
+}
+
+/// One input trace with its provenance.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceInput<'a> {
+    /// The validated trace.
+    pub view: TraceView<'a>,
+    /// Where it came from (a path, or `embedded:NAME`).
+    pub source: &'a str,
+    /// Hex SHA-256 of the trace file's bytes.
+    pub sha256: &'a str,
+}
+
+/// A variant: a keep map and the grid spec it came from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Variant {
+    /// The spec in the grid (`full`, `frequency@32`, `file:...`).
+    pub spec: String,
+    /// Its label in keys and tables.
+    pub label: String,
+    /// The keep map.
+    pub keep: KeepMap,
+}
+
+/// A validated sweep, ready to run: nothing in it can fail any more.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The grid.
+    pub grid: Grid,
+    /// The in-sample statistics the metric variants were built from.
+    pub stats: Stats,
+    /// Variants in grid order.
+    pub variants: Vec<Variant>,
+    /// Configurations, sorted by key.
+    pub configs: Vec<ConfigKey>,
+    /// Device profiles.
+    pub profiles: Vec<DeviceProfile>,
+    keeps: Vec<Keep>,
+}
+
+/// Cost figures of one row for one profile and bandwidth (SEMANTICS.md §6).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Cost {
+    /// Profile name.
+    pub profile: String,
+    /// SSD bandwidth, GB/s.
+    pub bandwidth_gbps: f64,
+    /// `misses_per_token · expert_mb`, MB per token.
+    pub ssd_mb_per_token: f64,
+    /// Tokens per second.
+    pub tok_s: f64,
+}
+
+/// One result row: a configuration replayed on one trace.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Row {
+    /// `variant/policy/lambda/j/cap/k_used`.
+    pub key: String,
+    /// The trace.
+    pub sample: Sample,
+    /// The configuration.
+    pub config: ConfigKey,
+    /// The replay counts.
+    pub counts: ReplayCounts,
+    /// `hits / picks`.
+    pub hit_rate: f64,
+    /// `misses / tokens counted`.
+    pub misses_per_token: f64,
+    /// One entry per profile and bandwidth, in grid order.
+    pub cost: Vec<Cost>,
+}
+
+/// Checks the traces, builds the in-sample statistics and every keep map, expands the grid and
+/// validates every configuration against both traces, before any replay.
+///
+/// # Errors
+/// [`SweepError::Grid`] for a bad variant spec, duplicate label or mismatched traces;
+/// [`SweepError::Saliency`] when a keep map cannot be built (K > E, short layer, missing statistic);
+/// [`SweepError::Config`] naming the first configuration `cachesim` refuses (cap < k_used, belady
+/// with λ > 0, k_used > m, ...).
+pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInput<'_>) -> Result<Prepared> {
+    let (a, b) = (in_sample.view.meta(), out_of_sample.view.meta());
+    if a.num_experts != b.num_experts || a.layer_ids != b.layer_ids || a.top_k != b.top_k {
+        return Err(SweepError::Grid {
+            key: "traces".into(),
+            reason: format!(
+                "in-sample and out-of-sample traces differ in shape: E {} vs {}, top_k {} vs {}, layers {:?} vs {:?}",
+                a.num_experts, b.num_experts, a.top_k, b.top_k, a.layer_ids, b.layer_ids
+            ),
+        });
+    }
+    let stats = Stats::from_trace(&in_sample.view, in_sample.source.to_string(), in_sample.sha256.to_string());
+    let keep_cfg = KeepConfig { metric: MetricConfig { tau: grid.tau, ..Default::default() }, ..Default::default() };
+    let mut variants: Vec<Variant> = Vec::new();
+    for spec in &grid.variants {
+        let keep = variant_keep_map(spec, &stats, &keep_cfg, a)?;
+        let label = if let Some(path) = spec.strip_prefix("file:") {
+            format!("{}[{}]", keep.label(), PathBuf::from(path).file_stem().unwrap_or_default().to_string_lossy())
+        } else {
+            keep.label()
+        };
+        if variants.iter().any(|v| v.label == label) {
+            return Err(SweepError::Grid { key: format!("variants: {spec}"), reason: format!("duplicate variant {label}") });
+        }
+        variants.push(Variant { spec: spec.clone(), label, keep });
+    }
+    let labels: Vec<(String, String)> = variants.iter().map(|v| (v.spec.clone(), v.label.clone())).collect();
+    let configs = grid.expand(&labels, a.top_k as usize)?;
+    let profiles = grid.device_profiles()?;
+    for key in &configs {
+        for input in [in_sample, out_of_sample] {
+            let v = &input.view;
+            cachesim::validate(&v.shape(), v.parts().scores.is_some(), &replay_config(grid, key))
+                .map_err(|source| SweepError::Config { key: key.to_string(), source })?;
+        }
+    }
+    let shape = in_sample.view.shape();
+    let keeps = variants
+        .iter()
+        .map(|v| Keep::from_layers(&shape, &v.keep.layers))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|source| SweepError::Config { key: "variants".into(), source })?;
+    Ok(Prepared { grid: grid.clone(), stats, variants, configs, profiles, keeps })
+}
+
+fn variant_keep_map(spec: &str, stats: &Stats, cfg: &KeepConfig, meta: &trace_io::TraceMeta) -> Result<KeepMap> {
+    if spec == "full" {
+        return Ok(KeepMap::full(meta.num_experts, meta.layer_ids.clone()));
+    }
+    if let Some(path) = spec.strip_prefix("file:") {
+        let map = KeepMap::read_json(std::path::Path::new(path))?;
+        if map.num_experts != meta.num_experts || map.layer_ids != meta.layer_ids {
+            return Err(SweepError::Grid {
+                key: format!("variants: {spec}"),
+                reason: format!(
+                    "keep map is for E = {} and layers {:?}, the traces have E = {} and layers {:?}",
+                    map.num_experts, map.layer_ids, meta.num_experts, meta.layer_ids
+                ),
+            });
+        }
+        return Ok(map);
+    }
+    let bad = |reason: String| SweepError::Grid { key: format!("variants: {spec}"), reason };
+    let (metric, k) = spec.split_once('@').ok_or_else(|| bad("expected `full`, `METRIC@K` or `file:PATH`".into()))?;
+    let metric = metric.parse().map_err(|e| bad(format!("{e}")))?;
+    let k: usize = k.parse().map_err(|_| bad(format!("K = {k:?} is not a whole number")))?;
+    Ok(KeepMap::build(stats, metric, k, cfg)?)
+}
+
+/// The replay configuration of a key under the grid's shared settings.
+pub fn replay_config(grid: &Grid, key: &ConfigKey) -> ReplayConfig {
+    ReplayConfig {
+        k_used: Some(key.k_used),
+        lambda: key.lambda,
+        j: key.j,
+        warmup: grid.warmup,
+        ..ReplayConfig::new(key.policy, key.cap)
+    }
+}
+
+impl Prepared {
+    /// Number of replays [`Prepared::run`] performs (configurations × 2 traces).
+    pub fn jobs(&self) -> usize {
+        self.configs.len() * 2
+    }
+
+    /// Replays every configuration on both traces in parallel (rayon) and returns the rows sorted
+    /// by (key, sample). `progress` is called once per finished replay, from worker threads.
+    /// The rows are identical whatever the number of threads.
+    pub fn run(&self, in_sample: &TraceView<'_>, out_of_sample: &TraceView<'_>, progress: &(dyn Fn() + Sync)) -> Vec<Row> {
+        let jobs: Vec<(usize, Sample)> = (0..self.configs.len())
+            .flat_map(|i| [(i, Sample::InSample), (i, Sample::OutOfSample)])
+            .collect();
+        jobs.par_iter()
+            .map(|&(i, sample)| {
+                let key = &self.configs[i];
+                let trace = match sample {
+                    Sample::InSample => in_sample,
+                    Sample::OutOfSample => out_of_sample,
+                };
+                let vi = self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
+                let counts = cachesim::replay(trace, &self.keeps[vi], &replay_config(&self.grid, key))
+                    .expect("every configuration was validated by prepare");
+                progress();
+                self.row(key, sample, counts)
+            })
+            .collect()
+    }
+
+    /// Builds a row from counts: derived fields follow SEMANTICS.md §5 and §6.
+    pub fn row(&self, key: &ConfigKey, sample: Sample, counts: ReplayCounts) -> Row {
+        let mpt = counts.misses_per_token();
+        let cost = self
+            .profiles
+            .iter()
+            .flat_map(|p| {
+                p.bandwidth_gbps.iter().map(move |&bw| Cost {
+                    profile: p.name.clone(),
+                    bandwidth_gbps: bw,
+                    ssd_mb_per_token: p.ssd_mb_per_token(mpt),
+                    tok_s: p.tok_s(mpt, bw),
+                })
+            })
+            .collect();
+        Row { key: key.to_string(), sample, config: key.clone(), hit_rate: counts.hit_rate(), misses_per_token: mpt, counts, cost }
+    }
+}

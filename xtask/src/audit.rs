@@ -1,0 +1,365 @@
+//! `cargo xtask audit`: the checks of SEMANTICS.md §8 as a report of named checks.
+//!
+//! Each [`Check`] has a section, a name, a status, its figures (floats rounded to 6 decimals, keys
+//! sorted) and, when it fails, the first offending item. The report is asserted against an insta
+//! JSON snapshot in `xtask/src/snapshots/`.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use cachesim::{Keep, Policy, ReplayConfig, Semantics};
+use saliency::{KeepConfig, KeepMap, MetricConfig};
+use serde_json::{Value, json};
+use sweep::{Grid, Row, Sample, TraceInput};
+use trace_io::{TraceFile, TraceView};
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The property holds.
+    Pass,
+    /// The property is broken: the audit fails.
+    Fail,
+    /// Not a failure of the tool but a fact worth a reviewer's eye (for example a λ
+    /// non-monotonicity): reported, never hidden.
+    Finding,
+}
+
+/// One named check.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    /// SEMANTICS.md §8 item, e.g. `1 statistics`.
+    pub section: &'static str,
+    /// Check name.
+    pub name: String,
+    /// Outcome.
+    pub status: Status,
+    /// The figures behind it.
+    pub figures: BTreeMap<String, Value>,
+    /// The first offending item, when not passing.
+    pub first_offending: Option<String>,
+}
+
+/// The whole audit of one subject.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// What was audited.
+    pub subject: String,
+    /// Checks in section order.
+    pub checks: Vec<Check>,
+}
+
+fn round6(x: f64) -> Value {
+    if x.is_finite() { json!((x * 1e6).round() / 1e6) } else { json!(x.to_string()) }
+}
+
+fn check(section: &'static str, name: &str, ok: bool, figures: BTreeMap<String, Value>, first: Option<String>) -> Check {
+    Check { section, name: name.to_string(), status: if ok { Status::Pass } else { Status::Fail }, figures, first_offending: first }
+}
+
+/// Audits the embedded default: `data/grids/default.json` and its two traces.
+pub fn default_report() -> Result<Report> {
+    let root = crate::workspace_root();
+    let grid = Grid::read(&root.join("data/grids/default.json"))?;
+    let calib = TraceFile::open(&grid.traces.in_sample)?;
+    let heldout = TraceFile::open(&grid.traces.out_of_sample)?;
+    audit_grid("embedded default (data/grids/default.json)", &grid, &calib.view(), &heldout.view())
+}
+
+/// Runs the whole pipeline of a grid on two traces and audits every stage.
+pub fn audit_grid(subject: &str, grid: &Grid, calib: &TraceView<'_>, heldout: &TraceView<'_>) -> Result<Report> {
+    let ins = TraceInput { view: *calib, source: "in_sample", sha256: "" };
+    let oos = TraceInput { view: *heldout, source: "out_of_sample", sha256: "" };
+    let prepared = sweep::prepare(grid, &ins, &oos)?;
+    let mut checks = Vec::new();
+
+    // 1. Statistics.
+    let stats = &prepared.stats;
+    for c in saliency::check_stats(stats) {
+        let mut f = BTreeMap::new();
+        f.insert("detail".into(), json!(c.detail));
+        checks.push(check("1 statistics", &c.name, c.passed, f, (!c.passed).then(|| c.detail.clone())));
+    }
+
+    // 2. Keep maps.
+    let maps: Vec<KeepMap> = prepared.variants.iter().filter(|v| !v.keep.is_full()).map(|v| v.keep.clone()).collect();
+    let keep_cfg = KeepConfig { metric: MetricConfig { tau: grid.tau, ..Default::default() }, ..Default::default() };
+    for c in saliency::check_keep_maps(stats, &maps, &keep_cfg) {
+        let mut f = BTreeMap::new();
+        f.insert("detail".into(), json!(c.detail));
+        f.insert("maps".into(), json!(maps.iter().map(KeepMap::label).collect::<Vec<_>>()));
+        checks.push(check("2 keep maps", &c.name, c.passed, f, (!c.passed).then(|| c.detail.clone())));
+    }
+
+    // 4. Optimized vs reference replayer on a matrix.
+    checks.push(differential(calib, &prepared.variants.iter().map(|v| &v.keep).collect::<Vec<_>>()));
+
+    // 5. Sweep rows.
+    let rows = prepared.run(calib, heldout, &|| {});
+    checks.extend(sweep_checks(&prepared, &rows));
+
+    // 6. Bad configurations refused before any work.
+    checks.push(refusals(grid, &ins, &oos));
+
+    Ok(Report { subject: subject.to_string(), checks })
+}
+
+fn differential(trace: &TraceView<'_>, maps: &[&KeepMap]) -> Check {
+    let shape = trace.shape();
+    let k = shape.top_k;
+    let mut n = 0usize;
+    let mut first = None;
+    let has_room = shape.candidates > k - 1;
+    for map in maps {
+        let keep = Keep::from_layers(&shape, &map.layers).expect("keep maps of this grid fit the trace");
+        for policy in Policy::ALL {
+            for lambda in [0.0, 0.09] {
+                if lambda > 0.0 && (policy == Policy::Belady || !has_room) {
+                    continue;
+                }
+                for semantics in [Semantics::KWay, Semantics::Sequential] {
+                    for (cap, k_used) in [(k, k), (2 * k, k), (k, k - 1)] {
+                        let cfg = ReplayConfig {
+                            k_used: Some(k_used),
+                            lambda,
+                            j: 2,
+                            semantics,
+                            ..ReplayConfig::new(policy, cap)
+                        };
+                        if cachesim::validate(&shape, trace.parts().scores.is_some(), &cfg).is_err() {
+                            continue;
+                        }
+                        let fast = cachesim::replay(trace, &keep, &cfg).expect("validated");
+                        let slow = cachesim::reference::replay(trace, &keep, &cfg).expect("validated");
+                        n += 1;
+                        if fast != slow && first.is_none() {
+                            first = Some(format!(
+                                "{}/{policy}/lambda={lambda}/{semantics}/cap={cap}/k_used={k_used}: fast misses {} vs reference {}",
+                                map.label(),
+                                fast.misses,
+                                slow.misses
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut f = BTreeMap::new();
+    f.insert("configurations".into(), json!(n));
+    check("4 replayer", "optimized equals reference", first.is_none() && n > 0, f, first)
+}
+
+fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
+    let mut out = Vec::new();
+    // Derived fields follow §5-§6 from the counts.
+    let mut first = None;
+    for r in rows {
+        let c = &r.counts;
+        let hr = if c.picks == 0 { 0.0 } else { c.hits as f64 / c.picks as f64 };
+        let mpt = if c.tokens == 0 { 0.0 } else { c.misses as f64 / c.tokens as f64 };
+        let mut ok = r.hit_rate == hr && r.misses_per_token == mpt && c.hits + c.misses == c.picks;
+        for (cost, (p, bw)) in r.cost.iter().zip(prepared.profiles.iter().flat_map(|p| p.bandwidth_gbps.iter().map(move |b| (p, *b)))) {
+            let tok_s = 1.0 / (p.compute_ms / 1000.0 + mpt * p.expert_mb / (1000.0 * bw));
+            ok &= (cost.tok_s - tok_s).abs() <= 1e-9 * tok_s && cost.bandwidth_gbps == bw;
+        }
+        if !ok && first.is_none() {
+            first = Some(format!("{} ({})", r.key, r.sample.as_str()));
+        }
+    }
+    let mut f = BTreeMap::new();
+    f.insert("rows".into(), json!(rows.len()));
+    out.push(check("5 sweep rows", "derived fields follow from the counts", first.is_none(), f, first));
+
+    // Belady <= every λ = 0 online policy, per (sample, variant, cap, k_used).
+    let mut first = None;
+    let mut pairs = 0;
+    for b in rows.iter().filter(|r| r.config.policy == Policy::Belady) {
+        for r in rows.iter().filter(|r| {
+            r.config.policy != Policy::Belady
+                && r.config.lambda == 0.0
+                && r.sample == b.sample
+                && r.config.variant == b.config.variant
+                && r.config.cap == b.config.cap
+                && r.config.k_used == b.config.k_used
+        }) {
+            pairs += 1;
+            if b.counts.misses > r.counts.misses && first.is_none() {
+                first = Some(format!("{} ({}) has {} misses > {} of {}", b.key, b.sample.as_str(), b.counts.misses, r.counts.misses, r.key));
+            }
+        }
+    }
+    let mut f = BTreeMap::new();
+    f.insert("pairs".into(), json!(pairs));
+    out.push(check("5 sweep rows", "belady is a lower bound", first.is_none(), f, first));
+
+    // Misses non-increasing in λ per (sample, variant, policy, j, cap, k_used): a finding, not a failure.
+    let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.config.lambda > 0.0) {
+        let c = &r.config;
+        groups.entry(format!("{}/{}/{}/j={}/cap={}/k={}", r.sample.as_str(), c.variant, c.policy, c.j, c.cap, c.k_used)).or_default().push(r);
+    }
+    let mut violations = Vec::new();
+    for (g, mut rs) in groups {
+        // λ = 0 rows share the group regardless of j.
+        let c0 = &rs[0].config;
+        if let Some(zero) = rows.iter().find(|r| {
+            r.config.lambda == 0.0
+                && r.sample == rs[0].sample
+                && r.config.variant == c0.variant
+                && r.config.policy == c0.policy
+                && r.config.cap == c0.cap
+                && r.config.k_used == c0.k_used
+        }) {
+            rs.push(zero);
+        }
+        rs.sort_by(|a, b| a.config.lambda.total_cmp(&b.config.lambda));
+        for w in rs.windows(2) {
+            if w[1].counts.misses > w[0].counts.misses {
+                violations.push(format!("{g}: misses {} at lambda {} > {} at lambda {}", w[1].counts.misses, w[1].config.lambda, w[0].counts.misses, w[0].config.lambda));
+            }
+        }
+    }
+    let mut f = BTreeMap::new();
+    f.insert("violations".into(), json!(violations.len()));
+    out.push(Check {
+        section: "5 sweep rows",
+        name: "misses non-increasing in lambda".into(),
+        status: if violations.is_empty() { Status::Pass } else { Status::Finding },
+        figures: f,
+        first_offending: violations.first().cloned(),
+    });
+
+    // Same configuration keys in and out of sample.
+    let keys = |s: Sample| rows.iter().filter(|r| r.sample == s).map(|r| r.key.clone()).collect::<Vec<_>>();
+    let (a, b) = (keys(Sample::InSample), keys(Sample::OutOfSample));
+    let first = a.iter().zip(&b).find(|(x, y)| x != y).map(|(x, y)| format!("{x} vs {y}"));
+    let mut f = BTreeMap::new();
+    f.insert("keys".into(), json!(a.len()));
+    out.push(check("5 sweep rows", "in- and out-of-sample keys identical", a == b, f, first));
+
+    // Headline figures for the reviewer: best per variant.
+    let out_rows = sweep::SweepOutput {
+        provenance: sweep::Provenance {
+            tool_version: String::new(),
+            grid: prepared.grid.clone(),
+            in_sample: sweep::InputRef { source: String::new(), sha256: String::new() },
+            out_of_sample: sweep::InputRef { source: String::new(), sha256: String::new() },
+            stats_sha256: String::new(),
+        },
+        rows: rows.to_vec(),
+    };
+    let mut f = BTreeMap::new();
+    for b in out_rows.best_per_variant() {
+        f.insert(
+            b.variant.clone(),
+            json!({"best_in_sample": b.in_sample.0, "in_sample_misses_per_token": round6(b.in_sample.1),
+                   "best_out_of_sample": b.out_of_sample.0, "out_of_sample_misses_per_token": round6(b.out_of_sample.1),
+                   "shift": round6(b.chosen_out_of_sample - b.in_sample.1)}),
+        );
+    }
+    out.push(Check { section: "5 sweep rows", name: "best policy per variant".into(), status: Status::Pass, figures: f, first_offending: None });
+    out
+}
+
+fn refusals(grid: &Grid, ins: &TraceInput<'_>, oos: &TraceInput<'_>) -> Check {
+    let shape = ins.view.shape();
+    let e = shape.num_experts;
+    let k = shape.top_k;
+    let m = shape.candidates;
+    let block = |policy: &str, lambda: f64, cap: usize, k_used: Option<usize>| sweep::Block {
+        variants: Some(vec!["full".into()]),
+        policies: vec![policy.into()],
+        lambda: vec![lambda],
+        j: vec![2],
+        cap: vec![cap],
+        k_used: vec![k_used],
+    };
+    let cases: Vec<(&str, Grid)> = vec![
+        ("cap < k_used", Grid { blocks: vec![block("lru", 0.0, k - 1, None)], ..grid.clone() }),
+        ("belady with lambda > 0", Grid { blocks: vec![block("belady", 0.05, k, None)], ..grid.clone() }),
+        (
+            "K > E",
+            Grid { variants: vec!["full".into(), format!("frequency@{}", e + 1)], blocks: vec![block("lru", 0.0, k, None)], ..grid.clone() },
+        ),
+        ("k_used > m", Grid { blocks: vec![block("lru", 0.0, m + 1, Some(m + 1))], ..grid.clone() }),
+        ("unknown policy", Grid { blocks: vec![block("lruu", 0.0, k, None)], ..grid.clone() }),
+    ];
+    let mut f = BTreeMap::new();
+    let mut first = None;
+    for (name, g) in cases {
+        match sweep::prepare(&g, ins, oos) {
+            Ok(_) => {
+                first.get_or_insert_with(|| format!("{name}: accepted"));
+                f.insert(name.to_string(), json!("accepted"));
+            }
+            Err(err) => {
+                f.insert(name.to_string(), json!(format!("refused: {err}")));
+            }
+        }
+    }
+    check("6 bad configuration", "refused before any work", first.is_none(), f, first)
+}
+
+/// The report as Markdown: a verdict per section, then each check.
+pub fn markdown(r: &Report) -> String {
+    let mut s = format!("# Audit: {}\n\n", r.subject);
+    let mut sections: Vec<&str> = r.checks.iter().map(|c| c.section).collect();
+    sections.dedup();
+    for sec in sections {
+        let cs: Vec<&Check> = r.checks.iter().filter(|c| c.section == sec).collect();
+        let verdict = if cs.iter().any(|c| c.status == Status::Fail) { "FAIL" } else { "PASS" };
+        s += &format!("## §8.{sec}: {verdict}\n\n");
+        for c in cs {
+            let st = match c.status {
+                Status::Pass => "pass",
+                Status::Fail => "FAIL",
+                Status::Finding => "finding",
+            };
+            s += &format!("- [{st}] {}", c.name);
+            if let Some(o) = &c.first_offending {
+                s += &format!(": first offending: {o}");
+            }
+            let figs: Vec<String> = c.figures.iter().filter(|(k, _)| k.as_str() != "detail").map(|(k, v)| format!("{k} = {v}")).collect();
+            if let Some(Value::String(d)) = c.figures.get("detail") {
+                s += &format!(" — {d}");
+            }
+            if !figs.is_empty() && c.name != "best policy per variant" {
+                s += &format!(" ({})", figs.join(", "));
+            }
+            s += "\n";
+            if c.name == "best policy per variant" {
+                for (k, v) in &c.figures {
+                    s += &format!("  - {k}: {v}\n");
+                }
+            }
+        }
+        s += "\n";
+    }
+    s
+}
+
+/// Asserts the report against `xtask/src/snapshots/xtask__audit__NAME.snap`.
+pub fn assert_snapshot(name: &str, report: &Report) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_suffix(name);
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_json_snapshot!("audit", report));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo test` runs the audit too: every check passes on the embedded default and the report
+    /// matches the snapshot.
+    #[test]
+    fn default_audit_passes_and_matches_snapshot() {
+        let r = default_report().unwrap();
+        for c in &r.checks {
+            assert_ne!(c.status, Status::Fail, "{}: {:?}", c.name, c.first_offending);
+        }
+        assert_snapshot("default", &r);
+    }
+}

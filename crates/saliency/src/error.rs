@@ -9,7 +9,10 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum SaliencyError {
     /// A metric needs a statistic the statistics do not hold (SEMANTICS.md §2: an error, not a guess).
-    #[error("metric `{metric}` needs the statistic `{statistic}`, which these statistics do not hold{}", missing_hint(statistic))]
+    #[error(
+        "metric `{metric}` needs the statistic `{statistic}`, which these statistics do not hold{}",
+        missing_hint(statistic)
+    )]
     MissingStatistic {
         /// The metric asked for (or the computation, e.g. `retention`).
         metric: String,
@@ -18,7 +21,9 @@ pub enum SaliencyError {
     },
     /// A layer has fewer usable (c > 0) experts than the budget K and short layers are not allowed
     /// (SEMANTICS.md §3).
-    #[error("layer {layer_id} has only {available} experts with calibration hits, fewer than K = {k} (allow short layers to build the map anyway)")]
+    #[error(
+        "layer {layer_id} has only {available} experts with calibration hits, fewer than K = {k} (allow short layers to build the map anyway)"
+    )]
     ShortLayer {
         /// The model's id of the layer.
         layer_id: u32,
@@ -81,8 +86,12 @@ pub enum SaliencyError {
 
 fn missing_hint(statistic: &str) -> &'static str {
     match statistic {
-        "reap_sumsq" => " (REAP aggregate files such as core_agg.json hold no sum of squares, so no standard error can be derived from them)",
-        "reap_sum" | "ean_sum" => " (it needs expert output norms, which this source did not record or recorded as non-finite)",
+        "reap_sumsq" => {
+            " (REAP aggregate files such as core_agg.json hold no sum of squares, so no standard error can be derived from them)"
+        }
+        "reap_sum" | "ean_sum" => {
+            " (it needs expert output norms, which this source did not record or recorded as non-finite)"
+        }
         "gate_sum" => " (the source recorded no gate weights)",
         _ => "",
     }
@@ -92,9 +101,20 @@ fn missing_hint(statistic: &str) -> &'static str {
 pub type Result<T> = std::result::Result<T, SaliencyError>;
 
 pub(crate) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> SaliencyError {
-    SaliencyError::Invalid { key: key.into(), reason: reason.into() }
+    SaliencyError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
 }
 
-pub(crate) fn mismatch(what: impl Into<String>, expected: impl ToString, actual: impl ToString) -> SaliencyError {
-    SaliencyError::Mismatch { what: what.into(), expected: expected.to_string(), actual: actual.to_string() }
+pub(crate) fn mismatch(
+    what: impl Into<String>,
+    expected: impl ToString,
+    actual: impl ToString,
+) -> SaliencyError {
+    SaliencyError::Mismatch {
+        what: what.into(),
+        expected: expected.to_string(),
+        actual: actual.to_string(),
+    }
 }

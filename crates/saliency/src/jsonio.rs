@@ -9,11 +9,17 @@ use serde::de::DeserializeOwned;
 use crate::{Result, SaliencyError};
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SaliencyError + '_ {
-    move |source| SaliencyError::Io { path: path.to_path_buf(), source }
+    move |source| SaliencyError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 pub(crate) fn json_err(path: &Path) -> impl FnOnce(serde_json::Error) -> SaliencyError + '_ {
-    move |source| SaliencyError::Json { path: path.to_path_buf(), source }
+    move |source| SaliencyError::Json {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
@@ -40,6 +46,9 @@ pub(crate) fn write_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
         w.flush().map_err(io_err(path))?;
     }
     tmp.as_file().sync_all().map_err(io_err(path))?;
-    tmp.persist(path).map_err(|e| SaliencyError::Io { path: path.to_path_buf(), source: e.error })?;
+    tmp.persist(path).map_err(|e| SaliencyError::Io {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
     Ok(())
 }

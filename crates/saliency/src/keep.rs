@@ -65,7 +65,11 @@ impl KeepMap {
             let mut order: Vec<usize> = (0..e).filter(|&x| layer.count[x] > 0).collect();
             if order.len() < k {
                 if !cfg.allow_short_layers {
-                    return Err(SaliencyError::ShortLayer { layer_id, available: order.len(), k });
+                    return Err(SaliencyError::ShortLayer {
+                        layer_id,
+                        available: order.len(),
+                        k,
+                    });
                 }
                 short_layers.push(layer_id);
             }
@@ -75,7 +79,11 @@ impl KeepMap {
             // E <= 65536 is not enforced by Stats; ids that do not fit u16 cannot be stored.
             let ids = order
                 .into_iter()
-                .map(|x| u16::try_from(x).map_err(|_| invalid("num_experts", format!("{e} experts do not fit u16 ids"))))
+                .map(|x| {
+                    u16::try_from(x).map_err(|_| {
+                        invalid("num_experts", format!("{e} experts do not fit u16 ids"))
+                    })
+                })
                 .collect::<Result<Vec<u16>>>()?;
             layers.push(ids);
         }
@@ -93,7 +101,9 @@ impl KeepMap {
     /// The unpruned map: every layer keeps all E experts; metric `full`, K = E, no statistics hash.
     /// E must be <= 65536 (ids are u16); larger values are clamped to 65536 ids.
     pub fn full(num_experts: u32, layer_ids: Vec<u32>) -> KeepMap {
-        let ids: Vec<u16> = (0..num_experts.min(u32::from(u16::MAX) + 1)).map(|x| x as u16).collect();
+        let ids: Vec<u16> = (0..num_experts.min(u32::from(u16::MAX) + 1))
+            .map(|x| x as u16)
+            .collect();
         KeepMap {
             metric: "full".to_string(),
             k: num_experts,
@@ -112,7 +122,11 @@ impl KeepMap {
 
     /// `full`, or `metric@K` (for example `frequency@32`): the variant name used in sweeps.
     pub fn label(&self) -> String {
-        if self.is_full() { "full".to_string() } else { format!("{}@{}", self.metric, self.k) }
+        if self.is_full() {
+            "full".to_string()
+        } else {
+            format!("{}@{}", self.metric, self.k)
+        }
     }
 
     /// The metric, or `None` for `full`.
@@ -120,7 +134,11 @@ impl KeepMap {
     /// # Errors
     /// [`SaliencyError::UnknownMetric`] for a name that is neither `full` nor a metric.
     pub fn parsed_metric(&self) -> Result<Option<Metric>> {
-        if self.is_full() { Ok(None) } else { self.metric.parse().map(Some) }
+        if self.is_full() {
+            Ok(None)
+        } else {
+            self.metric.parse().map(Some)
+        }
     }
 
     /// Kept flags of the layer at index `l`, `[E]` (`true` = kept). Panics if `l >= L`.
@@ -151,30 +169,58 @@ impl KeepMap {
             return Err(invalid("k", format!("K = {k} is not in 1..={e}")));
         }
         if self.is_full() && k != e {
-            return Err(invalid("k", format!("the full map must have K = E = {e}, found {k}")));
+            return Err(invalid(
+                "k",
+                format!("the full map must have K = E = {e}, found {k}"),
+            ));
         }
         if self.layers.len() != self.layer_ids.len() {
-            return Err(mismatch("number of layers (layers vs layer_ids)", self.layer_ids.len(), self.layers.len()));
+            return Err(mismatch(
+                "number of layers (layers vs layer_ids)",
+                self.layer_ids.len(),
+                self.layers.len(),
+            ));
         }
         for &s in &self.short_layers {
             if !self.layer_ids.contains(&s) {
-                return Err(invalid("short_layers", format!("layer {s} is not a layer of the map")));
+                return Err(invalid(
+                    "short_layers",
+                    format!("layer {s} is not a layer of the map"),
+                ));
             }
         }
         for (ids, &layer_id) in self.layers.iter().zip(&self.layer_ids) {
             for (i, &id) in ids.iter().enumerate() {
                 if usize::from(id) >= e {
-                    return Err(invalid(format!("layer {layer_id}"), format!("expert id {id} is not below E = {e}")));
+                    return Err(invalid(
+                        format!("layer {layer_id}"),
+                        format!("expert id {id} is not below E = {e}"),
+                    ));
                 }
                 if i > 0 && ids[i - 1] >= id {
-                    let reason = if ids[i - 1] == id { "is listed twice" } else { "is out of ascending order" };
-                    return Err(invalid(format!("layer {layer_id}"), format!("expert id {id} {reason}")));
+                    let reason = if ids[i - 1] == id {
+                        "is listed twice"
+                    } else {
+                        "is out of ascending order"
+                    };
+                    return Err(invalid(
+                        format!("layer {layer_id}"),
+                        format!("expert id {id} {reason}"),
+                    ));
                 }
             }
             let short = self.short_layers.contains(&layer_id);
             if (short && ids.len() >= k) || (!short && ids.len() != k) {
-                let expected = if short { format!("fewer than {k} (short layer)") } else { k.to_string() };
-                return Err(mismatch(format!("layer {layer_id} number of kept experts"), expected, ids.len()));
+                let expected = if short {
+                    format!("fewer than {k} (short layer)")
+                } else {
+                    k.to_string()
+                };
+                return Err(mismatch(
+                    format!("layer {layer_id} number of kept experts"),
+                    expected,
+                    ids.len(),
+                ));
             }
         }
         Ok(())
@@ -202,7 +248,11 @@ impl KeepMap {
     /// Errors unless the map's E and layer ids equal those of `stats`.
     pub(crate) fn check_shape(&self, stats: &Stats, what: &str) -> Result<()> {
         if self.num_experts != stats.meta.num_experts {
-            return Err(mismatch(format!("{what}: num_experts of map {}", self.label()), stats.meta.num_experts, self.num_experts));
+            return Err(mismatch(
+                format!("{what}: num_experts of map {}", self.label()),
+                stats.meta.num_experts,
+                self.num_experts,
+            ));
         }
         if self.layer_ids != stats.meta.layer_ids {
             return Err(mismatch(

@@ -93,7 +93,12 @@ impl FromStr for Metric {
     /// # Errors
     /// [`SaliencyError::UnknownMetric`], whose message lists the valid names.
     fn from_str(s: &str) -> Result<Metric> {
-        Metric::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| SaliencyError::UnknownMetric { name: s.to_string() })
+        Metric::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| SaliencyError::UnknownMetric {
+                name: s.to_string(),
+            })
     }
 }
 
@@ -111,7 +116,10 @@ pub struct MetricConfig {
 
 impl Default for MetricConfig {
     fn default() -> MetricConfig {
-        MetricConfig { tau: 64.0, hybrid_base: None }
+        MetricConfig {
+            tau: 64.0,
+            hybrid_base: None,
+        }
     }
 }
 
@@ -120,7 +128,9 @@ impl MetricConfig {
     pub fn hybrid_base_for(&self, stats: &Stats) -> Vec<Metric> {
         match &self.hybrid_base {
             Some(b) => b.clone(),
-            None if stats.layers.iter().all(|l| l.reap_sum.is_some()) => vec![Metric::L2Sum, Metric::Reap],
+            None if stats.layers.iter().all(|l| l.reap_sum.is_some()) => {
+                vec![Metric::L2Sum, Metric::Reap]
+            }
             None => vec![Metric::Frequency, Metric::GateSum],
         }
     }
@@ -146,15 +156,24 @@ impl MetricConfig {
 pub fn metric_scores(stats: &Stats, metric: Metric, cfg: &MetricConfig) -> Result<Vec<Vec<f64>>> {
     stats.validate()?;
     if !cfg.tau.is_finite() || cfg.tau < 0.0 {
-        return Err(invalid("tau", format!("{} is not a finite value >= 0", cfg.tau)));
+        return Err(invalid(
+            "tau",
+            format!("{} is not a finite value >= 0", cfg.tau),
+        ));
     }
     if metric == Metric::Hybrid {
         let base = cfg.hybrid_base_for(stats);
         if base.is_empty() {
-            return Err(invalid("hybrid_base", "empty: hybrid needs at least one base metric"));
+            return Err(invalid(
+                "hybrid_base",
+                "empty: hybrid needs at least one base metric",
+            ));
         }
         if base.contains(&Metric::Hybrid) {
-            return Err(invalid("hybrid_base", "hybrid cannot be its own base metric"));
+            return Err(invalid(
+                "hybrid_base",
+                "hybrid cannot be its own base metric",
+            ));
         }
         let mut per_base = Vec::with_capacity(base.len());
         for &b in &base {
@@ -185,14 +204,20 @@ fn scores_plain(stats: &Stats, metric: Metric, cfg: &MetricConfig) -> Result<Vec
     for &s in metric.required_statistics() {
         stats.require(metric.as_str(), s)?;
     }
-    let missing = |statistic| SaliencyError::MissingStatistic { metric: metric.as_str().to_string(), statistic };
+    let missing = |statistic| SaliencyError::MissingStatistic {
+        metric: metric.as_str().to_string(),
+        statistic,
+    };
     let mut out = Vec::with_capacity(stats.layers.len());
     for layer in &stats.layers {
         let count = &layer.count;
         let usable = |c: u64, v: f64| if c == 0 { f64::NEG_INFINITY } else { v };
         let from = |v: &Option<Vec<f64>>, name, per_hit: bool| -> Result<Vec<f64>> {
             let v = v.as_ref().ok_or_else(|| missing(name))?;
-            Ok(v.iter().zip(count).map(|(&s, &c)| usable(c, if per_hit { s / c as f64 } else { s })).collect())
+            Ok(v.iter()
+                .zip(count)
+                .map(|(&s, &c)| usable(c, if per_hit { s / c as f64 } else { s }))
+                .collect())
         };
         let scores = match metric {
             Metric::Frequency => count.iter().map(|&c| usable(c, c as f64)).collect(),
@@ -203,8 +228,16 @@ fn scores_plain(stats: &Stats, metric: Metric, cfg: &MetricConfig) -> Result<Vec
             Metric::L2Sum => from(&layer.reap_sum, "reap_sum", false)?,
             Metric::Shrink => {
                 let sum = layer.reap_sum.as_ref().ok_or_else(|| missing("reap_sum"))?;
-                let sumsq = layer.reap_sumsq.as_ref().ok_or_else(|| missing("reap_sumsq"))?;
-                count.iter().zip(sum).zip(sumsq).map(|((&c, &s), &q)| usable(c, shrink(c, s, q, cfg.tau))).collect()
+                let sumsq = layer
+                    .reap_sumsq
+                    .as_ref()
+                    .ok_or_else(|| missing("reap_sumsq"))?;
+                count
+                    .iter()
+                    .zip(sum)
+                    .zip(sumsq)
+                    .map(|((&c, &s), &q)| usable(c, shrink(c, s, q, cfg.tau)))
+                    .collect()
             }
             Metric::Hybrid => return Err(invalid("metric", "hybrid has no plain scores")),
         };
@@ -229,7 +262,11 @@ fn shrink(c: u64, sum: f64, sumsq: f64, tau: f64) -> f64 {
 /// Compares two scores as numbers: equal values (including 0.0 and −0.0) tie; otherwise the
 /// IEEE total order (so the comparison never panics).
 pub(crate) fn cmp_score(a: f64, b: f64) -> Ordering {
-    if a == b { Ordering::Equal } else { a.total_cmp(&b) }
+    if a == b {
+        Ordering::Equal
+    } else {
+        a.total_cmp(&b)
+    }
 }
 
 /// Rank-percentiles of `scores` (SEMANTICS.md §2): the ascending rank (0 = lowest; equal scores

@@ -47,7 +47,10 @@ impl Stats {
     /// `freq`, vectors of different lengths, `freq` and `reap` with different layers), or when the
     /// result fails [`Stats::validate`].
     pub fn from_reap_agg(path: &Path, corpus: &str, top_k: u32) -> Result<Stats> {
-        let opts = ReapAggOptions { top_k, non_finite_reap: NonFiniteReap::default() };
+        let opts = ReapAggOptions {
+            top_k,
+            non_finite_reap: NonFiniteReap::default(),
+        };
         Stats::from_reap_agg_with(path, corpus, &opts)
     }
 
@@ -68,18 +71,25 @@ impl Stats {
             .get(corpus)
             .ok_or_else(|| {
                 let names: Vec<&str> = root.keys().map(String::as_str).collect();
-                invalid(format!("{}: corpus `{corpus}`", path.display()), format!("absent; the file has: {}", names.join(", ")))
+                invalid(
+                    format!("{}: corpus `{corpus}`", path.display()),
+                    format!("absent; the file has: {}", names.join(", ")),
+                )
             })?
             .as_object()
             .ok_or_else(|| invalid(key(""), "not an object"))?;
         let field = |k: &str| c.get(k).ok_or_else(|| invalid(key(k), "absent"));
-        let tok = as_count(field("tok")?).ok_or_else(|| invalid(key("tok"), "not a non-negative integer"))?;
+        let tok = as_count(field("tok")?)
+            .ok_or_else(|| invalid(key("tok"), "not a non-negative integer"))?;
         let freq = layer_map(field("freq")?, &key("freq"))?;
         let reap = layer_map(field("reap")?, &key("reap"))?;
         let layer_ids: Vec<u32> = freq.iter().map(|(id, _)| *id).collect();
         let reap_ids: Vec<u32> = reap.iter().map(|(id, _)| *id).collect();
         if layer_ids != reap_ids {
-            return Err(invalid(key("reap"), format!("layers {reap_ids:?} differ from the layers of `freq` {layer_ids:?}")));
+            return Err(invalid(
+                key("reap"),
+                format!("layers {reap_ids:?} differ from the layers of `freq` {layer_ids:?}"),
+            ));
         }
         let e = freq.first().map_or(0, |(_, v)| v.len());
         let mut layers = Vec::with_capacity(freq.len());
@@ -87,13 +97,19 @@ impl Stats {
         for ((id, f), (_, r)) in freq.iter().zip(&reap) {
             for (name, v) in [("freq", f), ("reap", r)] {
                 if v.len() != e {
-                    return Err(invalid(format!("{} layer {id}", key(name)), format!("has {} values, expected {e}", v.len())));
+                    return Err(invalid(
+                        format!("{} layer {id}", key(name)),
+                        format!("has {} values, expected {e}", v.len()),
+                    ));
                 }
             }
             let mut count = Vec::with_capacity(e);
             for (x, v) in f.iter().enumerate() {
                 let n = as_count(v).ok_or_else(|| {
-                    invalid(format!("{} layer {id} expert {x}", key("freq")), format!("{v} is not a non-negative integer"))
+                    invalid(
+                        format!("{} layer {id} expert {x}", key("freq")),
+                        format!("{v} is not a non-negative integer"),
+                    )
                 })?;
                 count.push(n);
             }
@@ -106,17 +122,30 @@ impl Stats {
                     }
                     Value::Number(n) => reap_sum.push(n.as_f64().unwrap_or(f64::NAN)),
                     other => {
-                        return Err(invalid(format!("{} layer {id} expert {x}", key("reap")), format!("{other} is not a number")));
+                        return Err(invalid(
+                            format!("{} layer {id} expert {x}", key("reap")),
+                            format!("{other} is not a number"),
+                        ));
                     }
                 }
             }
-            layers.push(LayerStats { tokens: tok, count, gate_sum: None, ean_sum: None, reap_sum: Some(reap_sum), reap_sumsq: None });
+            layers.push(LayerStats {
+                tokens: tok,
+                count,
+                gate_sum: None,
+                ean_sum: None,
+                reap_sum: Some(reap_sum),
+                reap_sumsq: None,
+            });
         }
         let mut source = format!("reap-agg:{}#{corpus}", path.display());
         if let Some(&(id, x)) = non_finite.first() {
             match opts.non_finite_reap {
                 NonFiniteReap::Reject => {
-                    return Err(invalid(format!("{} layer {id} expert {x}", key("reap")), "not finite"));
+                    return Err(invalid(
+                        format!("{} layer {id} expert {x}", key("reap")),
+                        "not finite",
+                    ));
                 }
                 NonFiniteReap::DropStatistic => {
                     for l in &mut layers {
@@ -132,7 +161,9 @@ impl Stats {
         let stats = Stats {
             meta: StatsMeta {
                 model: String::new(),
-                num_experts: u32::try_from(e).map_err(|_| invalid(key("freq"), format!("{e} experts per layer is too many")))?,
+                num_experts: u32::try_from(e).map_err(|_| {
+                    invalid(key("freq"), format!("{e} experts per layer is too many"))
+                })?,
                 top_k: opts.top_k,
                 layer_ids,
                 source,
@@ -159,10 +190,16 @@ impl Stats {
 /// into `null`, which the caller treats as non-finite.
 fn parse(path: &Path, bytes: &[u8]) -> Result<Map<String, Value>> {
     let cleaned = replace_non_finite(bytes);
-    let value: Value = serde_json::from_slice(&cleaned).map_err(|source| SaliencyError::Json { path: path.to_path_buf(), source })?;
+    let value: Value = serde_json::from_slice(&cleaned).map_err(|source| SaliencyError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
     match value {
         Value::Object(m) => Ok(m),
-        _ => Err(invalid(format!("{}", path.display()), "the top level is not an object of corpora")),
+        _ => Err(invalid(
+            format!("{}", path.display()),
+            "the top level is not an object of corpora",
+        )),
     }
 }
 
@@ -182,7 +219,10 @@ fn replace_non_finite(bytes: &[u8]) -> Vec<u8> {
             }
         } else if b == b'"' {
             in_string = true;
-        } else if let Some(len) = ["-Infinity", "Infinity", "NaN"].iter().find_map(|t| bytes[i..].starts_with(t.as_bytes()).then_some(t.len())) {
+        } else if let Some(len) = ["-Infinity", "Infinity", "NaN"]
+            .iter()
+            .find_map(|t| bytes[i..].starts_with(t.as_bytes()).then_some(t.len()))
+        {
             out.extend_from_slice(b"null");
             i += len;
             continue;
@@ -198,21 +238,34 @@ fn as_count(v: &Value) -> Option<u64> {
         return Some(n);
     }
     let f = v.as_f64()?;
-    (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15).then_some(f as u64)
+    (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15)
+        .then_some(f as u64)
 }
 
 /// `{layer: [values]}` as (layer id, values) sorted by id.
 fn layer_map<'a>(v: &'a Value, key: &str) -> Result<Vec<(u32, &'a Vec<Value>)>> {
-    let m = v.as_object().ok_or_else(|| invalid(key, "not an object of layers"))?;
+    let m = v
+        .as_object()
+        .ok_or_else(|| invalid(key, "not an object of layers"))?;
     let mut out = Vec::with_capacity(m.len());
     for (k, v) in m {
-        let id: u32 = k.parse().map_err(|_| invalid(format!("{key} layer `{k}`"), "the layer key is not an integer"))?;
-        let arr = v.as_array().ok_or_else(|| invalid(format!("{key} layer {id}"), "not an array"))?;
+        let id: u32 = k.parse().map_err(|_| {
+            invalid(
+                format!("{key} layer `{k}`"),
+                "the layer key is not an integer",
+            )
+        })?;
+        let arr = v
+            .as_array()
+            .ok_or_else(|| invalid(format!("{key} layer {id}"), "not an array"))?;
         out.push((id, arr));
     }
     out.sort_by_key(|(id, _)| *id);
     if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(invalid(format!("{key} layer {}", w[0].0), "the layer appears twice"));
+        return Err(invalid(
+            format!("{key} layer {}", w[0].0),
+            "the layer appears twice",
+        ));
     }
     if out.is_empty() {
         return Err(invalid(key, "no layers"));

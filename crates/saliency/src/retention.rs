@@ -59,7 +59,11 @@ pub struct Retention {
 }
 
 fn ratio(num: f64, den: f64) -> f64 {
-    if den > 0.0 { (num / den).clamp(0.0, 1.0) } else { 1.0 }
+    if den > 0.0 {
+        (num / den).clamp(0.0, 1.0)
+    } else {
+        1.0
+    }
 }
 
 /// Retention of `map` on the held-out statistics `heldout` (SEMANTICS.md §4): per layer
@@ -75,7 +79,11 @@ fn ratio(num: f64, den: f64) -> f64 {
 /// statistics', the trace's shape differs from the statistics', or the trace's counts differ from
 /// the statistics'; [`crate::SaliencyError::Invalid`] for a map or statistics that fail validation
 /// or have no layers.
-pub fn retention(map: &KeepMap, heldout: &Stats, heldout_trace: Option<&TraceView<'_>>) -> Result<Retention> {
+pub fn retention(
+    map: &KeepMap,
+    heldout: &Stats,
+    heldout_trace: Option<&TraceView<'_>>,
+) -> Result<Retention> {
     heldout.validate()?;
     map.validate()?;
     map.check_shape(heldout, "retention")?;
@@ -87,16 +95,36 @@ pub fn retention(map: &KeepMap, heldout: &Stats, heldout_trace: Option<&TraceVie
         check_trace(heldout, trace)?;
     }
     let mut per_layer = Vec::with_capacity(heldout.layers.len());
-    for (l, (layer, &layer_id)) in heldout.layers.iter().zip(&heldout.meta.layer_ids).enumerate() {
+    for (l, (layer, &layer_id)) in heldout
+        .layers
+        .iter()
+        .zip(&heldout.meta.layer_ids)
+        .enumerate()
+    {
         let kept = map.kept_mask(l);
         let split = |v: &[f64]| {
             let all: f64 = v.iter().sum();
-            let in_kept: f64 = v.iter().zip(&kept).filter(|(_, k)| **k).map(|(x, _)| x).sum();
+            let in_kept: f64 = v
+                .iter()
+                .zip(&kept)
+                .filter(|(_, k)| **k)
+                .map(|(x, _)| x)
+                .sum();
             ratio(in_kept, all)
         };
         let all_slots: u64 = layer.count.iter().sum();
-        let lost_slots: u64 = layer.count.iter().zip(&kept).filter(|(_, k)| !**k).map(|(c, _)| c).sum();
-        let slot_replacement = if all_slots > 0 { lost_slots as f64 / all_slots as f64 } else { 0.0 };
+        let lost_slots: u64 = layer
+            .count
+            .iter()
+            .zip(&kept)
+            .filter(|(_, k)| !**k)
+            .map(|(c, _)| c)
+            .sum();
+        let slot_replacement = if all_slots > 0 {
+            lost_slots as f64 / all_slots as f64
+        } else {
+            0.0
+        };
         let prob_retention = heldout_trace.and_then(|t| prob_retention(t, l, &kept));
         let zero_hit_kept = (0..e).filter(|&x| kept[x] && layer.count[x] == 0).count() as u64;
         per_layer.push(LayerRetention {
@@ -116,7 +144,11 @@ pub fn retention(map: &KeepMap, heldout: &Stats, heldout_trace: Option<&TraceVie
     let opt = |get: fn(&RetentionFigures) -> Option<f64>, mean: bool| -> Option<f64> {
         let vals: Option<Vec<f64>> = figs().map(get).collect();
         let vals = vals?;
-        Some(if mean { vals.iter().sum::<f64>() / n } else { vals.iter().copied().fold(f64::INFINITY, f64::min) })
+        Some(if mean {
+            vals.iter().sum::<f64>() / n
+        } else {
+            vals.iter().copied().fold(f64::INFINITY, f64::min)
+        })
     };
     let zero_hit_total: u64 = figs().map(|f| f.zero_hit_kept).sum();
     let agg = |mean: bool| RetentionFigures {
@@ -140,10 +172,18 @@ fn check_trace(stats: &Stats, trace: &TraceView<'_>) -> Result<()> {
     let meta = trace.meta();
     let shape = trace.shape();
     if meta.num_experts != stats.meta.num_experts {
-        return Err(mismatch("retention: num_experts of the held-out trace", stats.meta.num_experts, meta.num_experts));
+        return Err(mismatch(
+            "retention: num_experts of the held-out trace",
+            stats.meta.num_experts,
+            meta.num_experts,
+        ));
     }
     if meta.top_k != stats.meta.top_k {
-        return Err(mismatch("retention: top_k of the held-out trace", stats.meta.top_k, meta.top_k));
+        return Err(mismatch(
+            "retention: top_k of the held-out trace",
+            stats.meta.top_k,
+            meta.top_k,
+        ));
     }
     if meta.layer_ids != stats.meta.layer_ids {
         return Err(mismatch(
@@ -155,7 +195,11 @@ fn check_trace(stats: &Stats, trace: &TraceView<'_>) -> Result<()> {
     let (k, m) = (shape.top_k, shape.candidates);
     for (l, (layer, id)) in stats.layers.iter().zip(&stats.meta.layer_ids).enumerate() {
         if layer.tokens != shape.tokens as u64 {
-            return Err(mismatch(format!("retention: layer {id} tokens of the held-out trace"), layer.tokens, shape.tokens));
+            return Err(mismatch(
+                format!("retention: layer {id} tokens of the held-out trace"),
+                layer.tokens,
+                shape.tokens,
+            ));
         }
         let mut count = vec![0u64; stats.num_experts()];
         for row in trace.layer_ids(l).chunks_exact(m.max(1)) {
@@ -165,7 +209,9 @@ fn check_trace(stats: &Stats, trace: &TraceView<'_>) -> Result<()> {
         }
         if let Some(x) = (0..count.len()).find(|&x| count[x] != layer.count[x]) {
             return Err(mismatch(
-                format!("retention: layer {id} expert {x} count of the held-out trace vs its statistics"),
+                format!(
+                    "retention: layer {id} expert {x} count of the held-out trace vs its statistics"
+                ),
                 layer.count[x],
                 count[x],
             ));

@@ -103,14 +103,23 @@ impl Stats {
                     if let (Some(s), Some(o)) = (ean_sum.as_mut(), o) {
                         s[id] += o;
                     }
-                    if let (Some(s), Some(sq), Some(g), Some(o)) = (reap_sum.as_mut(), reap_sumsq.as_mut(), g, o) {
+                    if let (Some(s), Some(sq), Some(g), Some(o)) =
+                        (reap_sum.as_mut(), reap_sumsq.as_mut(), g, o)
+                    {
                         let r = g * o;
                         s[id] += r;
                         sq[id] += r * r;
                     }
                 }
             }
-            layers.push(LayerStats { tokens: shape.tokens as u64, count, gate_sum, ean_sum, reap_sum, reap_sumsq });
+            layers.push(LayerStats {
+                tokens: shape.tokens as u64,
+                count,
+                gate_sum,
+                ean_sum,
+                reap_sum,
+                reap_sumsq,
+            });
         }
         Stats {
             meta: StatsMeta {
@@ -149,38 +158,61 @@ impl Stats {
     pub fn validate(&self) -> Result<()> {
         let e = self.num_experts();
         if e == 0 || e > 1 << 16 {
-            return Err(invalid("num_experts", format!("{e} is not in 1..=65536 (expert ids are u16)")));
+            return Err(invalid(
+                "num_experts",
+                format!("{e} is not in 1..=65536 (expert ids are u16)"),
+            ));
         }
         if self.meta.top_k == 0 {
             return Err(invalid("top_k", "must be at least 1"));
         }
         if self.layers.len() != self.meta.layer_ids.len() {
-            return Err(mismatch("number of layers (layers vs meta.layer_ids)", self.meta.layer_ids.len(), self.layers.len()));
+            return Err(mismatch(
+                "number of layers (layers vs meta.layer_ids)",
+                self.meta.layer_ids.len(),
+                self.layers.len(),
+            ));
         }
         for (layer, &id) in self.layers.iter().zip(&self.meta.layer_ids) {
             if layer.count.len() != e {
-                return Err(mismatch(format!("layer {id} count length"), e, layer.count.len()));
+                return Err(mismatch(
+                    format!("layer {id} count length"),
+                    e,
+                    layer.count.len(),
+                ));
             }
             for (name, get) in OPTIONAL_STATS {
                 let first_has = self.layers.first().and_then(get).is_some();
                 let Some(v) = get(layer) else {
                     if first_has {
-                        return Err(invalid(format!("layer {id} {name}"), "absent here but present in the first layer"));
+                        return Err(invalid(
+                            format!("layer {id} {name}"),
+                            "absent here but present in the first layer",
+                        ));
                     }
                     continue;
                 };
                 if !first_has {
-                    return Err(invalid(format!("layer {id} {name}"), "present here but absent in the first layer"));
+                    return Err(invalid(
+                        format!("layer {id} {name}"),
+                        "present here but absent in the first layer",
+                    ));
                 }
                 if v.len() != e {
                     return Err(mismatch(format!("layer {id} {name} length"), e, v.len()));
                 }
                 for (x, (&s, &c)) in v.iter().zip(&layer.count).enumerate() {
                     if !s.is_finite() || s < 0.0 {
-                        return Err(invalid(format!("layer {id} {name}[{x}]"), format!("{s} is not a finite value >= 0")));
+                        return Err(invalid(
+                            format!("layer {id} {name}[{x}]"),
+                            format!("{s} is not a finite value >= 0"),
+                        ));
                     }
                     if c == 0 && s != 0.0 {
-                        return Err(invalid(format!("layer {id} {name}[{x}]"), format!("{s} but the expert has count 0")));
+                        return Err(invalid(
+                            format!("layer {id} {name}[{x}]"),
+                            format!("{s} but the expert has count 0"),
+                        ));
                     }
                 }
             }
@@ -220,7 +252,10 @@ impl Stats {
         if present {
             Ok(())
         } else {
-            Err(crate::SaliencyError::MissingStatistic { metric: metric.to_string(), statistic })
+            Err(crate::SaliencyError::MissingStatistic {
+                metric: metric.to_string(),
+                statistic,
+            })
         }
     }
 }

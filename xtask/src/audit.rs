@@ -253,13 +253,13 @@ fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
     let mut f = BTreeMap::new();
     for b in out_rows.best_per_variant() {
         f.insert(
-            b.variant.clone(),
-            json!({"best_in_sample": b.in_sample.0, "in_sample_misses_per_token": round6(b.in_sample.1),
-                   "best_out_of_sample": b.out_of_sample.0, "out_of_sample_misses_per_token": round6(b.out_of_sample.1),
-                   "shift": round6(b.chosen_out_of_sample - b.in_sample.1)}),
+            format!("{}/cap={}/k={}", b.variant, b.cap, b.k_used),
+            json!({"best_in_sample": b.in_sample_best, "in_sample_misses_per_token": round6(b.in_sample_misses_per_token),
+                   "chosen_out_of_sample": round6(b.chosen_out_of_sample), "shift": round6(b.shift()),
+                   "best_out_of_sample": b.out_of_sample_best, "out_of_sample_misses_per_token": round6(b.out_of_sample_misses_per_token)}),
         );
     }
-    out.push(Check { section: "5 sweep rows", name: "best policy per variant".into(), status: Status::Pass, figures: f, first_offending: None });
+    out.push(Check { section: "5 sweep rows", name: "best online policy per variant and cap".into(), status: Status::Pass, figures: f, first_offending: None });
     out
 }
 
@@ -325,11 +325,11 @@ pub fn markdown(r: &Report) -> String {
             if let Some(Value::String(d)) = c.figures.get("detail") {
                 s += &format!(" — {d}");
             }
-            if !figs.is_empty() && c.name != "best policy per variant" {
+            if !figs.is_empty() && c.name != "best online policy per variant and cap" {
                 s += &format!(" ({})", figs.join(", "));
             }
             s += "\n";
-            if c.name == "best policy per variant" {
+            if c.name == "best online policy per variant and cap" {
                 for (k, v) in &c.figures {
                     s += &format!("  - {k}: {v}\n");
                 }

@@ -46,7 +46,7 @@ enum Command {
     #[command(after_help = "Example:\n  moe-offload replay heldout.safetensors --policy lru --cap 16 --keep keep.json --json")]
     Replay(ReplayArgs),
     /// Run a whole grid of configurations on an in-sample and an out-of-sample trace.
-    #[command(after_help = "Examples:\n  moe-offload sweep                       # the embedded default grid\n  moe-offload sweep data/grids/default.json -o out/")]
+    #[command(after_help = "Examples:\n  moe-offload sweep                       # the embedded default grid\n  moe-offload sweep data/grids/default.json -o out/\n  moe-offload sweep data/grids/esft-translation.json --in-sample calib.safetensors --out-of-sample translation.safetensors -o esft-sweep/")]
     Sweep(SweepArgs),
 }
 
@@ -197,6 +197,12 @@ struct SweepArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Replace the grid's in-sample (calibration) trace.
+    #[arg(long, requires = "grid")]
+    in_sample: Option<PathBuf>,
+    /// Replace the grid's out-of-sample (held-out) trace.
+    #[arg(long, requires = "grid")]
+    out_of_sample: Option<PathBuf>,
 }
 
 /// Runs the parsed command.
@@ -355,7 +361,13 @@ fn sweep_cmd(a: &SweepArgs) -> Result<()> {
             )
         }
         Some(path) => {
-            let grid = Grid::read(path)?;
+            let mut grid = Grid::read(path)?;
+            if let Some(p) = &a.in_sample {
+                grid.traces.in_sample = p.clone();
+            }
+            if let Some(p) = &a.out_of_sample {
+                grid.traces.out_of_sample = p.clone();
+            }
             let open = |p: &Path| -> Result<(TraceFile, String)> { Ok((TraceFile::open(p)?, trace_io::sha256_file(p)?)) };
             let calib = open(&grid.traces.in_sample)?;
             let heldout = open(&grid.traces.out_of_sample)?;

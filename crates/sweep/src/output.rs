@@ -38,57 +38,96 @@ pub struct SweepOutput {
     pub rows: Vec<Row>,
 }
 
-/// Per variant: the best configuration (fewest misses per token) in and out of sample.
+/// Per (variant, cap, k_used): the best online configuration (fewest misses per token, Belady
+/// excluded since it is an oracle) in and out of sample, and Belady's bound.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct BestOf {
     /// Variant label.
     pub variant: String,
-    /// Best in-sample key and its misses per token.
-    pub in_sample: (String, f64),
-    /// Best out-of-sample key and its misses per token.
-    pub out_of_sample: (String, f64),
-    /// Out-of-sample misses per token of the in-sample best key (what a user choosing on
-    /// calibration data gets), and its shift from the in-sample figure.
+    /// Cache capacity.
+    pub cap: usize,
+    /// Experts used per token.
+    pub k_used: usize,
+    /// Best online configuration in sample: `policy/lambda/j`.
+    pub in_sample_best: String,
+    /// Its misses per token in sample.
+    pub in_sample_misses_per_token: f64,
+    /// The same configuration's misses per token out of sample (what a user choosing on
+    /// calibration data gets).
     pub chosen_out_of_sample: f64,
+    /// Best online configuration out of sample.
+    pub out_of_sample_best: String,
+    /// Its misses per token.
+    pub out_of_sample_misses_per_token: f64,
+    /// Belady's misses per token in and out of sample, when the grid has it.
+    pub belady: Option<(f64, f64)>,
+}
+
+impl BestOf {
+    /// `chosen_out_of_sample − in_sample_misses_per_token`.
+    pub fn shift(&self) -> f64 {
+        self.chosen_out_of_sample - self.in_sample_misses_per_token
+    }
 }
 
 impl SweepOutput {
-    /// The per-variant best configurations, variants sorted by label. Ties: the smaller key.
+    /// [`BestOf`] for every (variant, cap, k_used) of the rows, sorted by them. Ties: the smaller key.
     pub fn best_per_variant(&self) -> Vec<BestOf> {
-        let mut by_variant: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+        let mut groups: BTreeMap<(&str, usize, usize), Vec<&Row>> = BTreeMap::new();
         for r in &self.rows {
-            by_variant.entry(&r.config.variant).or_default().push(r);
+            groups.entry((&r.config.variant, r.config.cap, r.config.k_used)).or_default().push(r);
         }
-        by_variant
+        let short = |r: &Row| format!("{}/{}/{}", r.config.policy, r.config.lambda, r.config.j);
+        groups
             .into_iter()
-            .map(|(variant, rows)| {
+            .filter_map(|((variant, cap, k_used), rows)| {
                 let best = |s: Sample| {
                     rows.iter()
-                        .filter(|r| r.sample == s)
+                        .filter(|r| r.sample == s && r.config.policy != cachesim::Policy::Belady)
                         .min_by(|a, b| a.misses_per_token.total_cmp(&b.misses_per_token).then(a.config.cmp(&b.config)))
-                        .map(|r| (r.key.clone(), r.misses_per_token))
-                        .unwrap_or_default()
+                        .copied()
                 };
-                let ins = best(Sample::InSample);
-                let chosen = rows
-                    .iter()
-                    .find(|r| r.sample == Sample::OutOfSample && r.key == ins.0)
-                    .map_or(f64::NAN, |r| r.misses_per_token);
-                BestOf { variant: variant.to_string(), in_sample: ins, out_of_sample: best(Sample::OutOfSample), chosen_out_of_sample: chosen }
+                let (ins, outs) = (best(Sample::InSample)?, best(Sample::OutOfSample)?);
+                let chosen = rows.iter().find(|r| r.sample == Sample::OutOfSample && r.key == ins.key)?;
+                let belady = |s: Sample| {
+                    rows.iter().find(|r| r.sample == s && r.config.policy == cachesim::Policy::Belady).map(|r| r.misses_per_token)
+                };
+                Some(BestOf {
+                    variant: variant.to_string(),
+                    cap,
+                    k_used,
+                    in_sample_best: short(ins),
+                    in_sample_misses_per_token: ins.misses_per_token,
+                    chosen_out_of_sample: chosen.misses_per_token,
+                    out_of_sample_best: short(outs),
+                    out_of_sample_misses_per_token: outs.misses_per_token,
+                    belady: belady(Sample::InSample).zip(belady(Sample::OutOfSample)),
+                })
             })
             .collect()
     }
 
-    /// The summary as a Markdown table.
+    /// The summary as a Markdown table: per (variant, cap), the best online policy chosen in
+    /// sample, what it gives out of sample, the out-of-sample best, and Belady's bound.
     pub fn summary_markdown(&self) -> String {
         let mut s = String::from(
-            "| variant | best in-sample | misses/token | best out-of-sample | misses/token | in-sample best, out of sample | shift |\n|---|---|---:|---|---:|---:|---:|\n",
+            "Misses per token (lower is better); configurations as policy/lambda/j; Belady is the offline bound.\n\n\
+             | variant | cap | best online in-sample | in-sample | out-of-sample | shift | best online out-of-sample | out-of-sample | Belady in / out |\n\
+             |---|---:|---|---:|---:|---:|---|---:|---|\n",
         );
         for b in self.best_per_variant() {
-            let shift = b.chosen_out_of_sample - b.in_sample.1;
+            let belady = b.belady.map_or("-".to_string(), |(i, o)| format!("{i:.4} / {o:.4}"));
             s += &format!(
-                "| {} | {} | {:.4} | {} | {:.4} | {:.4} | {:+.4} |\n",
-                b.variant, b.in_sample.0, b.in_sample.1, b.out_of_sample.0, b.out_of_sample.1, b.chosen_out_of_sample, shift
+                "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {} | {:.4} | {} |\n",
+                b.variant,
+                b.cap,
+                b.in_sample_best,
+                b.in_sample_misses_per_token,
+                b.chosen_out_of_sample,
+                b.shift(),
+                b.out_of_sample_best,
+                b.out_of_sample_misses_per_token,
+                belady
             );
         }
         s

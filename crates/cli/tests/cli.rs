@@ -1,0 +1,178 @@
+//! The `moe-offload` binary end to end: the spellings of the README, bad input, real data.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_moe-offload"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs a command that must fail; returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(!out.status.success(), "{args:?} unexpectedly succeeded");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn real_data() -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os("MOE_OFFLOAD_REAL_DATA") else {
+        eprintln!("skipping: MOE_OFFLOAD_REAL_DATA not set");
+        return None;
+    };
+    let dir = PathBuf::from(dir);
+    assert!(dir.is_dir(), "MOE_OFFLOAD_REAL_DATA={} is set but is not a directory", dir.display());
+    Some(dir)
+}
+
+fn replay_json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&ok(args)).unwrap()
+}
+
+#[test]
+fn synth_stats_keep_replay_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    ok(&["synth", "--layers", "2", "--experts", "16", "--top-k", "2", "--candidates", "4", "--tokens", "500", "--sequences", "2", "-o", s(&trace)]);
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&trace), "-o", s(&stats)]);
+    let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    for layer in st["layers"].as_array().unwrap() {
+        let sum: u64 = layer["count"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
+        assert_eq!(sum, 500 * 2);
+    }
+    let keep = dir.path().join("keep.json");
+    ok(&["keep", s(&stats), "--metric", "frequency", "--k", "8", "-o", s(&keep)]);
+    let km: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&keep).unwrap()).unwrap();
+    assert_eq!(km["layers"][0].as_array().unwrap().len(), 8);
+
+    let full = replay_json(&["replay", s(&trace), "--policy", "lru", "--cap", "4", "--json"]);
+    assert_eq!(full["tokens"], 500 - 64);
+    assert_eq!(full["picks"], (500 - 64) * 2 * 2);
+    assert_eq!(full["forced_misses"], 0);
+    let picks = full["picks"].as_u64().unwrap();
+    assert_eq!(full["hits"].as_u64().unwrap() + full["misses"].as_u64().unwrap(), picks);
+    let hr = full["hit_rate"].as_f64().unwrap();
+    assert_eq!(hr, full["hits"].as_u64().unwrap() as f64 / picks as f64);
+    let pruned = replay_json(&["replay", s(&trace), "--policy", "belady", "--cap", "4", "--keep", s(&keep), "--warmup", "0", "--json"]);
+    assert_eq!(pruned["tokens"], 500);
+    let bel_full = replay_json(&["replay", s(&trace), "--policy", "belady", "--cap", "4", "--json"]);
+    assert!(bel_full["misses"].as_u64() <= full["misses"].as_u64());
+    // k_used below top-k.
+    let k1 = replay_json(&["replay", s(&trace), "--policy", "fifo", "--cap", "4", "--k-used", "1", "--json"]);
+    assert_eq!(k1["picks"], (500 - 64) * 2);
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    ok(&["synth", "--layers", "1", "--experts", "8", "--top-k", "2", "--candidates", "3", "--tokens", "100", "--sequences", "1", "--no-norms", "-o", s(&trace)]);
+    let bytes = std::fs::read(&trace).unwrap();
+
+    // Truncated trace.
+    let bad = dir.path().join("truncated.safetensors");
+    std::fs::write(&bad, &bytes[..bytes.len() - 10]).unwrap();
+    let e = fails(&["replay", s(&bad), "--policy", "lru", "--cap", "2"]);
+    assert!(e.contains("truncated.safetensors") && e.contains("not a valid safetensors container"), "{e}");
+    // An id >= E: `ids` is the last tensor, so the last two bytes are the last id.
+    let bad = dir.path().join("bad-id.safetensors");
+    let mut b = bytes.clone();
+    let n = b.len();
+    b[n - 2..].copy_from_slice(&200u16.to_le_bytes());
+    std::fs::write(&bad, &b).unwrap();
+    let e = fails(&["stats", s(&bad), "-o", s(&dir.path().join("never.json"))]);
+    assert!(e.contains("bad-id.safetensors") && e.contains("expert id 200 >= num_experts 8") && e.contains("token 99"), "{e}");
+    // cap < k_used, belady with lambda > 0.
+    let e = fails(&["replay", s(&trace), "--policy", "lru", "--cap", "1"]);
+    assert!(e.contains("use --cap 2 or more"), "{e}");
+    let e = fails(&["replay", s(&trace), "--policy", "belady", "--cap", "2", "--lambda", "0.1"]);
+    assert!(e.contains("belady") && e.contains("lambda"), "{e}");
+    let e = fails(&["replay", s(&trace), "--policy", "lruu", "--cap", "2"]);
+    assert!(e.contains("lruu"), "{e}");
+    // K > E: no keep map is written.
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&trace), "-o", s(&stats)]);
+    let keep = dir.path().join("keep.json");
+    let e = fails(&["keep", s(&stats), "--metric", "frequency", "--k", "9", "-o", s(&keep)]);
+    assert!(e.contains('9') && e.contains('8'), "{e}");
+    assert!(!keep.exists());
+    // REAP without norms: a missing statistic, named.
+    let e = fails(&["keep", s(&stats), "--metric", "reap", "--k", "4", "-o", s(&keep)]);
+    assert!(e.contains("reap"), "{e}");
+    // A grid whose trace is missing.
+    let grid = dir.path().join("grid.json");
+    std::fs::write(&grid, r#"{"traces": {"in_sample": "t.safetensors", "out_of_sample": "missing.safetensors"},
+        "variants": ["full"], "blocks": [{"policies": ["lru"], "cap": [2]}]}"#).unwrap();
+    let out = dir.path().join("out");
+    let e = fails(&["sweep", s(&grid), "-o", s(&out)]);
+    assert!(e.contains("missing.safetensors"), "{e}");
+    assert!(!out.exists());
+    // Nothing but the inputs and the good stats file exists: no temporary files left behind.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["bad-id.safetensors", "grid.json", "stats.json", "t.safetensors", "truncated.safetensors"]);
+}
+
+#[test]
+fn default_sweep_writes_sorted_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sweep");
+    let stdout = ok(&["sweep", "-o", s(&out), "--threads", "1"]);
+    assert!(stdout.contains("| full | 8 |"), "{stdout}");
+    let one = std::fs::read(out.join("results.json")).unwrap();
+    let out2 = dir.path().join("sweep2");
+    ok(&["sweep", "-o", s(&out2), "--threads", "2"]);
+    assert_eq!(one, std::fs::read(out2.join("results.json")).unwrap());
+    assert_eq!(std::fs::read(out.join("results.csv")).unwrap(), std::fs::read(out2.join("results.csv")).unwrap());
+    let v: serde_json::Value = serde_json::from_slice(&one).unwrap();
+    assert_eq!(v["provenance"]["in_sample"]["source"], "embedded:data/default-calib.safetensors");
+    assert!(!v["rows"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn real_esft_translation_end_to_end() {
+    let Some(real) = real_data() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("translation.safetensors");
+    let esft = real.join("esft-dsv2lite");
+    let msg = ok(&["import", "esft", s(&esft), "--domains", "translation", "-o", s(&trace)]);
+    assert!(msg.contains("26 layers x 8251 tokens, 64 experts, top-6"), "{msg}");
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&trace), "-o", s(&stats)]);
+    let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    for layer in st["layers"].as_array().unwrap() {
+        let sum: u64 = layer["count"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
+        assert_eq!(sum, 8251 * 6);
+    }
+    let keep = dir.path().join("keep.json");
+    ok(&["keep", s(&stats), "--metric", "frequency", "--k", "32", "-o", s(&keep)]);
+    for cap in ["8", "16", "32"] {
+        let misses = |policy: &str| {
+            replay_json(&["replay", s(&trace), "--policy", policy, "--cap", cap, "--keep", s(&keep), "--json"])["misses"]
+                .as_u64()
+                .unwrap()
+        };
+        let bel = misses("belady");
+        for p in ["lru", "fifo", "lfu", "near_pick", "near_pick_ema", "inv_router"] {
+            assert!(bel <= misses(p), "cap {cap}: belady {bel} > {p}");
+        }
+    }
+    // Every policy is optimal when the cache holds every kept expert: only compulsory and forced misses.
+    let full_cap = |p: &str| replay_json(&["replay", s(&trace), "--policy", p, "--cap", "64", "--json"])["hits"].clone();
+    assert_eq!(full_cap("lru"), full_cap("belady"));
+    assert_eq!(full_cap("fifo"), full_cap("lfu"));
+}

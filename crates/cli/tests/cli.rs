@@ -29,13 +29,7 @@ fn s(p: &Path) -> &str {
 }
 
 fn real_data() -> Option<PathBuf> {
-    let Some(dir) = std::env::var_os("MOE_OFFLOAD_REAL_DATA") else {
-        eprintln!("skipping: MOE_OFFLOAD_REAL_DATA not set");
-        return None;
-    };
-    let dir = PathBuf::from(dir);
-    assert!(dir.is_dir(), "MOE_OFFLOAD_REAL_DATA={} is set but is not a directory", dir.display());
-    Some(dir)
+    trace_io::real_data::dir_or_skip()
 }
 
 fn replay_json(args: &[&str]) -> serde_json::Value {
@@ -46,7 +40,23 @@ fn replay_json(args: &[&str]) -> serde_json::Value {
 fn synth_stats_keep_replay_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.safetensors");
-    ok(&["synth", "--layers", "2", "--experts", "16", "--top-k", "2", "--candidates", "4", "--tokens", "500", "--sequences", "2", "-o", s(&trace)]);
+    ok(&[
+        "synth",
+        "--layers",
+        "2",
+        "--experts",
+        "16",
+        "--top-k",
+        "2",
+        "--candidates",
+        "4",
+        "--tokens",
+        "500",
+        "--sequences",
+        "2",
+        "-o",
+        s(&trace),
+    ]);
     let stats = dir.path().join("stats.json");
     ok(&["stats", s(&trace), "-o", s(&stats)]);
     let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
@@ -67,7 +77,19 @@ fn synth_stats_keep_replay_pipeline() {
     assert_eq!(full["hits"].as_u64().unwrap() + full["misses"].as_u64().unwrap(), picks);
     let hr = full["hit_rate"].as_f64().unwrap();
     assert_eq!(hr, full["hits"].as_u64().unwrap() as f64 / picks as f64);
-    let pruned = replay_json(&["replay", s(&trace), "--policy", "belady", "--cap", "4", "--keep", s(&keep), "--warmup", "0", "--json"]);
+    let pruned = replay_json(&[
+        "replay",
+        s(&trace),
+        "--policy",
+        "belady",
+        "--cap",
+        "4",
+        "--keep",
+        s(&keep),
+        "--warmup",
+        "0",
+        "--json",
+    ]);
     assert_eq!(pruned["tokens"], 500);
     let bel_full = replay_json(&["replay", s(&trace), "--policy", "belady", "--cap", "4", "--json"]);
     assert!(bel_full["misses"].as_u64() <= full["misses"].as_u64());
@@ -80,7 +102,24 @@ fn synth_stats_keep_replay_pipeline() {
 fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.safetensors");
-    ok(&["synth", "--layers", "1", "--experts", "8", "--top-k", "2", "--candidates", "3", "--tokens", "100", "--sequences", "1", "--no-norms", "-o", s(&trace)]);
+    ok(&[
+        "synth",
+        "--layers",
+        "1",
+        "--experts",
+        "8",
+        "--top-k",
+        "2",
+        "--candidates",
+        "3",
+        "--tokens",
+        "100",
+        "--sequences",
+        "1",
+        "--no-norms",
+        "-o",
+        s(&trace),
+    ]);
     let bytes = std::fs::read(&trace).unwrap();
 
     // Truncated trace.
@@ -95,7 +134,10 @@ fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
     b[n - 2..].copy_from_slice(&200u16.to_le_bytes());
     std::fs::write(&bad, &b).unwrap();
     let e = fails(&["stats", s(&bad), "-o", s(&dir.path().join("never.json"))]);
-    assert!(e.contains("bad-id.safetensors") && e.contains("expert id 200 >= num_experts 8") && e.contains("token 99"), "{e}");
+    assert!(
+        e.contains("bad-id.safetensors") && e.contains("expert id 200 >= num_experts 8") && e.contains("token 99"),
+        "{e}"
+    );
     // cap < k_used, belady with lambda > 0.
     let e = fails(&["replay", s(&trace), "--policy", "lru", "--cap", "1"]);
     assert!(e.contains("use --cap 2 or more"), "{e}");
@@ -115,14 +157,19 @@ fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
     assert!(e.contains("reap"), "{e}");
     // A grid whose trace is missing.
     let grid = dir.path().join("grid.json");
-    std::fs::write(&grid, r#"{"traces": {"in_sample": "t.safetensors", "out_of_sample": "missing.safetensors"},
-        "variants": ["full"], "blocks": [{"policies": ["lru"], "cap": [2]}]}"#).unwrap();
+    std::fs::write(
+        &grid,
+        r#"{"traces": {"in_sample": "t.safetensors", "out_of_sample": "missing.safetensors"},
+        "variants": ["full"], "blocks": [{"policies": ["lru"], "cap": [2]}]}"#,
+    )
+    .unwrap();
     let out = dir.path().join("out");
     let e = fails(&["sweep", s(&grid), "-o", s(&out)]);
     assert!(e.contains("missing.safetensors"), "{e}");
     assert!(!out.exists());
     // Nothing but the inputs and the good stats file exists: no temporary files left behind.
-    let mut names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
     assert_eq!(names, ["bad-id.safetensors", "grid.json", "stats.json", "t.safetensors", "truncated.safetensors"]);
 }
@@ -172,7 +219,8 @@ fn real_esft_translation_end_to_end() {
         }
     }
     // Every policy is optimal when the cache holds every kept expert: only compulsory and forced misses.
-    let full_cap = |p: &str| replay_json(&["replay", s(&trace), "--policy", p, "--cap", "64", "--json"])["hits"].clone();
+    let full_cap =
+        |p: &str| replay_json(&["replay", s(&trace), "--policy", p, "--cap", "64", "--json"])["hits"].clone();
     assert_eq!(full_cap("lru"), full_cap("belady"));
     assert_eq!(full_cap("fifo"), full_cap("lfu"));
 }

@@ -7,65 +7,52 @@ use saliency::{KeepConfig, KeepMap, LayerStats, Metric, Stats, StatsMeta, check_
 /// for c > 0, per-slot values x = g·‖o‖ in a few discrete levels, from which every sum follows.
 fn arb_stats() -> impl Strategy<Value = Stats> {
     (2usize..12, 1usize..4).prop_flat_map(|(e, layers)| {
-        let expert = (
-            0u64..5,
-            proptest::collection::vec(0u8..4, 0..6),
-            0u8..4,
-            0u8..4,
-        );
-        proptest::collection::vec(proptest::collection::vec(expert, e), layers).prop_map(
-            move |ls| {
-                let layers: Vec<LayerStats> = ls
-                    .into_iter()
-                    .map(|experts| {
-                        let mut l = LayerStats {
-                            tokens: 0,
-                            count: vec![],
-                            gate_sum: Some(vec![]),
-                            ean_sum: Some(vec![]),
-                            reap_sum: Some(vec![]),
-                            reap_sumsq: Some(vec![]),
-                        };
-                        for (c, xs, g, o) in experts {
-                            let c = if c == 0 { 0 } else { c + xs.len() as u64 };
-                            let (mut s, mut sq) = (0.0, 0.0);
-                            if c > 0 {
-                                for i in 0..c as usize {
-                                    let x = f64::from(*xs.get(i).unwrap_or(&1)) * 0.5;
-                                    s += x;
-                                    sq += x * x;
-                                }
+        let expert = (0u64..5, proptest::collection::vec(0u8..4, 0..6), 0u8..4, 0u8..4);
+        proptest::collection::vec(proptest::collection::vec(expert, e), layers).prop_map(move |ls| {
+            let layers: Vec<LayerStats> = ls
+                .into_iter()
+                .map(|experts| {
+                    let mut l = LayerStats {
+                        tokens: 0,
+                        count: vec![],
+                        gate_sum: Some(vec![]),
+                        ean_sum: Some(vec![]),
+                        reap_sum: Some(vec![]),
+                        reap_sumsq: Some(vec![]),
+                    };
+                    for (c, xs, g, o) in experts {
+                        let c = if c == 0 { 0 } else { c + xs.len() as u64 };
+                        let (mut s, mut sq) = (0.0, 0.0);
+                        if c > 0 {
+                            for i in 0..c as usize {
+                                let x = f64::from(*xs.get(i).unwrap_or(&1)) * 0.5;
+                                s += x;
+                                sq += x * x;
                             }
-                            let on = |v: f64| if c > 0 { v } else { 0.0 };
-                            l.count.push(c);
-                            l.gate_sum
-                                .as_mut()
-                                .unwrap()
-                                .push(on(f64::from(g) * c as f64 * 0.25));
-                            l.ean_sum
-                                .as_mut()
-                                .unwrap()
-                                .push(on(f64::from(o) * c as f64));
-                            l.reap_sum.as_mut().unwrap().push(s);
-                            l.reap_sumsq.as_mut().unwrap().push(sq);
                         }
-                        l.tokens = l.count.iter().sum();
-                        l
-                    })
-                    .collect();
-                Stats {
-                    meta: StatsMeta {
-                        model: "prop".into(),
-                        num_experts: e as u32,
-                        top_k: 1,
-                        layer_ids: (0..layers.len() as u32).map(|i| i * 2 + 1).collect(),
-                        source: String::new(),
-                        source_sha256: String::new(),
-                    },
-                    layers,
-                }
-            },
-        )
+                        let on = |v: f64| if c > 0 { v } else { 0.0 };
+                        l.count.push(c);
+                        l.gate_sum.as_mut().unwrap().push(on(f64::from(g) * c as f64 * 0.25));
+                        l.ean_sum.as_mut().unwrap().push(on(f64::from(o) * c as f64));
+                        l.reap_sum.as_mut().unwrap().push(s);
+                        l.reap_sumsq.as_mut().unwrap().push(sq);
+                    }
+                    l.tokens = l.count.iter().sum();
+                    l
+                })
+                .collect();
+            Stats {
+                meta: StatsMeta {
+                    model: "prop".into(),
+                    num_experts: e as u32,
+                    top_k: 1,
+                    layer_ids: (0..layers.len() as u32).map(|i| i * 2 + 1).collect(),
+                    source: String::new(),
+                    source_sha256: String::new(),
+                },
+                layers,
+            }
+        })
     })
 }
 

@@ -4,25 +4,12 @@
 use std::path::PathBuf;
 
 use saliency::{
-    KeepConfig, KeepMap, Metric, MetricConfig, NonFiniteReap, ReapAggOptions, SaliencyError, Stats,
-    check_keep_maps, check_stats, metric_scores, retention,
+    KeepConfig, KeepMap, Metric, MetricConfig, NonFiniteReap, ReapAggOptions, SaliencyError, Stats, check_keep_maps,
+    check_stats, metric_scores, retention,
 };
 
-/// The real-data directory, or `None` (with a note) when `MOE_OFFLOAD_REAL_DATA` is unset.
-/// Panics when it is set to a directory that does not exist.
-#[expect(clippy::print_stderr, reason = "tests tell the user why they skip")]
 fn real_data() -> Option<PathBuf> {
-    let Some(dir) = std::env::var_os("MOE_OFFLOAD_REAL_DATA") else {
-        eprintln!("skipping: MOE_OFFLOAD_REAL_DATA not set");
-        return None;
-    };
-    let dir = PathBuf::from(dir);
-    assert!(
-        dir.is_dir(),
-        "MOE_OFFLOAD_REAL_DATA={} is not a directory",
-        dir.display()
-    );
-    Some(dir)
+    trace_io::real_data::dir_or_skip()
 }
 
 fn agg() -> Option<PathBuf> {
@@ -35,19 +22,7 @@ const TOP_K: u32 = 6;
 fn bible_statistics_load_and_counts_sum_to_six_per_token() {
     let Some(path) = agg() else { return };
     let corpora = Stats::reap_agg_corpora(&path).unwrap();
-    assert_eq!(
-        corpora,
-        [
-            "bible",
-            "quran",
-            "tao",
-            "gita",
-            "dhamma",
-            "bofm",
-            "analects",
-            "upanishads"
-        ]
-    );
+    assert_eq!(corpora, ["bible", "quran", "tao", "gita", "dhamma", "bofm", "analects", "upanishads"]);
     let bible = Stats::from_reap_agg(&path, "bible", TOP_K).unwrap();
     assert_eq!(bible.meta.num_experts, 256);
     assert_eq!(bible.meta.layer_ids, (0..43).collect::<Vec<u32>>());
@@ -64,16 +39,7 @@ fn bible_statistics_load_and_counts_sum_to_six_per_token() {
     }
     // the file has no sum of squares: shrink is refused
     let err = metric_scores(&bible, Metric::Shrink, &MetricConfig::default()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            SaliencyError::MissingStatistic {
-                statistic: "reap_sumsq",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, SaliencyError::MissingStatistic { statistic: "reap_sumsq", .. }), "{err}");
 }
 
 #[test]
@@ -84,17 +50,8 @@ fn quran_and_bofm_reap_hold_nan() {
     for (corpus, n) in [("quran", 335), ("bofm", 349)] {
         let s = Stats::from_reap_agg(&path, corpus, TOP_K).unwrap();
         assert!(s.layers.iter().all(|l| l.reap_sum.is_none()));
-        assert!(
-            s.meta
-                .source
-                .contains(&format!("reap_sum dropped: {n} non-finite")),
-            "{}",
-            s.meta.source
-        );
-        let strict = ReapAggOptions {
-            top_k: TOP_K,
-            non_finite_reap: NonFiniteReap::Reject,
-        };
+        assert!(s.meta.source.contains(&format!("reap_sum dropped: {n} non-finite")), "{}", s.meta.source);
+        let strict = ReapAggOptions { top_k: TOP_K, non_finite_reap: NonFiniteReap::Reject };
         assert!(Stats::from_reap_agg_with(&path, corpus, &strict).is_err());
     }
 }
@@ -107,12 +64,7 @@ fn bible_keep_maps_build_nest_and_retain_out_of_sample() {
     // 128 and 160 are not.
     let cfg = KeepConfig::default();
     let mut maps = Vec::new();
-    for metric in [
-        Metric::Reap,
-        Metric::L2Sum,
-        Metric::Frequency,
-        Metric::Hybrid,
-    ] {
+    for metric in [Metric::Reap, Metric::L2Sum, Metric::Frequency, Metric::Hybrid] {
         for k in [128, 160] {
             let m = KeepMap::build(&bible, metric, k, &cfg).unwrap();
             assert!(m.short_layers.is_empty());
@@ -122,11 +74,7 @@ fn bible_keep_maps_build_nest_and_retain_out_of_sample() {
     let checks = check_keep_maps(&bible, &maps, &cfg);
     assert!(checks.iter().all(|c| c.passed), "{checks:#?}");
     for metric in ["reap", "l2_sum", "frequency", "hybrid"] {
-        assert!(
-            checks
-                .iter()
-                .any(|c| c.name == format!("nesting: {metric}"))
-        );
+        assert!(checks.iter().any(|c| c.name == format!("nesting: {metric}")));
     }
 
     // quran: counts only (its reap holds NaN) -> slot-based figures
@@ -136,23 +84,12 @@ fn bible_keep_maps_build_nest_and_retain_out_of_sample() {
     for m in &maps {
         let r = retention(m, &quran, None).unwrap();
         let slot_kept = 1.0 - r.mean.slot_replacement;
-        assert!(
-            slot_kept > 0.0 && slot_kept <= 1.0,
-            "{}: {slot_kept}",
-            m.label()
-        );
+        assert!(slot_kept > 0.0 && slot_kept <= 1.0, "{}: {slot_kept}", m.label());
         assert!(r.min.slot_replacement >= 0.0 && r.max_slot_replacement < 1.0);
         assert_eq!(r.mean.reap_retention, None);
         let r = retention(m, &gita, None).unwrap();
-        let (mean, min) = (
-            r.mean.reap_retention.unwrap(),
-            r.min.reap_retention.unwrap(),
-        );
-        assert!(
-            min > 0.0 && min <= mean && mean <= 1.0,
-            "{}: {min} {mean}",
-            m.label()
-        );
+        let (mean, min) = (r.mean.reap_retention.unwrap(), r.min.reap_retention.unwrap());
+        assert!(min > 0.0 && min <= mean && mean <= 1.0, "{}: {min} {mean}", m.label());
     }
     // the full map retains everything
     let full = KeepMap::full(256, bible.meta.layer_ids.clone());

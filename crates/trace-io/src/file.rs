@@ -12,7 +12,10 @@ use crate::{Result, TraceError, TraceMeta};
 enum Backing {
     Mapped(memmap2::Mmap),
     /// Heap copy in u64 words so every tensor keeps its natural alignment.
-    Heap { words: Vec<u64>, len: usize },
+    Heap {
+        words: Vec<u64>,
+        len: usize,
+    },
 }
 
 impl Backing {
@@ -164,7 +167,8 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
             actual: ids_info.shape.clone(),
         });
     }
-    let shape = Shape { layers, tokens, candidates, top_k: meta.top_k as usize, num_experts: meta.num_experts as usize };
+    let shape =
+        Shape { layers, tokens, candidates, top_k: meta.top_k as usize, num_experts: meta.num_experts as usize };
     if shape.top_k > candidates {
         return Err(TraceError::BadMetadata {
             key: "top_k",
@@ -177,7 +181,11 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
         check_dtype(name, ti.dtype, dtype, dname)?;
         if let Some(want) = want {
             if ti.shape != want {
-                return Err(TraceError::Shape { tensor: name, expected: format!("{want:?}"), actual: ti.shape.clone() });
+                return Err(TraceError::Shape {
+                    tensor: name,
+                    expected: format!("{want:?}"),
+                    actual: ti.shape.clone(),
+                });
             }
         } else if ti.shape.len() != 1 {
             return Err(TraceError::Shape { tensor: name, expected: "a 1-D list".into(), actual: ti.shape.clone() });
@@ -185,7 +193,7 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
         let (s, e) = ti.data_offsets;
         let r = data_start + s..data_start + e;
         let base = bytes.as_ptr() as usize + r.start;
-        if base % align != 0 {
+        if !base.is_multiple_of(align) {
             return Err(TraceError::Misaligned {
                 tensor: name,
                 reason: format!("byte offset {} is not a multiple of {align}", r.start),

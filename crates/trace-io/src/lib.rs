@@ -24,6 +24,7 @@ mod error;
 mod file;
 pub mod import;
 mod meta;
+pub mod real_data;
 pub mod synth;
 mod view;
 mod write;

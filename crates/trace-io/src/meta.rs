@@ -142,11 +142,8 @@ impl TraceMeta {
         let score_kind = score_kind.parse().map_err(|r| bad("score_kind", score_kind, r))?;
         let phase = get("phase")?;
         let phase = phase.parse().map_err(|r| bad("phase", phase, r))?;
-        let extra = m
-            .iter()
-            .filter(|(k, _)| !KNOWN_KEYS.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let extra =
+            m.iter().filter(|(k, _)| !KNOWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
         Ok(TraceMeta {
             model: get("model")?.clone(),
             num_experts,

@@ -142,7 +142,10 @@ impl<'a> TraceView<'a> {
             if len != layers * tokens * width {
                 return Err(TraceError::Shape {
                     tensor,
-                    expected: format!("[L, T, {wname}] = [{layers}, {tokens}, {width}] ({} values)", layers * tokens * width),
+                    expected: format!(
+                        "[L, T, {wname}] = [{layers}, {tokens}, {width}] ({} values)",
+                        layers * tokens * width
+                    ),
                     actual: vec![len],
                 });
             }

@@ -197,11 +197,19 @@ fn hostile_files_are_refused_with_typed_errors() {
     let p = dir.path().join("meta.safetensors");
     let mut md = m.to_map();
     md.remove("num_experts");
-    raw_file(&p, serde_json::json!({"__metadata__": md, "ids": {"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [0, 12]}}), &[0u8; 12]);
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": md, "ids": {"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [0, 12]}}),
+        &[0u8; 12],
+    );
     assert!(matches!(open_err(&p), TraceError::MissingMetadata { key: "num_experts" }));
     let mut md = m.to_map();
     md.insert("format_version".into(), "99".into());
-    raw_file(&p, serde_json::json!({"__metadata__": md, "ids": {"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [0, 12]}}), &[0u8; 12]);
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": md, "ids": {"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [0, 12]}}),
+        &[0u8; 12],
+    );
     assert!(matches!(open_err(&p), TraceError::UnsupportedVersion { .. }));
     // No ids tensor.
     raw_file(&p, serde_json::json!({"__metadata__": meta_json(&m)}), &[]);

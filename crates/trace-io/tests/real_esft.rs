@@ -5,15 +5,8 @@ use std::path::PathBuf;
 use trace_io::import::esft::{EsftOptions, import_esft};
 use trace_io::{TraceFile, write_trace};
 
-/// The real-data directory, or `None` (with a note) when `MOE_OFFLOAD_REAL_DATA` is unset.
 fn real_data() -> Option<PathBuf> {
-    let Some(dir) = std::env::var_os("MOE_OFFLOAD_REAL_DATA") else {
-        eprintln!("skipping: MOE_OFFLOAD_REAL_DATA not set");
-        return None;
-    };
-    let dir = PathBuf::from(dir);
-    assert!(dir.is_dir(), "MOE_OFFLOAD_REAL_DATA={} is set but is not a directory", dir.display());
-    Some(dir)
+    trace_io::real_data::dir_or_skip()
 }
 
 #[test]

@@ -71,7 +71,8 @@ pub fn import_esft(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<TraceDat
         return Err(TraceError::Config { key: "top_k", reason: "must be at least 1".into() });
     }
     let k = opts.top_k as usize;
-    let root = if dir.join("results/expert_scores").is_dir() { dir.join("results/expert_scores") } else { dir.to_path_buf() };
+    let root =
+        if dir.join("results/expert_scores").is_dir() { dir.join("results/expert_scores") } else { dir.to_path_buf() };
 
     let mut layer_ids: Option<Vec<u32>> = None;
     // per layer, per domain parsed files
@@ -183,7 +184,8 @@ pub fn import_esft(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<TraceDat
 
 /// Lists `expert_weights_<layer>.txt` in `dir`, sorted by layer.
 fn layer_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
-    let rd = std::fs::read_dir(dir).map_err(|e| import_err(dir, None, format!("cannot read the domain directory: {e}")))?;
+    let rd =
+        std::fs::read_dir(dir).map_err(|e| import_err(dir, None, format!("cannot read the domain directory: {e}")))?;
     let mut out = Vec::new();
     for entry in rd {
         let entry = entry.map_err(|e| TraceError::Io(e).in_file(dir))?;
@@ -213,7 +215,10 @@ fn parse_layer_file(path: &Path, k: usize) -> Result<LayerFile> {
         }
         let err = |msg: String| import_err(path, Some(n + 1), msg);
         let fields: Vec<&str> = line.split('\t').collect();
-        let sep = fields.iter().position(|f| f.is_empty()).ok_or_else(|| err("no empty field between ids and probabilities".into()))?;
+        let sep = fields
+            .iter()
+            .position(|f| f.is_empty())
+            .ok_or_else(|| err("no empty field between ids and probabilities".into()))?;
         let (id_f, prob_f) = (&fields[..sep], &fields[sep + 1..]);
         if id_f.len() != prob_f.len() {
             return Err(err(format!("{} ids but {} probabilities", id_f.len(), prob_f.len())));
@@ -222,8 +227,12 @@ fn parse_layer_file(path: &Path, k: usize) -> Result<LayerFile> {
             return Err(err(format!("{} ids is not a multiple of k = {k}", id_f.len())));
         }
         for (i, (a, b)) in id_f.iter().zip(prob_f).enumerate() {
-            let id: u16 = a.trim().parse().map_err(|_| err(format!("field {}: expert id {a:?} is not an integer", i + 1)))?;
-            let p: f32 = b.trim().parse().map_err(|_| err(format!("field {}: probability {b:?} is not a number", sep + 2 + i)))?;
+            let id: u16 =
+                a.trim().parse().map_err(|_| err(format!("field {}: expert id {a:?} is not an integer", i + 1)))?;
+            let p: f32 = b
+                .trim()
+                .parse()
+                .map_err(|_| err(format!("field {}: probability {b:?} is not a number", sep + 2 + i)))?;
             if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
                 return Err(err(format!("field {}: probability {p} is not in [0, 1]", sep + 2 + i)));
             }
@@ -255,7 +264,12 @@ mod tests {
     }
 
     fn opts(domains: &[&str]) -> EsftOptions {
-        EsftOptions { domains: domains.iter().map(|s| s.to_string()).collect(), num_experts: 8, top_k: 2, ..Default::default() }
+        EsftOptions {
+            domains: domains.iter().map(|s| s.to_string()).collect(),
+            num_experts: 8,
+            top_k: 2,
+            ..Default::default()
+        }
     }
 
     #[test]

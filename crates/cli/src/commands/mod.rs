@@ -1,0 +1,63 @@
+//! Argument definitions and dispatch; one module per subcommand.
+
+mod import;
+mod inspect;
+mod replay;
+mod saliency;
+mod sweep;
+mod synth;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Plan expert pruning and caching for offloaded Mixture-of-Experts inference from routing traces.
+#[derive(Debug, Parser)]
+#[command(name = "moe-offload", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Convert recorded routing into a moe-offload trace.
+    #[command(subcommand)]
+    Import(import::ImportCmd),
+    /// Generate a synthetic trace (for fixtures and benchmarks).
+    #[command(
+        after_help = "Example:\n  moe-offload synth --layers 4 --experts 32 --top-k 4 --candidates 8 --tokens 4096 --seed 1 -o calib.safetensors"
+    )]
+    Synth(synth::SynthArgs),
+    /// Print a trace's shape, metadata and per-layer expert usage.
+    #[command(after_help = "Example:\n  moe-offload inspect translation.safetensors")]
+    Inspect(inspect::InspectArgs),
+    /// Compute per-(layer, expert) saliency statistics of a trace (SEMANTICS.md §2).
+    #[command(after_help = "Example:\n  moe-offload stats calib.safetensors -o stats.json")]
+    Stats(saliency::StatsArgs),
+    /// Build a keep map (K experts per layer) from statistics (SEMANTICS.md §3).
+    #[command(after_help = "Example:\n  moe-offload keep stats.json --metric frequency --k 32 -o keep.json")]
+    Keep(saliency::KeepArgs),
+    /// Replay a trace through an expert cache and count hits and misses (SEMANTICS.md §5).
+    #[command(
+        after_help = "Example:\n  moe-offload replay heldout.safetensors --policy lru --cap 16 --keep keep.json --json"
+    )]
+    Replay(replay::ReplayArgs),
+    /// Run a whole grid of configurations on an in-sample and an out-of-sample trace.
+    #[command(
+        after_help = "Examples:\n  moe-offload sweep                       # the embedded default grid\n  moe-offload sweep data/grids/default.json -o out/\n  moe-offload sweep data/grids/esft-translation.json --in-sample calib.safetensors --out-of-sample translation.safetensors -o esft-sweep/"
+    )]
+    Sweep(sweep::SweepArgs),
+}
+
+/// Runs the parsed command.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Import(cmd) => import::run(cmd),
+        Command::Synth(a) => synth::run(&a),
+        Command::Inspect(a) => inspect::run(&a),
+        Command::Stats(a) => saliency::stats(&a),
+        Command::Keep(a) => saliency::keep(&a),
+        Command::Replay(a) => replay::run(&a),
+        Command::Sweep(a) => sweep::run(&a),
+    }
+}

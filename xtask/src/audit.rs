@@ -54,8 +54,20 @@ fn round6(x: f64) -> Value {
     if x.is_finite() { json!((x * 1e6).round() / 1e6) } else { json!(x.to_string()) }
 }
 
-fn check(section: &'static str, name: &str, ok: bool, figures: BTreeMap<String, Value>, first: Option<String>) -> Check {
-    Check { section, name: name.to_string(), status: if ok { Status::Pass } else { Status::Fail }, figures, first_offending: first }
+fn check(
+    section: &'static str,
+    name: &str,
+    ok: bool,
+    figures: BTreeMap<String, Value>,
+    first: Option<String>,
+) -> Check {
+    Check {
+        section,
+        name: name.to_string(),
+        status: if ok { Status::Pass } else { Status::Fail },
+        figures,
+        first_offending: first,
+    }
 }
 
 /// Audits the embedded default: `data/grids/default.json` and its two traces.
@@ -160,7 +172,9 @@ fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
         let hr = if c.picks == 0 { 0.0 } else { c.hits as f64 / c.picks as f64 };
         let mpt = if c.tokens == 0 { 0.0 } else { c.misses as f64 / c.tokens as f64 };
         let mut ok = r.hit_rate == hr && r.misses_per_token == mpt && c.hits + c.misses == c.picks;
-        for (cost, (p, bw)) in r.cost.iter().zip(prepared.profiles.iter().flat_map(|p| p.bandwidth_gbps.iter().map(move |b| (p, *b)))) {
+        for (cost, (p, bw)) in
+            r.cost.iter().zip(prepared.profiles.iter().flat_map(|p| p.bandwidth_gbps.iter().map(move |b| (p, *b))))
+        {
             let tok_s = 1.0 / (p.compute_ms / 1000.0 + mpt * p.expert_mb / (1000.0 * bw));
             ok &= (cost.tok_s - tok_s).abs() <= 1e-9 * tok_s && cost.bandwidth_gbps == bw;
         }
@@ -186,7 +200,14 @@ fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
         }) {
             pairs += 1;
             if b.counts.misses > r.counts.misses && first.is_none() {
-                first = Some(format!("{} ({}) has {} misses > {} of {}", b.key, b.sample.as_str(), b.counts.misses, r.counts.misses, r.key));
+                first = Some(format!(
+                    "{} ({}) has {} misses > {} of {}",
+                    b.key,
+                    b.sample.as_str(),
+                    b.counts.misses,
+                    r.counts.misses,
+                    r.key
+                ));
             }
         }
     }
@@ -198,7 +219,10 @@ fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
     let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.config.lambda > 0.0) {
         let c = &r.config;
-        groups.entry(format!("{}/{}/{}/j={}/cap={}/k={}", r.sample.as_str(), c.variant, c.policy, c.j, c.cap, c.k_used)).or_default().push(r);
+        groups
+            .entry(format!("{}/{}/{}/j={}/cap={}/k={}", r.sample.as_str(), c.variant, c.policy, c.j, c.cap, c.k_used))
+            .or_default()
+            .push(r);
     }
     let mut violations = Vec::new();
     for (g, mut rs) in groups {
@@ -217,7 +241,10 @@ fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
         rs.sort_by(|a, b| a.config.lambda.total_cmp(&b.config.lambda));
         for w in rs.windows(2) {
             if w[1].counts.misses > w[0].counts.misses {
-                violations.push(format!("{g}: misses {} at lambda {} > {} at lambda {}", w[1].counts.misses, w[1].config.lambda, w[0].counts.misses, w[0].config.lambda));
+                violations.push(format!(
+                    "{g}: misses {} at lambda {} > {} at lambda {}",
+                    w[1].counts.misses, w[1].config.lambda, w[0].counts.misses, w[0].config.lambda
+                ));
             }
         }
     }
@@ -248,6 +275,7 @@ fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
             out_of_sample: sweep::InputRef { source: String::new(), sha256: String::new() },
             stats_sha256: String::new(),
         },
+        shard: None,
         rows: rows.to_vec(),
     };
     let mut f = BTreeMap::new();
@@ -259,7 +287,13 @@ fn sweep_checks(prepared: &sweep::Prepared, rows: &[Row]) -> Vec<Check> {
                    "best_out_of_sample": b.out_of_sample_best, "out_of_sample_misses_per_token": round6(b.out_of_sample_misses_per_token)}),
         );
     }
-    out.push(Check { section: "5 sweep rows", name: "best online policy per variant and cap".into(), status: Status::Pass, figures: f, first_offending: None });
+    out.push(Check {
+        section: "5 sweep rows",
+        name: "best online policy per variant and cap".into(),
+        status: Status::Pass,
+        figures: f,
+        first_offending: None,
+    });
     out
 }
 
@@ -281,7 +315,11 @@ fn refusals(grid: &Grid, ins: &TraceInput<'_>, oos: &TraceInput<'_>) -> Check {
         ("belady with lambda > 0", Grid { blocks: vec![block("belady", 0.05, k, None)], ..grid.clone() }),
         (
             "K > E",
-            Grid { variants: vec!["full".into(), format!("frequency@{}", e + 1)], blocks: vec![block("lru", 0.0, k, None)], ..grid.clone() },
+            Grid {
+                variants: vec!["full".into(), format!("frequency@{}", e + 1)],
+                blocks: vec![block("lru", 0.0, k, None)],
+                ..grid.clone()
+            },
         ),
         ("k_used > m", Grid { blocks: vec![block("lru", 0.0, m + 1, Some(m + 1))], ..grid.clone() }),
         ("unknown policy", Grid { blocks: vec![block("lruu", 0.0, k, None)], ..grid.clone() }),
@@ -321,7 +359,8 @@ pub fn markdown(r: &Report) -> String {
             if let Some(o) = &c.first_offending {
                 s += &format!(": first offending: {o}");
             }
-            let figs: Vec<String> = c.figures.iter().filter(|(k, _)| k.as_str() != "detail").map(|(k, v)| format!("{k} = {v}")).collect();
+            let figs: Vec<String> =
+                c.figures.iter().filter(|(k, _)| k.as_str() != "detail").map(|(k, v)| format!("{k} = {v}")).collect();
             if let Some(Value::String(d)) = c.figures.get("detail") {
                 s += &format!(" — {d}");
             }

@@ -224,3 +224,26 @@ fn real_esft_translation_end_to_end() {
     assert_eq!(full_cap("lru"), full_cap("belady"));
     assert_eq!(full_cap("fifo"), full_cap("lfu"));
 }
+
+#[test]
+fn sharded_sweep_merges_to_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    ok(&["sweep", "-o", s(&whole)]);
+    let mut shards = Vec::new();
+    for i in 0..3 {
+        let d = dir.path().join(format!("shard-{i}"));
+        ok(&["sweep", "--shard", &format!("{i}/3"), "-o", s(&d)]);
+        shards.push(d);
+    }
+    let merged = dir.path().join("merged");
+    let mut args = vec!["sweep", "merge"];
+    args.extend(shards.iter().map(|d| s(d)));
+    args.extend(["-o", s(&merged)]);
+    ok(&args);
+    for f in ["results.json", "results.csv", "summary.md"] {
+        assert_eq!(std::fs::read(whole.join(f)).unwrap(), std::fs::read(merged.join(f)).unwrap(), "{f}");
+    }
+    let e = fails(&["sweep", "--shard", "3/3"]);
+    assert!(e.contains("need 0 <= I < N"), "{e}");
+}

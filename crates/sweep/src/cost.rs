@@ -48,9 +48,11 @@ impl DeviceProfile {
 
     /// Named presets, see [`PRESETS`].
     pub fn preset(name: &str) -> Option<DeviceProfile> {
-        PRESETS.iter().find(|p| p.0 == name).map(|&(name, shape, compute_ms)| {
-            DeviceProfile::from_shape(name, shape, compute_ms, vec![3.9, 6.8])
-        }).or_else(|| (name == "reference").then(DeviceProfile::reference))
+        PRESETS
+            .iter()
+            .find(|p| p.0 == name)
+            .map(|&(name, shape, compute_ms)| DeviceProfile::from_shape(name, shape, compute_ms, vec![3.9, 6.8]))
+            .or_else(|| (name == "reference").then(DeviceProfile::reference))
     }
 
     /// SSD megabytes read per token: `misses_per_token · expert_mb`.

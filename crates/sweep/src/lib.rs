@@ -17,7 +17,7 @@ mod run;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, ProfileSpec};
-pub use output::{BestOf, InputRef, Provenance, SweepOutput, write_atomic};
+pub use output::{BestOf, InputRef, Provenance, Shard, SweepOutput, write_atomic};
 pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config};
 
 use std::path::PathBuf;
@@ -57,6 +57,12 @@ pub enum SweepError {
         /// The error.
         #[source]
         source: std::io::Error,
+    },
+    /// Shard outputs cannot be merged.
+    #[error("cannot merge: {reason}")]
+    Merge {
+        /// Why.
+        reason: String,
     },
     /// A JSON file (grid, results) is malformed.
     #[error("{path}: {source}")]

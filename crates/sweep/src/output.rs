@@ -29,13 +29,72 @@ pub struct InputRef {
     pub sha256: String,
 }
 
+/// Which slice of a grid a sharded run covers: configurations whose index in the sorted list is
+/// congruent to `index` modulo `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shard {
+    /// 0-based shard index, `< count`.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+}
+
 /// Everything a sweep writes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SweepOutput {
     /// Provenance.
     pub provenance: Provenance,
+    /// The slice of the grid, for a sharded run; absent for a whole (or merged) run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
     /// Rows sorted by (key, sample).
     pub rows: Vec<Row>,
+}
+
+impl SweepOutput {
+    /// Reads a `results.json` written by [`SweepOutput::write`].
+    ///
+    /// # Errors
+    /// [`SweepError::Io`] or [`SweepError::Json`] naming the file.
+    pub fn read(path: &Path) -> Result<SweepOutput> {
+        let bytes = std::fs::read(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
+        serde_json::from_slice(&bytes).map_err(|source| SweepError::Json { path: path.into(), source })
+    }
+
+    /// Joins the outputs of every shard of one sweep into the output of the unsharded run
+    /// (byte-identical once written).
+    ///
+    /// # Errors
+    /// [`SweepError::Merge`] when an output is not a shard, the shards disagree on their count
+    /// or provenance (grid, inputs), an index is repeated or missing, or a key appears twice.
+    pub fn merge(parts: Vec<SweepOutput>) -> Result<SweepOutput> {
+        let bad = |reason: String| Err(SweepError::Merge { reason });
+        let Some(first) = parts.first() else { return bad("no shard outputs given".into()) };
+        let Some(Shard { count, .. }) = first.shard else { return bad("output 0 is not a shard (no `shard` field)".into()) };
+        let mut seen = vec![false; count];
+        for (i, p) in parts.iter().enumerate() {
+            let Some(sh) = p.shard else { return bad(format!("output {i} is not a shard")) };
+            if sh.count != count || sh.index >= count {
+                return bad(format!("output {i} is shard {}/{}, expected a shard of {count}", sh.index, sh.count));
+            }
+            if std::mem::replace(&mut seen[sh.index], true) {
+                return bad(format!("shard {}/{count} given twice", sh.index));
+            }
+            if p.provenance != first.provenance {
+                return bad(format!("output {i} (shard {}/{count}) comes from another grid or other inputs", sh.index));
+            }
+        }
+        if let Some(missing) = seen.iter().position(|s| !s) {
+            return bad(format!("shard {missing}/{count} is missing"));
+        }
+        let provenance = first.provenance.clone();
+        let mut rows: Vec<Row> = parts.into_iter().flat_map(|p| p.rows).collect();
+        rows.sort_by(|a, b| a.config.cmp(&b.config).then(a.sample.cmp(&b.sample)));
+        if let Some(w) = rows.windows(2).find(|w| w[0].config == w[1].config && w[0].sample == w[1].sample) {
+            return bad(format!("configuration {} ({}) appears in two shards", w[0].key, w[0].sample.as_str()));
+        }
+        Ok(SweepOutput { provenance, shard: None, rows })
+    }
 }
 
 /// Per (variant, cap, k_used): the best online configuration (fewest misses per token, Belady
@@ -90,7 +149,9 @@ impl SweepOutput {
                 let (ins, outs) = (best(Sample::InSample)?, best(Sample::OutOfSample)?);
                 let chosen = rows.iter().find(|r| r.sample == Sample::OutOfSample && r.key == ins.key)?;
                 let belady = |s: Sample| {
-                    rows.iter().find(|r| r.sample == s && r.config.policy == cachesim::Policy::Belady).map(|r| r.misses_per_token)
+                    rows.iter()
+                        .find(|r| r.sample == s && r.config.policy == cachesim::Policy::Belady)
+                        .map(|r| r.misses_per_token)
                 };
                 Some(BestOf {
                     variant: variant.to_string(),
@@ -150,8 +211,23 @@ impl SweepOutput {
     pub fn csv(&self) -> Vec<u8> {
         let mut w = csv::Writer::from_writer(Vec::new());
         let mut header: Vec<String> = [
-            "key", "sample", "variant", "policy", "lambda", "j", "cap", "k_used", "tokens", "picks", "hits", "misses",
-            "forced_misses", "substituted", "pruned_slots", "hit_rate", "misses_per_token",
+            "key",
+            "sample",
+            "variant",
+            "policy",
+            "lambda",
+            "j",
+            "cap",
+            "k_used",
+            "tokens",
+            "picks",
+            "hits",
+            "misses",
+            "forced_misses",
+            "substituted",
+            "pruned_slots",
+            "hit_rate",
+            "misses_per_token",
         ]
         .iter()
         .map(|s| s.to_string())

@@ -129,7 +129,10 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
             keep.label()
         };
         if variants.iter().any(|v| v.label == label) {
-            return Err(SweepError::Grid { key: format!("variants: {spec}"), reason: format!("duplicate variant {label}") });
+            return Err(SweepError::Grid {
+                key: format!("variants: {spec}"),
+                reason: format!("duplicate variant {label}"),
+            });
         }
         variants.push(Variant { spec: spec.clone(), label, keep });
     }
@@ -188,6 +191,23 @@ pub fn replay_config(grid: &Grid, key: &ConfigKey) -> ReplayConfig {
 }
 
 impl Prepared {
+    /// Restricts the sweep to one shard: the configurations whose index in the sorted list is
+    /// congruent to `shard.index` modulo `shard.count` (round robin, so shards get similar mixes).
+    ///
+    /// # Errors
+    /// [`SweepError::Grid`] when `count` is 0 or `index >= count`.
+    pub fn shard(&mut self, shard: crate::Shard) -> Result<()> {
+        if shard.count == 0 || shard.index >= shard.count {
+            return Err(SweepError::Grid {
+                key: format!("--shard {}/{}", shard.index, shard.count),
+                reason: "need 0 <= index < count".into(),
+            });
+        }
+        let configs = std::mem::take(&mut self.configs);
+        self.configs = configs.into_iter().enumerate().filter(|(i, _)| i % shard.count == shard.index).map(|(_, c)| c).collect();
+        Ok(())
+    }
+
     /// Number of replays [`Prepared::run`] performs (configurations × 2 traces).
     pub fn jobs(&self) -> usize {
         self.configs.len() * 2
@@ -196,10 +216,14 @@ impl Prepared {
     /// Replays every configuration on both traces in parallel (rayon) and returns the rows sorted
     /// by (key, sample). `progress` is called once per finished replay, from worker threads.
     /// The rows are identical whatever the number of threads.
-    pub fn run(&self, in_sample: &TraceView<'_>, out_of_sample: &TraceView<'_>, progress: &(dyn Fn() + Sync)) -> Vec<Row> {
-        let jobs: Vec<(usize, Sample)> = (0..self.configs.len())
-            .flat_map(|i| [(i, Sample::InSample), (i, Sample::OutOfSample)])
-            .collect();
+    pub fn run(
+        &self,
+        in_sample: &TraceView<'_>,
+        out_of_sample: &TraceView<'_>,
+        progress: &(dyn Fn() + Sync),
+    ) -> Vec<Row> {
+        let jobs: Vec<(usize, Sample)> =
+            (0..self.configs.len()).flat_map(|i| [(i, Sample::InSample), (i, Sample::OutOfSample)]).collect();
         jobs.par_iter()
             .map(|&(i, sample)| {
                 let key = &self.configs[i];
@@ -231,6 +255,14 @@ impl Prepared {
                 })
             })
             .collect();
-        Row { key: key.to_string(), sample, config: key.clone(), hit_rate: counts.hit_rate(), misses_per_token: mpt, counts, cost }
+        Row {
+            key: key.to_string(),
+            sample,
+            config: key.clone(),
+            hit_rate: counts.hit_rate(),
+            misses_per_token: mpt,
+            counts,
+            cost,
+        }
     }
 }

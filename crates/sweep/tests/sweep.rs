@@ -45,11 +45,23 @@ fn expansion_counts_keys_and_order() {
     sorted.sort();
     assert_eq!(sorted, p.configs);
     // Numeric, not lexicographic, order of caps; key text is stable.
-    let lru_full: Vec<String> =
-        p.configs.iter().filter(|k| k.variant == "full" && k.policy.as_str() == "lru").map(ConfigKey::to_string).collect();
+    let lru_full: Vec<String> = p
+        .configs
+        .iter()
+        .filter(|k| k.variant == "full" && k.policy.as_str() == "lru")
+        .map(ConfigKey::to_string)
+        .collect();
     assert_eq!(
         lru_full,
-        ["full/lru/0/0/2/2", "full/lru/0/0/4/2", "full/lru/0/0/8/2", "full/lru/0.05/2/4/2", "full/lru/0.05/3/4/2", "full/lru/0.12/2/4/2", "full/lru/0.12/3/4/2"]
+        [
+            "full/lru/0/0/2/2",
+            "full/lru/0/0/4/2",
+            "full/lru/0/0/8/2",
+            "full/lru/0.05/2/4/2",
+            "full/lru/0.05/3/4/2",
+            "full/lru/0.12/2/4/2",
+            "full/lru/0.12/3/4/2"
+        ]
     );
     // A block repeated in another block is not run twice.
     let mut g2 = g.clone();
@@ -112,7 +124,8 @@ fn rows_are_identical_for_one_and_two_threads_and_derived_fields_follow_the_coun
 fn bad_grids_are_refused_before_any_work_naming_the_key() {
     let (a, b) = traces();
     let (ia, ib) = (input(&a, "a"), input(&b, "b"));
-    let with_block = |block: &str| grid(&GRID.replace(r#"{"policies": ["lru", "fifo", "lfu", "belady"], "cap": [2, 4, 8]}"#, block));
+    let with_block =
+        |block: &str| grid(&GRID.replace(r#"{"policies": ["lru", "fifo", "lfu", "belady"], "cap": [2, 4, 8]}"#, block));
     let err = |g: &Grid| prepare(g, &ia, &ib).unwrap_err();
 
     let e = err(&with_block(r#"{"policies": ["lruu"], "cap": [4]}"#));
@@ -136,4 +149,43 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
     // A missing grid file names the path.
     let e = Grid::read(Path::new("/nonexistent/grid.json")).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/grid.json"), "{e}");
+}
+
+#[test]
+fn shards_merge_into_the_unsharded_output() {
+    use sweep::{InputRef, Provenance, Shard, SweepOutput};
+    let (a, b) = traces();
+    let g = grid(GRID);
+    let provenance = Provenance {
+        tool_version: "test".into(),
+        grid: g.clone(),
+        in_sample: InputRef { source: "a".into(), sha256: "0".into() },
+        out_of_sample: InputRef { source: "b".into(), sha256: "0".into() },
+        stats_sha256: "s".into(),
+    };
+    let full = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
+    let whole = SweepOutput { provenance: provenance.clone(), shard: None, rows: full.run(&a.view(), &b.view(), &|| {}) };
+    let shard = |index, count| {
+        let mut p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
+        let shard = Shard { index, count };
+        p.shard(shard).unwrap();
+        SweepOutput { provenance: provenance.clone(), shard: Some(shard), rows: p.run(&a.view(), &b.view(), &|| {}) }
+    };
+    let parts: Vec<SweepOutput> = (0..3).rev().map(|i| shard(i, 3)).collect();
+    assert_eq!(parts.iter().map(|p| p.rows.len()).sum::<usize>(), whole.rows.len());
+    assert!(parts.iter().all(|p| !p.rows.is_empty()));
+    let merged = SweepOutput::merge(parts.clone()).unwrap();
+    assert_eq!(serde_json::to_vec_pretty(&merged).unwrap(), serde_json::to_vec_pretty(&whole).unwrap());
+    assert_eq!(merged.csv(), whole.csv());
+
+    let e = SweepOutput::merge(parts[..2].to_vec()).unwrap_err();
+    assert!(e.to_string().contains("shard 0/3 is missing"), "{e}");
+    let e = SweepOutput::merge(vec![parts[0].clone(), parts[0].clone(), parts[1].clone()]).unwrap_err();
+    assert!(e.to_string().contains("given twice"), "{e}");
+    let mut other = parts[1].clone();
+    other.provenance.stats_sha256 = "different".into();
+    let e = SweepOutput::merge(vec![parts[0].clone(), other, parts[2].clone()]).unwrap_err();
+    assert!(e.to_string().contains("another grid or other inputs"), "{e}");
+    let e = SweepOutput::merge(vec![whole]).unwrap_err();
+    assert!(e.to_string().contains("not a shard"), "{e}");
 }

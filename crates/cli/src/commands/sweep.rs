@@ -14,9 +14,16 @@ const DEFAULT_CALIB: &[u8] = include_bytes!("../../../../data/default-calib.safe
 const DEFAULT_HELDOUT: &[u8] = include_bytes!("../../../../data/default-heldout.safetensors");
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct SweepArgs {
+    /// `merge`: join shard outputs.
+    #[command(subcommand)]
+    pub merge: Option<MergeCmd>,
     /// Grid file (default: the embedded default grid and traces).
     pub grid: Option<PathBuf>,
+    /// Run only shard I of N (`I/N`, 0-based): configurations whose sorted index is I modulo N.
+    #[arg(long, value_parser = parse_shard)]
+    pub shard: Option<sweep::Shard>,
     /// Output directory for results.json, results.csv and summary.md.
     #[arg(short, long, default_value = "moe-offload-sweep")]
     pub output: PathBuf,
@@ -31,8 +38,42 @@ pub struct SweepArgs {
     pub out_of_sample: Option<PathBuf>,
 }
 
-/// Runs `sweep`.
+/// `moe-offload sweep merge`.
+#[derive(Debug, clap::Subcommand)]
+pub enum MergeCmd {
+    /// Join the outputs of every shard into the output of the unsharded run (same bytes).
+    #[command(after_help = "Example:\n  moe-offload sweep merge shard-0 shard-1 shard-2 -o merged/")]
+    Merge {
+        /// Output directories of `sweep --shard I/N` (each holding results.json).
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
+        /// Output directory.
+        #[arg(short, long, default_value = "moe-offload-sweep")]
+        output: PathBuf,
+    },
+}
+
+fn parse_shard(s: &str) -> std::result::Result<sweep::Shard, String> {
+    let (i, n) = s.split_once('/').ok_or("expected I/N, for example 0/4")?;
+    let index = i.parse().map_err(|_| format!("shard index {i:?} is not a whole number"))?;
+    let count = n.parse().map_err(|_| format!("shard count {n:?} is not a whole number"))?;
+    if count == 0 || index >= count {
+        return Err(format!("need 0 <= I < N, got {index}/{count}"));
+    }
+    Ok(sweep::Shard { index, count })
+}
+
+/// Runs `sweep` or `sweep merge`.
 pub fn run(a: &SweepArgs) -> Result<()> {
+    if let Some(MergeCmd::Merge { shards, output }) = &a.merge {
+        let parts = shards.iter().map(|d| SweepOutput::read(&d.join("results.json"))).collect::<Result<Vec<_>, _>>()?;
+        let merged = SweepOutput::merge(parts)?;
+        merged.write(output)?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "merged {} shards, {} rows; results in {}\n", shards.len(), merged.rows.len(), output.display())?;
+        writeln!(out, "{}", merged.summary_markdown())?;
+        return Ok(());
+    }
     if let Some(n) = a.threads {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("setting the thread count")?;
     }
@@ -69,7 +110,10 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     };
     let ins = TraceInput { view: calib.0.view(), source: &calib_src, sha256: &calib.1 };
     let oos = TraceInput { view: heldout.0.view(), source: &heldout_src, sha256: &heldout.1 };
-    let prepared = sweep::prepare(&grid, &ins, &oos)?;
+    let mut prepared = sweep::prepare(&grid, &ins, &oos)?;
+    if let Some(shard) = a.shard {
+        prepared.shard(shard)?;
+    }
     let bar = indicatif::ProgressBar::new(prepared.jobs() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} replays, {elapsed} elapsed, ETA {eta}")
@@ -86,6 +130,7 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
             stats_sha256: prepared.stats.sha256(),
         },
+        shard: a.shard,
         rows,
     };
     output.write(&a.output)?;

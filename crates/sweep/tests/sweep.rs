@@ -189,3 +189,17 @@ fn shards_merge_into_the_unsharded_output() {
     let e = SweepOutput::merge(vec![whole]).unwrap_err();
     assert!(e.to_string().contains("not a shard"), "{e}");
 }
+
+#[test]
+fn the_reference_grid_expands_to_120_configurations() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/grids/reference.json");
+    let g = Grid::read(&path).unwrap();
+    let labels: Vec<(String, String)> = g.variants.iter().map(|v| (v.clone(), v.clone())).collect();
+    let keys = g.expand(&labels, 10).unwrap();
+    assert_eq!(keys.len(), 120);
+    let per = |v: &str| keys.iter().filter(|k| k.variant == v).count();
+    assert_eq!([per("full"), per("l2_sum@256"), per("hybrid@224"), per("shrink@320")], [27, 27, 2, 2]);
+    assert_eq!(keys.iter().filter(|k| k.lambda > 0.0).count(), 4 * 21);
+    assert!(keys.iter().all(|k| k.cap == 128 && k.k_used == 10));
+    assert_eq!(g.device_profiles().unwrap()[0].expert_mb, 1.3824);
+}

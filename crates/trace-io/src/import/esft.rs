@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::{ImportReport, Imported};
 use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
 
 /// Probabilities below this (the recorded 0.0000) are floored here before `ln`: half the rounding unit.
@@ -63,6 +64,15 @@ struct LayerFile {
 /// lengths; [`TraceError::Value`] (wrapped with the directory) when a row breaks a trace rule
 /// (an id `>= num_experts`, a repeated id).
 pub fn import_esft(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<TraceData> {
+    import_esft_with_report(dir, opts).map(|i| i.trace)
+}
+
+/// [`import_esft`], plus the report of what was read (records = (layer, token) rows over all
+/// files; nothing is dropped by this importer).
+///
+/// # Errors
+/// As [`import_esft`].
+pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<Imported> {
     let dir = dir.as_ref();
     if opts.domains.is_empty() {
         return Err(TraceError::Config { key: "domains", reason: "at least one domain is needed".into() });
@@ -152,6 +162,7 @@ pub fn import_esft(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<TraceDat
             start += len as u64;
         }
     }
+    let n_seqs = seq_offsets.len();
     let mut extra = BTreeMap::new();
     extra.insert("domains".to_string(), opts.domains.join(","));
     extra.insert(
@@ -179,7 +190,20 @@ pub fn import_esft(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<TraceDat
         seq_offsets: Some(seq_offsets),
         step_offsets: None,
     };
-    TraceData::new(meta, tokens, k, parts).map_err(|e| e.in_file(&root))
+    let trace = TraceData::new(meta, tokens, k, parts).map_err(|e| e.in_file(&root))?;
+    let report = ImportReport {
+        format: "esft",
+        files: n_layers * opts.domains.len(),
+        records_read: (n_layers * tokens) as u64,
+        layers: n_layers,
+        tokens,
+        sequences: Some(n_seqs),
+        steps: None,
+        floored_probs: floored,
+        dropped: Vec::new(),
+        notes: Vec::new(),
+    };
+    Ok(Imported { trace, report })
 }
 
 /// Lists `expert_weights_<layer>.txt` in `dir`, sorted by layer.

@@ -1,1 +1,213 @@
-//! stub
+//! cachesim: replays recorded Mixture-of-Experts routing traces through per-layer expert caches
+//! and counts the misses, i.e. the expert loads from SSD an offloading runtime would make
+//! (SEMANTICS.md §5).
+//!
+//! Each traced layer has its own cache of `cap` experts; per token the router's candidates are
+//! filtered by a keep set (pruning), optionally re-ranked toward cached experts (cache-aware
+//! routing, λ > 0), and the chosen experts are looked up, missed experts inserted and, when the
+//! cache is full, the lowest-priority expert not chosen for the same token evicted.
+//!
+//! Main types:
+//! - [`ReplayConfig`] with [`Policy`] and [`Semantics`]: what to replay.
+//! - [`Keep`]: per-layer masks of kept experts, built from plain id lists.
+//! - [`ReplayCounts`]: the counts of one configuration (tokens, picks, hits, misses, ...).
+//! - [`validate`] refuses bad configurations before any work; [`replay`] is the fast, parallel
+//!   replayer; [`reference::replay`] a plain, single-threaded one written for clarity, used to
+//!   check the fast one (SEMANTICS.md §8.4). Both give identical counts.
+//! - [`CacheSimError`]: the one error type.
+//!
+//! ```
+//! use cachesim::{Keep, Policy, ReplayConfig};
+//! use trace_io::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta};
+//!
+//! // One layer, 3 experts, k = 1, one candidate per row: requests 0 1 2 0.
+//! let meta = TraceMeta {
+//!     model: "toy".into(),
+//!     num_experts: 3,
+//!     top_k: 1,
+//!     layer_ids: vec![0],
+//!     score_kind: ScoreKind::None,
+//!     phase: Phase::Unknown,
+//!     source: "doc".into(),
+//!     extra: Default::default(),
+//! };
+//! let parts = OwnedParts { ids: vec![0, 1, 2, 0], ..Default::default() };
+//! let trace = TraceData::new(meta, 4, 1, parts)?;
+//! let view = trace.view();
+//! let cfg = ReplayConfig { warmup: 0, ..ReplayConfig::new(Policy::Lru, 2) };
+//! let counts = cachesim::replay(&view, &Keep::full(&view.shape()), &cfg)?;
+//! // 2 evicts 0 (least recently used), so 0 misses again: 4 misses in 4 picks.
+//! assert_eq!((counts.picks, counts.misses), (4, 4));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Architecture invariants: cachesim never does I/O and never prints; it reads traces only through
+//! [`trace_io::TraceView`]; it does not depend on the saliency crate (keep sets come as id lists).
+//!
+//! ## Readings of SEMANTICS.md §5 where the text leaves room
+//! - Credits of `near_pick` and `near_pick_ema` use F, the *kept* candidates, and ranks within F
+//!   (an expert that is not kept can never be cached, so its credit would never matter).
+//!   `inv_router`'s softmax is over all m recorded candidates, kept or not, as the text says.
+//! - Policy state evolves from token 0: the warmup only stops counting, not caching or crediting.
+//! - The LRU clock counts chosen picks only (forced misses have no expert and touch no state).
+//! - `belady` in sequential mode: an expert still to be processed later in the same token has
+//!   next use = the current token, so it is the last to be evicted (ties: lowest id).
+//! - `reset_at_sequence` empties the caches and forgets all policy state (frequencies, credits,
+//!   scores) at each recorded sequence start; `belady`'s next use then never looks past the end of
+//!   the current sequence. Warmup and the token count still run over the whole trace.
+//! - `near_pick`: an expert that never stood in F at rank < N has the lowest credit (below token 0).
+
+mod config;
+mod engine;
+mod error;
+mod keep;
+pub mod reference;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use trace_io::{Shape, TraceView};
+
+pub use config::{ParseNameError, Policy, ReplayConfig, Semantics};
+pub use error::{CacheSimError, Result};
+pub use keep::Keep;
+
+/// The counts of one replay (SEMANTICS.md §5 "Results").
+///
+/// Counting starts at token W (the warmup); everything before only warms the caches.
+/// `picks`, `hits`, `misses`, `forced_misses`, `substituted` and `pruned_slots` are summed over
+/// layers; `layer_misses[l]` is the misses of layer index `l`.
+/// Invariants: `hits + misses == picks == tokens · L · k_used`, `forced_misses <= misses`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayCounts {
+    /// Tokens counted: max(T − W, 0). The same for every layer, so NOT multiplied by L.
+    pub tokens: u64,
+    /// Expert slots looked up: `k_used` per counted token and layer.
+    pub picks: u64,
+    /// Picks whose expert was already cached.
+    pub hits: u64,
+    /// Picks that load an expert (cache misses plus forced misses).
+    pub misses: u64,
+    /// Slots with no kept candidate left to fill them (k_used − n per token and layer), included
+    /// in `misses`.
+    pub forced_misses: u64,
+    /// Chosen experts that are not among the row's unconstrained first k_used ids (pruning or
+    /// cache-aware routing picked another expert).
+    pub substituted: u64,
+    /// Of the row's first k_used ids, the ones the keep set removed.
+    pub pruned_slots: u64,
+    /// Misses per layer index, `[L]`.
+    pub layer_misses: Vec<u64>,
+}
+
+impl ReplayCounts {
+    /// hits / picks, 0 when nothing was picked.
+    pub fn hit_rate(&self) -> f64 {
+        if self.picks == 0 { 0.0 } else { self.hits as f64 / self.picks as f64 }
+    }
+
+    /// misses / tokens counted (all layers together: expert loads per token), 0 when no token
+    /// was counted.
+    pub fn misses_per_token(&self) -> f64 {
+        if self.tokens == 0 { 0.0 } else { self.misses as f64 / self.tokens as f64 }
+    }
+}
+
+/// Counts of one layer, summed into [`ReplayCounts`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LayerCounts {
+    pub picks: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub forced_misses: u64,
+    pub substituted: u64,
+    pub pruned_slots: u64,
+}
+
+impl ReplayCounts {
+    pub(crate) fn from_layers(shape: &Shape, warmup: usize, layers: &[LayerCounts]) -> ReplayCounts {
+        let mut c = ReplayCounts {
+            tokens: shape.tokens.saturating_sub(warmup) as u64,
+            layer_misses: layers.iter().map(|l| l.misses).collect(),
+            ..ReplayCounts::default()
+        };
+        for l in layers {
+            c.picks += l.picks;
+            c.hits += l.hits;
+            c.misses += l.misses;
+            c.forced_misses += l.forced_misses;
+            c.substituted += l.substituted;
+            c.pruned_slots += l.pruned_slots;
+        }
+        c
+    }
+}
+
+/// Checks a configuration against a trace's shape before any work (SEMANTICS.md §5, §8.6).
+///
+/// # Errors
+/// - [`CacheSimError::InvalidParameter`]: `k_used` = 0, `cap` = 0, λ negative or not finite,
+///   decay outside (0, 1].
+/// - [`CacheSimError::KUsedAboveCandidates`]: `k_used` > m.
+/// - [`CacheSimError::CapBelowKUsed`]: `cap` < `k_used`.
+/// - [`CacheSimError::BeladyWithLambda`]: `belady` with λ > 0.
+/// - [`CacheSimError::NeedsScores`]: λ > 0 or `inv_router` on a trace without scores.
+/// - [`CacheSimError::NoRoomForRouting`]: λ > 0 and m == `k_used`.
+pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<()> {
+    let k_used = cfg.k_used_or(shape.top_k);
+    let invalid = |name, value: String, reason| Err(CacheSimError::InvalidParameter { name, value, reason });
+    if k_used == 0 {
+        return invalid("k_used", "0".into(), "must be at least 1");
+    }
+    if cfg.cap == 0 {
+        return invalid("cap", "0".into(), "must be at least 1");
+    }
+    if !cfg.lambda.is_finite() || cfg.lambda < 0.0 {
+        return invalid("lambda", cfg.lambda.to_string(), "must be finite and >= 0");
+    }
+    if !(cfg.decay > 0.0 && cfg.decay <= 1.0) {
+        return invalid("decay", cfg.decay.to_string(), "must be in (0, 1]");
+    }
+    if k_used > shape.candidates {
+        return Err(CacheSimError::KUsedAboveCandidates { k_used, candidates: shape.candidates });
+    }
+    if cfg.cap < k_used {
+        return Err(CacheSimError::CapBelowKUsed { cap: cfg.cap, k_used });
+    }
+    if cfg.policy == Policy::Belady && cfg.lambda > 0.0 {
+        return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });
+    }
+    if cfg.lambda > 0.0 && !has_scores {
+        return Err(CacheSimError::NeedsScores { what: "cache-aware routing (lambda > 0)" });
+    }
+    if cfg.policy == Policy::InvRouter && !has_scores {
+        return Err(CacheSimError::NeedsScores { what: "policy inv_router" });
+    }
+    if cfg.lambda > 0.0 && shape.candidates == k_used {
+        return Err(CacheSimError::NoRoomForRouting { k_used, candidates: shape.candidates });
+    }
+    Ok(())
+}
+
+/// Replays `trace` through the caches of `cfg` with the keep set `keep` (SEMANTICS.md §5).
+///
+/// Validates first ([`validate`], and the keep set's shape), then runs the layers in parallel on
+/// the rayon pool; the result does not depend on the thread count.
+///
+/// # Errors
+/// As [`validate`], plus [`CacheSimError::KeepMismatch`] when `keep` does not have the trace's
+/// L and E.
+pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<ReplayCounts> {
+    let shape = trace.shape();
+    validate(&shape, trace.parts().scores.is_some(), cfg)?;
+    keep.check_shape(&shape)?;
+    let params = engine::Params::new(&shape, cfg, trace.seq_offsets());
+    let layers: Vec<LayerCounts> = (0..shape.layers)
+        .into_par_iter()
+        .map(|l| {
+            let input =
+                engine::LayerInput { ids: trace.layer_ids(l), scores: trace.layer_scores(l), keep: keep.layer_mask(l) };
+            engine::replay_layer(&params, &input)
+        })
+        .collect();
+    Ok(ReplayCounts::from_layers(&shape, cfg.warmup, &layers))
+}

@@ -1,0 +1,46 @@
+//! Replay throughput in picks per second on a synthetic trace generated in-process:
+//! 8 layers x 512 experts, k = 10, m = 64, 8192 tokens, cap 128; every policy at λ = 0 and
+//! lru at λ = 0.12.
+
+#![expect(missing_docs, reason = "criterion_group! generates an undocumented pub fn")]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::Duration;
+
+use cachesim::{Keep, Policy, ReplayConfig};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+fn bench_replay(c: &mut Criterion) {
+    let s = common::Synth {
+        layers: 8,
+        tokens: 8192,
+        num_experts: 512,
+        top_k: 10,
+        candidates: 64,
+        reuse: 0.3,
+        sequences: 1,
+        with_scores: true,
+    };
+    let trace = common::synth(42, s);
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let mut group = c.benchmark_group("replay");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    let mut configs: Vec<(String, ReplayConfig)> =
+        Policy::ALL.iter().map(|&p| (format!("{p}/lambda0"), ReplayConfig::new(p, 128))).collect();
+    configs.push(("lru/lambda0.12".into(), ReplayConfig { lambda: 0.12, ..ReplayConfig::new(Policy::Lru, 128) }));
+    for (name, cfg) in configs {
+        let counts = cachesim::replay(&view, &keep, &cfg).expect("valid config");
+        // picks of every token, warmup included (the replay processes them all)
+        let picks = (s.layers * s.tokens * s.top_k) as u64;
+        assert!(counts.picks <= picks);
+        group.throughput(Throughput::Elements(picks));
+        group.bench_function(name, |b| b.iter(|| cachesim::replay(&view, &keep, &cfg).expect("valid config")));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_replay);
+criterion_main!(benches);

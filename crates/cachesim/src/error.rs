@@ -1,0 +1,93 @@
+//! The one error type of cachesim.
+
+/// A configuration or keep set that cannot be replayed on a trace.
+///
+/// Every error is raised by [`crate::validate`] (or by [`crate::replay`] before any work starts);
+/// the replay core itself cannot fail. Variants carry the offending values.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheSimError {
+    /// The cache is smaller than the experts a token uses: under k-way residency a token needs
+    /// all its `k_used` experts in memory at once (SEMANTICS.md §5).
+    #[error(
+        "cache capacity {cap} is below k_used = {k_used} (a token needs all its experts resident at once); use --cap {k_used} or more"
+    )]
+    CapBelowKUsed {
+        /// The requested capacity, in experts per layer.
+        cap: usize,
+        /// The experts used per token.
+        k_used: usize,
+    },
+    /// Belady's policy is exact only when selection does not depend on the cache, so it cannot be
+    /// combined with cache-aware routing (λ > 0).
+    #[error(
+        "policy belady needs lambda = 0 (cache-aware routing makes the future depend on the cache), got lambda = {lambda}"
+    )]
+    BeladyWithLambda {
+        /// The requested λ.
+        lambda: f64,
+    },
+    /// `k_used` exceeds the candidates recorded per row.
+    #[error("k_used = {k_used} is larger than the {candidates} candidates recorded per row")]
+    KUsedAboveCandidates {
+        /// The requested experts per token.
+        k_used: usize,
+        /// m, candidates per row in the trace.
+        candidates: usize,
+    },
+    /// The configuration needs router scores and the trace has none.
+    #[error("{what} needs router scores, and the trace has none")]
+    NeedsScores {
+        /// What needs them (`cache-aware routing (lambda > 0)` or `policy inv_router`).
+        what: &'static str,
+    },
+    /// Cache-aware routing (λ > 0) on a trace without candidates beyond `k_used`: there is no
+    /// alternative expert to route to.
+    #[error(
+        "cache-aware routing (lambda > 0) needs candidates beyond k_used, but the trace records {candidates} per row and k_used = {k_used}; use lambda = 0 or a smaller k_used"
+    )]
+    NoRoomForRouting {
+        /// The experts used per token.
+        k_used: usize,
+        /// m, candidates per row in the trace.
+        candidates: usize,
+    },
+    /// A keep set does not have the trace's shape.
+    #[error(
+        "keep set covers {actual_layers} layers x {actual_experts} experts, but the trace has {expected_layers} layers x {expected_experts} experts"
+    )]
+    KeepMismatch {
+        /// L of the trace.
+        expected_layers: usize,
+        /// Layers in the keep set.
+        actual_layers: usize,
+        /// E of the trace.
+        expected_experts: usize,
+        /// Experts per layer in the keep set.
+        actual_experts: usize,
+    },
+    /// A keep list names an expert id that does not exist.
+    #[error("keep list of layer index {layer} names expert {id}, but the trace has only {num_experts} experts")]
+    KeepIdOutOfRange {
+        /// Layer index (position in the trace, not the model's layer id).
+        layer: usize,
+        /// The offending id.
+        id: u16,
+        /// E.
+        num_experts: usize,
+    },
+    /// A parameter is out of its domain (negative or non-finite λ, decay outside (0, 1],
+    /// `k_used` = 0, `cap` = 0).
+    #[error("invalid {name} = {value}: {reason}")]
+    InvalidParameter {
+        /// Parameter name as in [`crate::ReplayConfig`].
+        name: &'static str,
+        /// The rejected value.
+        value: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+}
+
+/// Result type of cachesim.
+pub type Result<T> = std::result::Result<T, CacheSimError>;

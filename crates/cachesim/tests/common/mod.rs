@@ -1,0 +1,120 @@
+//! Shared test helpers: hand-built and seeded random synthetic traces.
+
+#![allow(dead_code, reason = "each test binary uses a different subset of the helpers")]
+
+use std::collections::BTreeMap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use trace_io::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta};
+
+pub fn meta(num_experts: usize, top_k: usize, layers: usize) -> TraceMeta {
+    TraceMeta {
+        model: "synthetic".into(),
+        num_experts: num_experts as u32,
+        top_k: top_k as u32,
+        layer_ids: (0..layers as u32).collect(),
+        score_kind: ScoreKind::Logits,
+        phase: Phase::Unknown,
+        source: "cachesim tests".into(),
+        extra: BTreeMap::new(),
+    }
+}
+
+/// A one-layer trace from rows of candidate ids (all rows the same length m), optional scores.
+pub fn one_layer(num_experts: usize, top_k: usize, rows: &[&[u16]], scores: Option<&[&[f32]]>) -> TraceData {
+    let m = rows[0].len();
+    let ids: Vec<u16> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    let scores = scores.map(|s| s.iter().flat_map(|r| r.iter().copied()).collect());
+    let parts = OwnedParts { ids, scores, ..Default::default() };
+    TraceData::new(meta(num_experts, top_k, 1), rows.len(), m, parts).expect("valid hand-built trace")
+}
+
+/// Parameters of a random synthetic trace.
+#[derive(Debug, Clone, Copy)]
+pub struct Synth {
+    pub layers: usize,
+    pub tokens: usize,
+    pub num_experts: usize,
+    pub top_k: usize,
+    pub candidates: usize,
+    /// Probability that a slot reuses one of the previous row's candidates (locality).
+    pub reuse: f64,
+    /// Number of sequences (1 = no seq_offsets recorded).
+    pub sequences: usize,
+    pub with_scores: bool,
+}
+
+/// A seeded random trace with temporal locality, quantized (so sometimes tied) scores and
+/// optional sequence starts.
+pub fn synth(seed: u64, s: Synth) -> TraceData {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (l_n, t_n, e_n, m) = (s.layers, s.tokens, s.num_experts, s.candidates);
+    let mut ids = Vec::with_capacity(l_n * t_n * m);
+    let mut scores = Vec::with_capacity(l_n * t_n * m);
+    // A per-layer skewed popularity: expert e drawn with weight ~ 1 / (1 + rank).
+    for _ in 0..l_n {
+        let mut prev: Vec<u16> = Vec::new();
+        let mut perm: Vec<u16> = (0..e_n as u16).collect();
+        for i in (1..perm.len()).rev() {
+            let j = rng.random_range(0..=i);
+            perm.swap(i, j);
+        }
+        for _ in 0..t_n {
+            let mut row: Vec<u16> = Vec::with_capacity(m);
+            while row.len() < m {
+                let e = if !prev.is_empty() && rng.random_bool(s.reuse) {
+                    prev[rng.random_range(0..prev.len())]
+                } else {
+                    // skewed: square of a uniform picks low ranks more often
+                    let u: f64 = rng.random();
+                    perm[((u * u) * e_n as f64) as usize % e_n]
+                };
+                if !row.contains(&e) {
+                    row.push(e);
+                }
+            }
+            let mut z = 2.0f32;
+            for _ in 0..m {
+                scores.push(z);
+                // steps of 0.25 with ~20% zero steps: ties happen
+                z -= 0.25 * rng.random_range(0..4u8) as f32;
+            }
+            ids.extend_from_slice(&row);
+            prev = row;
+        }
+    }
+    let seq_offsets = (s.sequences > 1).then(|| {
+        let mut offs: Vec<u64> = vec![0];
+        for i in 1..s.sequences {
+            let base = (i * t_n / s.sequences) as u64;
+            let jitter = rng.random_range(0..(t_n / s.sequences / 2).max(1)) as u64;
+            let o = base + jitter;
+            if o > *offs.last().expect("non-empty") && (o as usize) < t_n {
+                offs.push(o);
+            }
+        }
+        offs
+    });
+    let parts = OwnedParts { ids, scores: s.with_scores.then_some(scores), seq_offsets, ..Default::default() };
+    TraceData::new(meta(e_n, s.top_k, l_n), t_n, m, parts).expect("valid synthetic trace")
+}
+
+/// A keep list per layer: each expert kept with probability `p` (seeded), at least `min_kept`.
+pub fn random_keep(seed: u64, layers: usize, num_experts: usize, p: f64, min_kept: usize) -> Vec<Vec<u16>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    (0..layers)
+        .map(|_| {
+            let mut kept: Vec<u16> = (0..num_experts as u16).filter(|_| rng.random_bool(p)).collect();
+            let mut e = 0u16;
+            while kept.len() < min_kept {
+                if !kept.contains(&e) {
+                    kept.push(e);
+                }
+                e += 1;
+            }
+            kept.sort_unstable();
+            kept
+        })
+        .collect()
+}

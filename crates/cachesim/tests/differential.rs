@@ -1,0 +1,167 @@
+//! The fast replayer against the plain reference over a configuration matrix on seeded random
+//! traces (SEMANTICS.md §8.4): counts must be identical.
+
+mod common;
+
+use cachesim::{Keep, Policy, ReplayConfig, ReplayCounts, Semantics, reference};
+use common::{Synth, random_keep, synth};
+
+const SMALL: Synth = Synth {
+    layers: 2,
+    tokens: 160,
+    num_experts: 12,
+    top_k: 3,
+    candidates: 6,
+    reuse: 0.5,
+    sequences: 4,
+    with_scores: true,
+};
+
+fn keeps(shape: &trace_io::Shape, seed: u64) -> Vec<(&'static str, Keep)> {
+    let (l, e) = (shape.layers, shape.num_experts);
+    vec![
+        ("full", Keep::full(shape)),
+        ("pruned", Keep::from_layers(shape, &random_keep(seed, l, e, 0.7, 6)).expect("valid keep")),
+        // 4 of 12 experts: rows often have fewer than k kept candidates: forced misses.
+        ("forcing", Keep::from_layers(shape, &random_keep(seed + 1, l, e, 0.25, 2)).expect("valid keep")),
+    ]
+}
+
+fn run_matrix(trace: &trace_io::TraceData, seed: u64) -> usize {
+    let view = trace.view();
+    let shape = view.shape();
+    let mut runs = 0;
+    let mut forced_seen = false;
+    let mut substituted_by_routing = false;
+    for (keep_name, keep) in keeps(&shape, seed) {
+        for k_used in [shape.top_k, shape.top_k - 1] {
+            for policy in Policy::ALL {
+                let lambdas: &[f64] = if policy == Policy::Belady { &[0.0] } else { &[0.0, 0.05, 0.12, 0.7] };
+                for &lambda in lambdas {
+                    let js: &[usize] = if lambda == 0.0 { &[2] } else { &[2, 3] };
+                    for &j in js {
+                        for cap in [k_used, k_used + 2, shape.num_experts] {
+                            for semantics in [Semantics::KWay, Semantics::Sequential] {
+                                for (warmup, reset) in [(0, false), (0, true), (17, false), (17, true)] {
+                                    let cfg = ReplayConfig {
+                                        k_used: Some(k_used),
+                                        lambda,
+                                        j,
+                                        warmup,
+                                        decay: 0.9,
+                                        near_pick_n: 4,
+                                        semantics,
+                                        reset_at_sequence: reset,
+                                        ..ReplayConfig::new(policy, cap)
+                                    };
+                                    let fast = cachesim::replay(&view, &keep, &cfg).expect("valid config");
+                                    let slow = reference::replay(&view, &keep, &cfg).expect("valid config");
+                                    assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
+                                    assert_eq!(fast.hits + fast.misses, fast.picks);
+                                    assert_eq!(fast.picks, fast.tokens * (k_used * shape.layers) as u64);
+                                    assert_eq!(fast.layer_misses.iter().sum::<u64>(), fast.misses);
+                                    assert!(fast.forced_misses <= fast.misses);
+                                    forced_seen |= fast.forced_misses > 0;
+                                    substituted_by_routing |= keep_name == "full" && fast.substituted > 0;
+                                    runs += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(forced_seen, "the matrix must exercise forced misses");
+    assert!(substituted_by_routing, "the matrix must exercise cache-aware substitutions");
+    runs
+}
+
+#[test]
+fn fast_equals_reference_on_random_traces() {
+    let mut runs = 0;
+    for seed in [1u64, 2] {
+        runs += run_matrix(&synth(seed, SMALL), seed);
+    }
+    assert!(runs > 1000, "{runs}");
+}
+
+#[test]
+fn fast_equals_reference_with_wide_rows_and_weak_locality() {
+    let s = Synth { num_experts: 40, top_k: 4, candidates: 12, reuse: 0.2, sequences: 1, tokens: 160, ..SMALL };
+    let trace = synth(7, s);
+    let view = trace.view();
+    let shape = view.shape();
+    for (keep_name, keep) in keeps(&shape, 7) {
+        for policy in Policy::ALL {
+            for lambda in [0.0, 0.09, 0.3] {
+                if policy == Policy::Belady && lambda > 0.0 {
+                    continue;
+                }
+                for cap in [4, 9, 16, 40] {
+                    for semantics in [Semantics::KWay, Semantics::Sequential] {
+                        let cfg = ReplayConfig { lambda, semantics, warmup: 5, ..ReplayConfig::new(policy, cap) };
+                        let fast = cachesim::replay(&view, &keep, &cfg).expect("valid config");
+                        let slow = reference::replay(&view, &keep, &cfg).expect("valid config");
+                        assert_eq!(fast, slow, "keep {keep_name}, {cfg:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Many protected experts per token (k = 8) in small caches: exercises the victim search past
+/// protected heap nodes and list entries.
+#[test]
+fn fast_equals_reference_with_many_protected_experts() {
+    let s = Synth { num_experts: 24, top_k: 8, candidates: 12, reuse: 0.6, sequences: 3, tokens: 200, ..SMALL };
+    for seed in [11u64, 12, 13] {
+        let trace = synth(seed, s);
+        let view = trace.view();
+        let shape = view.shape();
+        for (keep_name, keep) in keeps(&shape, seed) {
+            for policy in Policy::ALL {
+                for lambda in [0.0, 0.12] {
+                    if policy == Policy::Belady && lambda > 0.0 {
+                        continue;
+                    }
+                    for cap in [8, 9, 12] {
+                        for semantics in [Semantics::KWay, Semantics::Sequential] {
+                            let cfg = ReplayConfig {
+                                lambda,
+                                semantics,
+                                warmup: 10,
+                                near_pick_n: 10,
+                                reset_at_sequence: seed == 12,
+                                ..ReplayConfig::new(policy, cap)
+                            };
+                            let fast = cachesim::replay(&view, &keep, &cfg).expect("valid config");
+                            let slow = reference::replay(&view, &keep, &cfg).expect("valid config");
+                            assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The parallel replay gives the same counts whatever the thread count.
+#[test]
+fn thread_count_does_not_change_results() {
+    let s = Synth { layers: 6, ..SMALL };
+    let trace = synth(3, s);
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let run = |threads: usize| -> Vec<ReplayCounts> {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+        pool.install(|| {
+            Policy::ALL
+                .iter()
+                .map(|&p| cachesim::replay(&view, &keep, &ReplayConfig::new(p, 5)).expect("valid config"))
+                .collect()
+        })
+    };
+    assert_eq!(run(1), run(4));
+}

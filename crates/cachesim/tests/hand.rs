@@ -1,0 +1,322 @@
+//! Hand-computed replays (derivations in the comments), checked on both replayers.
+
+mod common;
+
+use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, ReplayCounts, Semantics, reference};
+use common::one_layer;
+use trace_io::TraceData;
+
+/// Replays on both replayers, asserts they agree, returns the counts.
+fn check(trace: &TraceData, keep: Option<&[Vec<u16>]>, cfg: &ReplayConfig) -> ReplayCounts {
+    let view = trace.view();
+    let keep = match keep {
+        Some(k) => Keep::from_layers(&view.shape(), k).expect("valid keep"),
+        None => Keep::full(&view.shape()),
+    };
+    let fast = cachesim::replay(&view, &keep, cfg).expect("valid config");
+    let slow = reference::replay(&view, &keep, cfg).expect("valid config");
+    assert_eq!(fast, slow, "fast and reference disagree on {cfg:?}");
+    assert_eq!(fast.hits + fast.misses, fast.picks);
+    fast
+}
+
+fn cfg(policy: Policy, cap: usize) -> ReplayConfig {
+    ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, cap) }
+}
+
+/// k = 1, cap 2, requests 0 1 2 0 2 1 0 1 (t0..t7). Pick clock = t + 1.
+///
+/// lru:  t0 0 miss [0]; t1 1 miss [0,1]; t2 2 miss, evict 0 (last t0) [1,2]; t3 0 miss, evict 1
+///       (t1) [2,0]; t4 2 hit; t5 1 miss, evict 0 (t3 < t4) [2,1]; t6 0 miss, evict 2 (t4 < t5)
+///       [1,0]; t7 1 hit.                                                           = 6 misses
+/// fifo: t2 evicts 0 (inserted t0) [1,2]; t3 evicts 1 (t1) [2,0]; t4 hit; t5 evicts 2 (t2)
+///       [0,1]; t6 hit; t7 hit.                                        misses t0..t3, t5 = 5
+/// lfu:  t2: counts 0:1 1:1, tie -> older access 0 evicted [1,2]; t3: 1 (1, t1) vs 2 (1, t2)
+///       -> evict 1 [2,0]; t4 2 hit (count 2); t5: evict 0 (count 1) [2,1]; t6: evict 1
+///       (count 1 < 2) [2,0]; t7: evict 0 (count 1) -> miss.                       = 7 misses
+/// belady: t2: next use 0 -> t3, 1 -> t5: evict 1 [0,2]; t3, t4 hit; t5: 0 -> t6, 2 -> never:
+///       evict 2 [0,1]; t6, t7 hit.                                      misses t0..t2, t5 = 4
+#[test]
+fn lru_fifo_lfu_belady_differ() {
+    let rows: Vec<&[u16]> = vec![&[0], &[1], &[2], &[0], &[2], &[1], &[0], &[1]];
+    let trace = one_layer(3, 1, &rows, None);
+    let expect = [(Policy::Lru, 6), (Policy::Fifo, 5), (Policy::Lfu, 7), (Policy::Belady, 4)];
+    for (policy, misses) in expect {
+        let c = check(&trace, None, &cfg(policy, 2));
+        assert_eq!(c.misses, misses, "{policy}");
+        assert_eq!((c.tokens, c.picks, c.hits), (8, 8, 8 - misses), "{policy}");
+        assert_eq!((c.forced_misses, c.substituted, c.pruned_slots), (0, 0, 0), "{policy}");
+        assert_eq!(c.layer_misses, vec![misses]);
+    }
+    // With k = 1 there is nothing to protect: sequential gives the same counts.
+    for (policy, misses) in expect {
+        let c = check(&trace, None, &ReplayConfig { semantics: Semantics::Sequential, ..cfg(policy, 2) });
+        assert_eq!(c.misses, misses, "{policy} sequential");
+    }
+    // Warmup 3: only t3..t7 count. lru misses at t3, t5, t6 -> 3 of 5 picks.
+    let c = check(&trace, None, &ReplayConfig { warmup: 3, ..cfg(Policy::Lru, 2) });
+    assert_eq!((c.tokens, c.picks, c.hits, c.misses), (5, 5, 2, 3));
+    assert!((c.misses_per_token() - 0.6).abs() < 1e-12);
+    assert!((c.hit_rate() - 0.4).abs() < 1e-12);
+    // cap 3 >= E: only the 3 compulsory misses.
+    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 3)).misses, 3);
+}
+
+/// E = 4, k = 2, m = 3, keep {0, 1} (2 and 3 pruned), cap 2, lru.
+/// t0 [0,1,2]: F = [0,1], chosen 0,1 (2 cold misses); first-k {0,1} all kept: no pruned slot,
+///             no substitution.
+/// t1 [2,3,0]: F = [0], n = 1: 1 forced miss; first-k {2,3} both pruned (2); chosen 0 is not
+///             in {2,3}: 1 substituted; 0 hit.
+/// t2 [3,1,2]: F = [1]: 1 forced; first-k {3,1}: 1 pruned; 1 is among them: 0 substituted; hit.
+/// t3 [2,3,1]: F = [1]: 1 forced; 2 pruned; 1 substituted; hit.
+/// Totals: picks 8, hits 3, misses 2 + 3 = 5, forced 3, pruned_slots 5, substituted 2.
+#[test]
+fn pruned_keep_forces_misses() {
+    let rows: Vec<&[u16]> = vec![&[0, 1, 2], &[2, 3, 0], &[3, 1, 2], &[2, 3, 1]];
+    let trace = one_layer(4, 2, &rows, None);
+    let keep = vec![vec![0u16, 1]];
+    for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::InvRouter) {
+        let c = check(&trace, Some(&keep), &cfg(policy, 2));
+        let expect = ReplayCounts {
+            tokens: 4,
+            picks: 8,
+            hits: 3,
+            misses: 5,
+            forced_misses: 3,
+            substituted: 2,
+            pruned_slots: 5,
+            layer_misses: vec![5],
+        };
+        assert_eq!(c, expect, "{policy}");
+    }
+    // The full keep set: t1 chosen 2, 3 (2 misses, evicting 0 then 1), t2 chosen 3 (hit), 1 (miss,
+    // evicts 2: 3 is protected), t3 chosen 2 (miss, evicts 1: 3 is protected), 3 (hit): 6 misses.
+    let c = check(&trace, None, &cfg(Policy::Lru, 2));
+    assert_eq!((c.misses, c.forced_misses, c.substituted, c.pruned_slots), (6, 0, 0, 0));
+}
+
+/// near_pick, N = 2, k = 1, m = 3, cap 3, E = 5.
+/// t0 [0,1,4]: 0 miss [0];        credits 0 -> t0, 1 -> t0
+/// t1 [1,2,4]: 1 miss [0,1];      credits 1 -> t1, 2 -> t1
+/// t2 [2,0,4]: 2 miss [0,1,2];    credits 2 -> t2, 0 -> t2
+/// t3 [3,4,1]: 3 miss, full. lru evicts 0 (oldest access). near_pick: 0 -> t2, 1 -> t1, 2 -> t2:
+///             evicts 1.
+/// t4 [0,4,1]: lru: 0 misses again (5 misses in all); near_pick: 0 hits (4 misses).
+/// With N = 1 only the chosen expert is credited, which orders like lru: 5 misses.
+#[test]
+fn near_pick_keeps_recent_candidates() {
+    let rows: Vec<&[u16]> = vec![&[0, 1, 4], &[1, 2, 4], &[2, 0, 4], &[3, 4, 1], &[0, 4, 1]];
+    let trace = one_layer(5, 1, &rows, None);
+    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 3)).misses, 5);
+    let np = |n| ReplayConfig { near_pick_n: n, ..cfg(Policy::NearPick, 3) };
+    assert_eq!(check(&trace, None, &np(2)).misses, 4);
+    assert_eq!(check(&trace, None, &np(1)).misses, 5);
+    // Pruning expert 0 out: F of t2 is [2,4], so 0 is never credited at t2 (credits read F).
+    // 0 then is never chosen either: t0 [1] ... every token picks its first kept candidate.
+    // t0 1 miss; t1 1 hit; t2 2 miss; t3 3 miss; t4 4 miss -> 4 misses, no forced ones.
+    let keep = vec![vec![1u16, 2, 3, 4]];
+    let c = check(&trace, Some(&keep), &np(2));
+    assert_eq!((c.misses, c.forced_misses, c.substituted, c.pruned_slots), (4, 0, 2, 2));
+}
+
+/// near_pick_ema, N = 2, k = 1, m = 3, cap 2, E = 5.
+/// t0 [1,3,4]: 1 miss [1];   t1 [3,1,4]: 3 miss [1,3];   t2 [1,3,4]: 1 hit.
+/// After t2 both 1 and 3 were credited at t0, t1, t2: s1 = s3 = d(d + 1) + 1 exactly.
+/// t3 [0,2,4]: 0 miss; s tie -> lru: 3 (access t1) evicted [1,0]; credits 0, 2: s0 = 1,
+///             s1 = d(d(d + 1) + 1).
+/// t4 [2,4,0]: 2 miss; evict min(s0, s1). d = 0.9: s1 = 2.439 > 1 -> evict 0; d = 0.1:
+///             s1 = 0.111 < 1 -> evict 1.
+/// t5 [1,0,4]: d = 0.9: 1 hit (4 misses); d = 0.1: 1 miss (5 misses).
+/// near_pick (last credit 1 -> t2, 0 -> t3) evicts 1 at t4 like lru: 5 misses.
+#[test]
+fn near_pick_ema_depends_on_decay() {
+    let rows: Vec<&[u16]> = vec![&[1, 3, 4], &[3, 1, 4], &[1, 3, 4], &[0, 2, 4], &[2, 4, 0], &[1, 0, 4]];
+    let trace = one_layer(5, 1, &rows, None);
+    let ema = |d| ReplayConfig { near_pick_n: 2, decay: d, ..cfg(Policy::NearPickEma, 2) };
+    assert_eq!(check(&trace, None, &ema(0.9)).misses, 4);
+    assert_eq!(check(&trace, None, &ema(0.1)).misses, 5);
+    let np = ReplayConfig { near_pick_n: 2, ..cfg(Policy::NearPick, 2) };
+    assert_eq!(check(&trace, None, &np).misses, 5);
+    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 2)).misses, 5);
+}
+
+/// inv_router, k = 1, m = 3, cap 2, E = 5; scores are ln(p) with p summing to 1 per row, so the
+/// softmax over the m candidates is p itself. d = 0.99.
+/// t0 [0,1,2] p [.5,.25,.25]: 0 miss [0];   s0 = .5,  s1 = .25
+/// t1 [1,0,2] p [.4,.35,.25]: 1 miss [0,1]; s0 = .99*.5 + .35 = .845, s1 = .99*.25 + .4 = .6475
+/// t2 [3,0,4] p [.5,.4,.1]:   3 miss. lru evicts 0 (older access); inv_router evicts 1 (lower s).
+/// t3 [0,3,4] p [.5,.3,.2]:   lru: 0 misses (4 misses); inv_router: 0 hits (3 misses).
+#[test]
+fn inv_router_keeps_probable_experts() {
+    let rows: Vec<&[u16]> = vec![&[0, 1, 2], &[1, 0, 2], &[3, 0, 4], &[0, 3, 4]];
+    let ln = |p: [f32; 3]| p.map(f32::ln);
+    let s = [ln([0.5, 0.25, 0.25]), ln([0.4, 0.35, 0.25]), ln([0.5, 0.4, 0.1]), ln([0.5, 0.3, 0.2])];
+    let scores: Vec<&[f32]> = s.iter().map(|r| r.as_slice()).collect();
+    let trace = one_layer(5, 1, &rows, Some(&scores));
+    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 2)).misses, 4);
+    assert_eq!(check(&trace, None, &cfg(Policy::InvRouter, 2)).misses, 3);
+}
+
+/// k = 2, m = 2, cap 2, lru.
+/// t0 [0,1]: 2 misses, cache {0 (clock 1), 1 (clock 2)}.
+/// t1 [2,0]: k-way: 2 misses; 0 is protected (chosen for this token), so 1 is evicted; 0 hits.
+///           3 misses.
+///           sequential: 2 misses and evicts the lru 0; then 0 misses and evicts 1 (clock 2 <
+///           2's clock 3). 4 misses.
+#[test]
+fn sequential_differs_from_k_way() {
+    let rows: Vec<&[u16]> = vec![&[0, 1], &[2, 0]];
+    let trace = one_layer(3, 2, &rows, None);
+    for policy in [Policy::Lru, Policy::Fifo, Policy::Lfu] {
+        let kway = check(&trace, None, &cfg(policy, 2));
+        let seq = check(&trace, None, &ReplayConfig { semantics: Semantics::Sequential, ..cfg(policy, 2) });
+        assert_eq!((kway.misses, kway.hits), (3, 1), "{policy}");
+        assert_eq!((seq.misses, seq.hits), (4, 0), "{policy}");
+    }
+    // belady looks ahead: at t1 it evicts 1 (never used again) in both modes.
+    let seq = check(&trace, None, &ReplayConfig { semantics: Semantics::Sequential, ..cfg(Policy::Belady, 2) });
+    assert_eq!(seq.misses, 3);
+}
+
+/// Cache-aware routing. k = 2, m = 3, j = 0, cap 2, E = 3, lru; every row has scores
+/// [0, -1, -1.5], so δ = z(F[0]) - z(F[1]) = 1 and a cached expert gains λ.
+/// t0 [0,1,2]: cache empty, chosen 0, 1: 2 misses.
+/// t1 [0,2,1]: λ = 0: chosen 0, 2: 2 misses, evicts 1. λ > 0.5: 1 (cached) scores -1.5 + λ > -1:
+///             chosen 0, 1, both hit, 1 substituted. λ = 0.5: tie at -1, rank decides: 2.
+/// t2 [0,1,2]: λ = 0: 1 misses (evicts 2). λ > 0.5: hits.
+/// t3 [0,2,1]: λ = 0: 2 misses. λ > 0.5: hits, 1 substituted.
+/// misses: 5 for λ <= 0.5, 2 for λ > 0.5; never increasing in λ.
+#[test]
+fn cache_aware_routing_reduces_misses() {
+    let rows: Vec<&[u16]> = vec![&[0, 1, 2], &[0, 2, 1], &[0, 1, 2], &[0, 2, 1]];
+    let z: &[f32] = &[0.0, -1.0, -1.5];
+    let trace = one_layer(3, 2, &rows, Some(&[z, z, z, z]));
+    let base = ReplayConfig { j: 0, ..cfg(Policy::Lru, 2) };
+    let mut previous = u64::MAX;
+    for (lambda, misses, substituted) in [(0.0, 5, 0), (0.3, 5, 0), (0.5, 5, 0), (0.6, 2, 2), (1.0, 2, 2)] {
+        let c = check(&trace, None, &ReplayConfig { lambda, ..base.clone() });
+        assert_eq!((c.misses, c.substituted), (misses, substituted), "lambda {lambda}");
+        assert!(c.misses <= previous);
+        previous = c.misses;
+    }
+    // j = 3 boosts every candidate: the order is unchanged, as with λ = 0.
+    let c = check(&trace, None, &ReplayConfig { lambda: 1.0, j: 3, ..base.clone() });
+    assert_eq!(c.misses, 5);
+}
+
+/// Sequence resets: rows 0 1 0 1 with a sequence start at t2, cap 2, lru: without reset
+/// 2 misses; with reset the cache is emptied at t2: 4 misses.
+#[test]
+fn reset_at_sequence_empties_caches() {
+    let parts = trace_io::OwnedParts { ids: vec![0, 1, 0, 1], seq_offsets: Some(vec![0, 2]), ..Default::default() };
+    let trace = TraceData::new(common::meta(2, 1, 1), 4, 1, parts).expect("valid");
+    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 2)).misses, 2);
+    for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::InvRouter) {
+        let c = check(&trace, None, &ReplayConfig { reset_at_sequence: true, ..cfg(policy, 2) });
+        assert_eq!(c.misses, 4, "{policy}");
+    }
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let rows: Vec<&[u16]> = vec![&[0, 1, 2], &[1, 2, 0]];
+    let z: &[f32] = &[0.0, -1.0, -2.0];
+    let with_scores = one_layer(4, 2, &rows, Some(&[z, z]));
+    let without = one_layer(4, 2, &rows, None);
+    let k2_rows: Vec<&[u16]> = vec![&[0, 1], &[1, 2]];
+    let k2_z: &[f32] = &[0.0, -1.0];
+    let k2 = one_layer(4, 2, &k2_rows, Some(&[k2_z, k2_z]));
+    let run = |t: &TraceData, c: ReplayConfig| {
+        let v = t.view();
+        let fast = cachesim::replay(&v, &Keep::full(&v.shape()), &c).expect_err("must be refused");
+        let slow = reference::replay(&v, &Keep::full(&v.shape()), &c).expect_err("must be refused");
+        assert_eq!(fast, slow);
+        fast
+    };
+    let e = run(&with_scores, cfg(Policy::Lru, 1));
+    assert_eq!(e, CacheSimError::CapBelowKUsed { cap: 1, k_used: 2 });
+    assert!(e.to_string().contains("use --cap 2 or more"), "{e}");
+    assert!(matches!(run(&with_scores, cfg(Policy::Lru, 0)), CacheSimError::InvalidParameter { name: "cap", .. }));
+    assert_eq!(
+        run(&with_scores, ReplayConfig { lambda: 0.1, ..cfg(Policy::Belady, 2) }),
+        CacheSimError::BeladyWithLambda { lambda: 0.1 }
+    );
+    assert_eq!(
+        run(&with_scores, ReplayConfig { k_used: Some(4), ..cfg(Policy::Lru, 4) }),
+        CacheSimError::KUsedAboveCandidates { k_used: 4, candidates: 3 }
+    );
+    assert!(matches!(
+        run(&with_scores, ReplayConfig { k_used: Some(0), ..cfg(Policy::Lru, 4) }),
+        CacheSimError::InvalidParameter { name: "k_used", .. }
+    ));
+    for lambda in [-0.1, f64::NAN, f64::INFINITY] {
+        let e = run(&with_scores, ReplayConfig { lambda, ..cfg(Policy::Lru, 2) });
+        assert!(matches!(e, CacheSimError::InvalidParameter { name: "lambda", .. }));
+    }
+    for decay in [0.0, -0.5, 1.5, f64::NAN] {
+        let e = run(&with_scores, ReplayConfig { decay, ..cfg(Policy::NearPickEma, 2) });
+        assert!(matches!(e, CacheSimError::InvalidParameter { name: "decay", .. }));
+    }
+    assert!(matches!(
+        run(&without, ReplayConfig { lambda: 0.1, ..cfg(Policy::Lru, 2) }),
+        CacheSimError::NeedsScores { .. }
+    ));
+    assert!(matches!(run(&without, cfg(Policy::InvRouter, 2)), CacheSimError::NeedsScores { .. }));
+    assert_eq!(
+        run(&k2, ReplayConfig { lambda: 0.1, ..cfg(Policy::Lru, 2) }),
+        CacheSimError::NoRoomForRouting { k_used: 2, candidates: 2 }
+    );
+    // decay 1 and λ = 0 on a trace without scores are fine.
+    let v = without.view();
+    assert!(cachesim::replay(&v, &Keep::full(&v.shape()), &ReplayConfig { decay: 1.0, ..cfg(Policy::Lru, 2) }).is_ok());
+}
+
+#[test]
+fn keep_sets_are_checked() {
+    let rows: Vec<&[u16]> = vec![&[0], &[1]];
+    let trace = one_layer(4, 1, &rows, None);
+    let shape = trace.view().shape();
+    assert_eq!(
+        Keep::from_layers(&shape, &[vec![0], vec![1]]),
+        Err(CacheSimError::KeepMismatch {
+            expected_layers: 1,
+            actual_layers: 2,
+            expected_experts: 4,
+            actual_experts: 4
+        })
+    );
+    assert_eq!(
+        Keep::from_layers(&shape, &[vec![0, 4]]),
+        Err(CacheSimError::KeepIdOutOfRange { layer: 0, id: 4, num_experts: 4 })
+    );
+    let keep = Keep::from_layers(&shape, &[vec![3, 1, 1]]).expect("valid");
+    assert!(keep.is_kept(0, 1) && keep.is_kept(0, 3) && !keep.is_kept(0, 0) && !keep.is_kept(0, 9));
+    assert_eq!(keep.kept_count(0), 2);
+    // A keep set of another trace's shape is refused by replay.
+    let other = one_layer(5, 1, &rows, None);
+    let e = cachesim::replay(&trace.view(), &Keep::full(&other.view().shape()), &cfg(Policy::Lru, 1));
+    assert!(matches!(e, Err(CacheSimError::KeepMismatch { .. })));
+}
+
+#[test]
+fn names_round_trip() {
+    for p in Policy::ALL {
+        assert_eq!(p.to_string().parse::<Policy>(), Ok(p));
+        assert_eq!(serde_json::to_string(&p).expect("serializes"), format!("\"{p}\""));
+    }
+    let names: Vec<String> = Policy::ALL.iter().map(ToString::to_string).collect();
+    assert_eq!(names, ["lru", "fifo", "lfu", "belady", "near_pick", "near_pick_ema", "inv_router"]);
+    assert!("LRU".parse::<Policy>().is_err());
+    for s in [Semantics::KWay, Semantics::Sequential] {
+        assert_eq!(s.to_string().parse::<Semantics>(), Ok(s));
+        assert_eq!(serde_json::to_string(&s).expect("serializes"), format!("\"{s}\""));
+    }
+    assert_eq!(Semantics::default(), Semantics::KWay);
+    let c = ReplayConfig::new(Policy::Lru, 16);
+    assert_eq!((c.k_used, c.lambda, c.warmup, c.decay, c.near_pick_n), (None, 0.0, 64, 0.99, 48));
+    let counts = ReplayCounts { tokens: 2, picks: 4, hits: 1, misses: 3, layer_misses: vec![3], ..Default::default() };
+    let json = serde_json::to_string(&counts).expect("serializes");
+    assert_eq!(serde_json::from_str::<ReplayCounts>(&json).expect("parses"), counts);
+    assert_eq!(ReplayCounts::default().hit_rate(), 0.0);
+    assert_eq!(ReplayCounts::default().misses_per_token(), 0.0);
+}

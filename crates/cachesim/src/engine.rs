@@ -5,8 +5,9 @@
 //! `lru` and `fifo` keep an intrusive doubly-linked list in priority order, so a victim is found
 //! by walking from the oldest end past at most `k_used - 1` protected experts. `lfu`, `belady`
 //! and `near_pick`, whose priorities change only on accesses and credits, keep an indexed binary
-//! heap (O(log cap) per update; the victim search visits only protected nodes and their
-//! children). `near_pick_ema` and `inv_router`, whose scores all decay every token, scan the
+//! heap: eagerly updated for `belady` (the victim search visits only protected nodes and their
+//! children), lazily for `lfu` and `near_pick`, whose keys only grow while cached (stale keys are
+//! refreshed when they reach the root). `near_pick_ema` and `inv_router`, whose scores all decay every token, scan the
 //! `cap` cached experts on a miss. Decays are eager (the same arithmetic, in the same
 //! order, as the reference), so both replayers compare identical f64 values.
 
@@ -65,7 +66,7 @@ pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts 
     match p.policy {
         Policy::Lru => run(p, inp, Lru(List::new(e))),
         Policy::Fifo => run(p, inp, Fifo(List::new(e))),
-        Policy::Lfu => run(p, inp, Lfu { heap: KeyHeap::new(e, p.cap), count: vec![0; e] }),
+        Policy::Lfu => run(p, inp, Lfu { heap: KeyHeap::new(e, p.cap), count: vec![0; e], last: vec![0; e] }),
         Policy::Belady => run(p, inp, Belady::new(p, inp)),
         Policy::NearPick => {
             run(p, inp, NearPick { heap: KeyHeap::new(e, p.cap), near: vec![0; e], last: vec![0; e], n: p.near_n })
@@ -263,6 +264,8 @@ struct KeyHeap {
     key: Vec<u128>,
     /// DFS stack of `min_unprotected`, capacity = the heap's.
     stack: Vec<u32>,
+    /// Protected experts set aside by `min_unprotected_lazy`, capacity = the heap's.
+    aside: Vec<u16>,
 }
 
 impl KeyHeap {
@@ -273,6 +276,7 @@ impl KeyHeap {
             hpos: vec![ABSENT; num_experts],
             key: vec![0; num_experts],
             stack: Vec::with_capacity(cap),
+            aside: Vec::with_capacity(cap),
         }
     }
 
@@ -394,15 +398,48 @@ impl KeyHeap {
     }
 }
 
+impl KeyHeap {
+    /// `min_unprotected` for policies whose keys only grow while an expert is cached (lfu,
+    /// near_pick): the stored keys are lower bounds, refreshed only when they reach the root.
+    /// A fresh root is the true minimum (its key is <= every stored key <= every actual key).
+    /// Protected roots are set aside and pushed back afterwards.
+    fn min_unprotected_lazy(&mut self, prot: &[u64], stamp: u64, actual: impl Fn(usize) -> u128) -> usize {
+        self.aside.clear();
+        let victim = loop {
+            let Some(&root) = self.heap.first() else { break usize::MAX };
+            let e = usize::from(root);
+            let a = actual(e);
+            if a != self.key[e] {
+                debug_assert!(a > self.key[e], "keys only grow while cached");
+                self.key[e] = a;
+                self.sift_down(0);
+            } else if prot[e] == stamp {
+                self.remove(e);
+                self.aside.push(root);
+            } else {
+                break e;
+            }
+        };
+        for i in 0..self.aside.len() {
+            let e = usize::from(self.aside[i]);
+            self.set(e, self.key[e]);
+        }
+        debug_assert!(victim != usize::MAX, "a full cache always holds an unprotected expert");
+        victim
+    }
+}
+
 #[inline(always)]
 fn pack(hi: u64, lo: u64) -> u128 {
     (u128::from(hi) << 64) | u128::from(lo)
 }
 
-/// lfu: key (accesses since insertion, last access time).
+/// lfu: key (accesses since insertion, last access time), kept lazily in the heap (both parts
+/// only grow while the expert is cached).
 struct Lfu {
     heap: KeyHeap,
     count: Vec<u64>,
+    last: Vec<u64>,
 }
 
 impl Evictor for Lfu {
@@ -412,7 +449,10 @@ impl Evictor for Lfu {
     #[inline(always)]
     fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
         self.count[e] = if inserted { 1 } else { self.count[e] + 1 };
-        self.heap.set(e, pack(self.count[e], now));
+        self.last[e] = now;
+        if inserted {
+            self.heap.set(e, pack(1, now));
+        }
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize) {
@@ -420,7 +460,8 @@ impl Evictor for Lfu {
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        self.heap.min_unprotected(prot, stamp)
+        let (count, last) = (&self.count, &self.last);
+        self.heap.min_unprotected_lazy(prot, stamp, |e| pack(count[e], last[e]))
     }
 }
 
@@ -479,7 +520,8 @@ impl Evictor for Belady {
     }
 }
 
-/// near_pick: key (1 + last token in F at rank < N, or 0 = never; last access time).
+/// near_pick: key (1 + last token in F at rank < N, or 0 = never; last access time), kept
+/// lazily in the heap (both parts only grow while the expert is cached).
 struct NearPick {
     heap: KeyHeap,
     near: Vec<u64>,
@@ -496,9 +538,11 @@ impl Evictor for NearPick {
         self.near.fill(0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
         self.last[e] = now;
-        self.heap.set(e, pack(self.near[e], now));
+        if inserted {
+            self.heap.set(e, pack(self.near[e], now));
+        }
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize) {
@@ -506,16 +550,13 @@ impl Evictor for NearPick {
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        self.heap.min_unprotected(prot, stamp)
+        let (near, last) = (&self.near, &self.last);
+        self.heap.min_unprotected_lazy(prot, stamp, |e| pack(near[e], last[e]))
     }
     #[inline(always)]
     fn end_token(&mut self, t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
         for &e in f.iter().take(self.n) {
-            let e = usize::from(e);
-            self.near[e] = t as u64 + 1;
-            if self.heap.contains(e) {
-                self.heap.set(e, pack(self.near[e], self.last[e]));
-            }
+            self.near[usize::from(e)] = t as u64 + 1;
         }
     }
 }

@@ -19,6 +19,24 @@ pub enum SaliencyError {
         /// The absent statistic (`gate_sum`, `ean_sum`, `reap_sum`, `reap_sumsq`, or a trace tensor).
         statistic: &'static str,
     },
+    /// A metric needs a statistic some of whose (layer, expert) entries are unknown (for example
+    /// `reap_sum` of a REAP aggregate corpus loaded with [`crate::NonFiniteReap::MaskExperts`]):
+    /// ranking experts with unknown scores would be a guess.
+    #[error(
+        "metric `{metric}` needs the statistic `{statistic}`, which is unknown for {missing} (layer, expert) entries of these statistics (first: layer {layer_id} expert {expert}); they can serve as held-out statistics, not for ranking"
+    )]
+    PartialStatistic {
+        /// The metric asked for.
+        metric: String,
+        /// The partial statistic.
+        statistic: &'static str,
+        /// How many (layer, expert) entries are unknown.
+        missing: usize,
+        /// The model's id of the first layer with an unknown entry.
+        layer_id: u32,
+        /// The first unknown expert of that layer.
+        expert: u16,
+    },
     /// A layer has fewer usable (c > 0) experts than the budget K and short layers are not allowed
     /// (SEMANTICS.md §3).
     #[error(
@@ -101,20 +119,9 @@ fn missing_hint(statistic: &str) -> &'static str {
 pub type Result<T> = std::result::Result<T, SaliencyError>;
 
 pub(crate) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> SaliencyError {
-    SaliencyError::Invalid {
-        key: key.into(),
-        reason: reason.into(),
-    }
+    SaliencyError::Invalid { key: key.into(), reason: reason.into() }
 }
 
-pub(crate) fn mismatch(
-    what: impl Into<String>,
-    expected: impl ToString,
-    actual: impl ToString,
-) -> SaliencyError {
-    SaliencyError::Mismatch {
-        what: what.into(),
-        expected: expected.to_string(),
-        actual: actual.to_string(),
-    }
+pub(crate) fn mismatch(what: impl Into<String>, expected: impl ToString, actual: impl ToString) -> SaliencyError {
+    SaliencyError::Mismatch { what: what.into(), expected: expected.to_string(), actual: actual.to_string() }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, mismatch};
 use crate::metric::cmp_score;
-use crate::{Metric, MetricConfig, Result, SaliencyError, Stats, jsonio, metric_scores};
+use crate::{Metric, MetricConfig, Result, SaliencyError, Stats, jsonio, metric_scores, rank_percentiles};
 
 /// Configuration of keep-map construction.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -37,7 +37,168 @@ pub struct KeepMap {
     /// [`Stats::sha256`] of the statistics the map was built from (empty for `full`).
     pub stats_sha256: String,
     /// Ids of layers that had fewer than K usable experts (only when short layers were allowed).
+    /// For a budget map: layers with fewer usable experts than the floor.
     pub short_layers: Vec<u32>,
+    /// For a map with a different K per layer ([`KeepMap::build_budget`]): the global budget it
+    /// was built with; `k` is then the largest per-layer K. `None` (and absent from the file) for
+    /// a uniform-K map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+/// How [`KeepMap::build_budget`] compares experts of different layers. Within a layer every scale
+/// orders experts exactly as the metric does; the scale only decides which layer's next expert is
+/// worth more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetScale {
+    /// score / Σ of the layer's usable scores: the expert's share of its layer. For the additive
+    /// metrics (`frequency`, `gate_sum`, `ean_sum`, `l2_sum`) this is the fraction of the layer's
+    /// calibration mass the expert carries, and the greedy allocation maximizes the mean over layers
+    /// of the in-sample retention of that mass (for `frequency`: minimizes the mean slot
+    /// replacement). Removes each layer's scale (output norms grow with depth; raw REAP mass would
+    /// send the whole budget to the deepest layers). Needs non-negative scores (not `shrink`). A
+    /// layer whose usable scores are all 0 gives all its experts share 0.
+    Share,
+    /// Rank-percentile among the layer's usable experts (ascending rank, ties averaged, / (n − 1);
+    /// 0 for n = 1): scale-free and defined for every metric, but it carries no magnitude, so
+    /// layers with the same number of usable experts receive nearly the same K (the allocation is
+    /// close to uniform).
+    Percentile,
+    /// The metric's raw score. Meaningful only when the metric is in the same units in every layer
+    /// (for example `frequency` with the same token count in every layer, where it equals
+    /// `share` up to a constant).
+    Raw,
+}
+
+impl BudgetScale {
+    /// Every scale.
+    pub const ALL: [BudgetScale; 3] = [BudgetScale::Share, BudgetScale::Percentile, BudgetScale::Raw];
+
+    /// `share`, `percentile` or `raw`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetScale::Share => "share",
+            BudgetScale::Percentile => "percentile",
+            BudgetScale::Raw => "raw",
+        }
+    }
+
+    /// The default scale of a metric: `percentile` for `shrink` (its scores can be negative),
+    /// `share` for every other metric.
+    pub fn default_for(metric: Metric) -> BudgetScale {
+        if metric == Metric::Shrink { BudgetScale::Percentile } else { BudgetScale::Share }
+    }
+}
+
+impl std::fmt::Display for BudgetScale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for BudgetScale {
+    type Err = SaliencyError;
+
+    /// Parses `share`, `percentile` or `raw`.
+    ///
+    /// # Errors
+    /// [`SaliencyError::Invalid`] naming the valid spellings.
+    fn from_str(s: &str) -> Result<BudgetScale> {
+        BudgetScale::ALL
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| invalid("budget scale", format!("`{s}`; expected share, percentile or raw")))
+    }
+}
+
+/// A global expert budget for a map with a different K per layer ([`KeepMap::build_budget`]).
+///
+/// Rule: every layer first keeps its `floor` best experts (metric order); the remaining
+/// `total − L·floor` places go to the best remaining experts of the whole model, compared across
+/// layers by `scale` (ties: lower layer index, then the layer's own order). Experts with c = 0 are
+/// never kept. The map is recorded with this value and labelled `metric@budgetTOTAL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Experts kept over all layers (Σ_l K_l).
+    pub total: u64,
+    /// Least experts kept per layer (typically the k_used of the replay, default the model's k, so
+    /// every token can still be routed to k experts).
+    pub floor: u32,
+    /// How experts of different layers are compared.
+    pub scale: BudgetScale,
+}
+
+impl Budget {
+    /// A budget with the defaults: floor = the statistics' k, scale = [`BudgetScale::default_for`].
+    pub fn new(stats: &Stats, metric: Metric, total: u64) -> Budget {
+        Budget { total, floor: stats.meta.top_k, scale: BudgetScale::default_for(metric) }
+    }
+}
+
+/// Per layer, the usable (c > 0) experts in (score desc, id asc) order.
+fn layer_orders(stats: &Stats, scores: &[Vec<f64>]) -> Vec<Vec<usize>> {
+    stats
+        .layers
+        .iter()
+        .zip(scores)
+        .map(|(layer, s)| {
+            let mut order: Vec<usize> = (0..layer.count.len()).filter(|&x| layer.count[x] > 0).collect();
+            order.sort_by(|&a, &b| cmp_score(s[b], s[a]).then(a.cmp(&b)));
+            order
+        })
+        .collect()
+}
+
+/// The first `take[l]` experts of each layer's order, as ascending u16 ids.
+fn prefixes(orders: &[Vec<usize>], take: &[usize], e: usize) -> Result<Vec<Vec<u16>>> {
+    orders
+        .iter()
+        .zip(take)
+        .map(|(order, &k)| {
+            let mut ids = order[..k.min(order.len())]
+                .iter()
+                .map(|&x| {
+                    u16::try_from(x).map_err(|_| invalid("num_experts", format!("{e} experts do not fit u16 ids")))
+                })
+                .collect::<Result<Vec<u16>>>()?;
+            ids.sort_unstable();
+            Ok(ids)
+        })
+        .collect()
+}
+
+/// Cross-layer comparison keys aligned with `orders` (non-increasing along each layer's order).
+fn cross_layer_keys(
+    stats: &Stats,
+    metric: Metric,
+    scores: &[Vec<f64>],
+    orders: &[Vec<usize>],
+    scale: BudgetScale,
+) -> Result<Vec<Vec<f64>>> {
+    let mut out = Vec::with_capacity(orders.len());
+    for ((s, order), &layer_id) in scores.iter().zip(orders).zip(&stats.meta.layer_ids) {
+        let usable: Vec<f64> = order.iter().map(|&x| s[x]).collect();
+        let keys = match scale {
+            BudgetScale::Raw => usable,
+            BudgetScale::Percentile => rank_percentiles(&usable),
+            BudgetScale::Share => {
+                if let Some((j, v)) = usable.iter().enumerate().find(|(_, v)| **v < 0.0) {
+                    return Err(invalid(
+                        "budget scale",
+                        format!(
+                            "share needs non-negative scores, but {metric} scores layer {layer_id} expert {} at {v}; use percentile",
+                            order[j]
+                        ),
+                    ));
+                }
+                let sum: f64 = usable.iter().sum();
+                if sum > 0.0 { usable.iter().map(|v| v / sum).collect() } else { vec![0.0; usable.len()] }
+            }
+        };
+        out.push(keys);
+    }
+    Ok(out)
 }
 
 impl KeepMap {
@@ -51,42 +212,125 @@ impl KeepMap {
     /// unless `cfg.allow_short_layers`; any error of [`metric_scores`] (validation, missing
     /// statistic).
     pub fn build(stats: &Stats, metric: Metric, k: usize, cfg: &KeepConfig) -> Result<KeepMap> {
+        let mut maps = KeepMap::build_many(stats, metric, &[k], cfg)?;
+        maps.pop().ok_or_else(|| invalid("k", "no budget given"))
+    }
+
+    /// [`KeepMap::build`] for several budgets at once, scoring the statistics once: one map per
+    /// entry of `ks`, in the order given. Maps of one call nest (K1 < K2 implies keep(K1) ⊂
+    /// keep(K2) in every layer). Nothing is returned unless every K succeeds.
+    ///
+    /// # Errors
+    /// As [`KeepMap::build`], for the first K that fails; [`SaliencyError::Invalid`] when `ks` is
+    /// empty.
+    pub fn build_many(stats: &Stats, metric: Metric, ks: &[usize], cfg: &KeepConfig) -> Result<Vec<KeepMap>> {
         let e = stats.num_experts();
-        if k == 0 {
-            return Err(invalid("k", "K must be at least 1"));
+        if ks.is_empty() {
+            return Err(invalid("k", "no budget given"));
         }
-        if k > e {
-            return Err(SaliencyError::KTooLarge { k, num_experts: e });
+        for &k in ks {
+            if k == 0 {
+                return Err(invalid("k", "K must be at least 1"));
+            }
+            if k > e {
+                return Err(SaliencyError::KTooLarge { k, num_experts: e });
+            }
         }
         let scores = metric_scores(stats, metric, &cfg.metric)?;
-        let mut layers = Vec::with_capacity(stats.layers.len());
+        let orders = layer_orders(stats, &scores);
+        let sha = stats.sha256();
+        ks.iter()
+            .map(|&k| {
+                let mut take = Vec::with_capacity(orders.len());
+                let mut short_layers = Vec::new();
+                for (order, &layer_id) in orders.iter().zip(&stats.meta.layer_ids) {
+                    if order.len() < k {
+                        if !cfg.allow_short_layers {
+                            return Err(SaliencyError::ShortLayer { layer_id, available: order.len(), k });
+                        }
+                        short_layers.push(layer_id);
+                    }
+                    take.push(k.min(order.len()));
+                }
+                let layers = prefixes(&orders, &take, e)?;
+                Ok(KeepMap {
+                    metric: metric.as_str().to_string(),
+                    k: k as u32,
+                    num_experts: stats.meta.num_experts,
+                    layer_ids: stats.meta.layer_ids.clone(),
+                    layers,
+                    stats_sha256: sha.clone(),
+                    short_layers,
+                    budget: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Builds a map with a different K per layer from a global budget (see [`Budget`] for the
+    /// rule and the cross-layer scale). Per layer the kept experts are the first K_l of the same
+    /// (score desc, id asc) order as [`KeepMap::build`], so a budget map's layer equals the uniform
+    /// map's layer at that layer's K_l. The map records the budget in [`KeepMap::budget`]; its `k`
+    /// is the largest K_l.
+    ///
+    /// Invariants (tested as properties): Σ_l K_l = total; K_l >= floor for every layer that has
+    /// `floor` usable experts; maps of one (metric, scale, floor) nest across totals.
+    ///
+    /// # Errors
+    /// [`SaliencyError::Invalid`] for floor = 0 or floor > E, a total below the sum of the floors
+    /// or above the number of usable (c > 0) experts, or the `share` scale on a metric with a
+    /// negative score; [`SaliencyError::ShortLayer`] for a layer with fewer usable experts than
+    /// the floor unless `cfg.allow_short_layers` (then it keeps all of them and is recorded in
+    /// `short_layers`); any error of [`metric_scores`].
+    pub fn build_budget(stats: &Stats, metric: Metric, budget: &Budget, cfg: &KeepConfig) -> Result<KeepMap> {
+        let e = stats.num_experts();
+        let floor = budget.floor as usize;
+        if floor == 0 || floor > e {
+            return Err(invalid("floor", format!("{floor} is not in 1..={e}")));
+        }
+        let scores = metric_scores(stats, metric, &cfg.metric)?;
+        let orders = layer_orders(stats, &scores);
+        let keys = cross_layer_keys(stats, metric, &scores, &orders, budget.scale)?;
+        let mut take = Vec::with_capacity(orders.len());
         let mut short_layers = Vec::new();
-        for ((layer, s), &layer_id) in stats.layers.iter().zip(&scores).zip(&stats.meta.layer_ids) {
-            let mut order: Vec<usize> = (0..e).filter(|&x| layer.count[x] > 0).collect();
-            if order.len() < k {
+        for (order, &layer_id) in orders.iter().zip(&stats.meta.layer_ids) {
+            if order.len() < floor {
                 if !cfg.allow_short_layers {
-                    return Err(SaliencyError::ShortLayer {
-                        layer_id,
-                        available: order.len(),
-                        k,
-                    });
+                    return Err(SaliencyError::ShortLayer { layer_id, available: order.len(), k: floor });
                 }
                 short_layers.push(layer_id);
             }
-            order.sort_by(|&a, &b| cmp_score(s[b], s[a]).then(a.cmp(&b)));
-            order.truncate(k);
-            order.sort_unstable();
-            // E <= 65536 is not enforced by Stats; ids that do not fit u16 cannot be stored.
-            let ids = order
-                .into_iter()
-                .map(|x| {
-                    u16::try_from(x).map_err(|_| {
-                        invalid("num_experts", format!("{e} experts do not fit u16 ids"))
-                    })
-                })
-                .collect::<Result<Vec<u16>>>()?;
-            layers.push(ids);
+            take.push(floor.min(order.len()));
         }
+        let base: usize = take.iter().sum();
+        let usable: usize = orders.iter().map(Vec::len).sum();
+        let total = usize::try_from(budget.total).unwrap_or(usize::MAX);
+        if total < base {
+            return Err(invalid(
+                "budget",
+                format!("total {total} is below the {base} experts the per-layer floor of {floor} already keeps"),
+            ));
+        }
+        if total > usable {
+            return Err(invalid(
+                "budget",
+                format!("total {total} is above the {usable} experts with calibration hits in all layers"),
+            ));
+        }
+        // The pool: every usable expert beyond its layer's floor, as (key, layer, position in the
+        // layer's order). Keys never increase along a layer's order, and ties break by layer then
+        // position, so the first `total - base` entries are a prefix of each layer's order: this
+        // order does not depend on the total, hence nesting across totals.
+        let mut pool: Vec<(f64, usize, usize)> = Vec::with_capacity(usable - base);
+        for (l, (order, k)) in keys.iter().zip(&take).enumerate() {
+            pool.extend(order.iter().enumerate().skip(*k).map(|(j, &key)| (key, l, j)));
+        }
+        pool.sort_by(|a, b| cmp_score(b.0, a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        for &(_, l, _) in &pool[..total - base] {
+            take[l] += 1;
+        }
+        let layers = prefixes(&orders, &take, e)?;
+        let k = layers.iter().map(Vec::len).max().unwrap_or(0);
         Ok(KeepMap {
             metric: metric.as_str().to_string(),
             k: k as u32,
@@ -95,15 +339,14 @@ impl KeepMap {
             layers,
             stats_sha256: stats.sha256(),
             short_layers,
+            budget: Some(*budget),
         })
     }
 
     /// The unpruned map: every layer keeps all E experts; metric `full`, K = E, no statistics hash.
     /// E must be <= 65536 (ids are u16); larger values are clamped to 65536 ids.
     pub fn full(num_experts: u32, layer_ids: Vec<u32>) -> KeepMap {
-        let ids: Vec<u16> = (0..num_experts.min(u32::from(u16::MAX) + 1))
-            .map(|x| x as u16)
-            .collect();
+        let ids: Vec<u16> = (0..num_experts.min(u32::from(u16::MAX) + 1)).map(|x| x as u16).collect();
         KeepMap {
             metric: "full".to_string(),
             k: num_experts,
@@ -112,6 +355,7 @@ impl KeepMap {
             layer_ids,
             stats_sha256: String::new(),
             short_layers: Vec::new(),
+            budget: None,
         }
     }
 
@@ -120,13 +364,30 @@ impl KeepMap {
         self.metric == "full"
     }
 
-    /// `full`, or `metric@K` (for example `frequency@32`): the variant name used in sweeps.
+    /// `full`, `metric@K` (for example `frequency@32`), or for a budget map `metric@budgetTOTAL`
+    /// (for example `frequency@budget1536`), with `:SCALE` appended when the scale is not the
+    /// metric's default (`shrink@budget1536:share`). The variant name used in sweeps and the file
+    /// stem of `moe-offload keep` with several budgets.
     pub fn label(&self) -> String {
         if self.is_full() {
-            "full".to_string()
-        } else {
-            format!("{}@{}", self.metric, self.k)
+            return "full".to_string();
         }
+        match &self.budget {
+            None => format!("{}@{}", self.metric, self.k),
+            Some(b) => {
+                let default = self.metric.parse::<Metric>().ok().map(BudgetScale::default_for);
+                if default == Some(b.scale) {
+                    format!("{}@budget{}", self.metric, b.total)
+                } else {
+                    format!("{}@budget{}:{}", self.metric, b.total, b.scale)
+                }
+            }
+        }
+    }
+
+    /// Experts kept over all layers (Σ_l K_l).
+    pub fn total_kept(&self) -> usize {
+        self.layers.iter().map(Vec::len).sum()
     }
 
     /// The metric, or `None` for `full`.
@@ -134,11 +395,7 @@ impl KeepMap {
     /// # Errors
     /// [`SaliencyError::UnknownMetric`] for a name that is neither `full` nor a metric.
     pub fn parsed_metric(&self) -> Result<Option<Metric>> {
-        if self.is_full() {
-            Ok(None)
-        } else {
-            self.metric.parse().map(Some)
-        }
+        if self.is_full() { Ok(None) } else { self.metric.parse().map(Some) }
     }
 
     /// Kept flags of the layer at index `l`, `[E]` (`true` = kept). Panics if `l >= L`.
@@ -155,7 +412,8 @@ impl KeepMap {
     /// Checks the structure: a known metric (or `full`), 1 <= K <= E, one id list per layer id,
     /// ids `< E`, strictly ascending (so unique), K ids per layer except layers listed in
     /// `short_layers` (which must be layer ids of the map and have fewer than K), and for `full`
-    /// all E ids.
+    /// all E ids. For a budget map instead: no budget on `full`, 1 <= floor <= E, Σ_l K_l = total,
+    /// K = max_l K_l, K_l >= floor except short layers (which have fewer than floor).
     ///
     /// # Errors
     /// [`SaliencyError::Invalid`] or [`SaliencyError::Mismatch`] naming the layer id.
@@ -169,58 +427,55 @@ impl KeepMap {
             return Err(invalid("k", format!("K = {k} is not in 1..={e}")));
         }
         if self.is_full() && k != e {
-            return Err(invalid(
-                "k",
-                format!("the full map must have K = E = {e}, found {k}"),
-            ));
+            return Err(invalid("k", format!("the full map must have K = E = {e}, found {k}")));
         }
         if self.layers.len() != self.layer_ids.len() {
-            return Err(mismatch(
-                "number of layers (layers vs layer_ids)",
-                self.layer_ids.len(),
-                self.layers.len(),
-            ));
+            return Err(mismatch("number of layers (layers vs layer_ids)", self.layer_ids.len(), self.layers.len()));
+        }
+        if let Some(b) = &self.budget {
+            if self.is_full() {
+                return Err(invalid("budget", "the full map has no budget"));
+            }
+            if b.floor == 0 || b.floor as usize > e {
+                return Err(invalid("budget.floor", format!("{} is not in 1..={e}", b.floor)));
+            }
+            let total = self.total_kept();
+            if total as u64 != b.total {
+                return Err(mismatch("budget total (sum of kept experts over layers)", b.total, total));
+            }
+            let max = self.layers.iter().map(Vec::len).max().unwrap_or(0);
+            if max != k {
+                return Err(mismatch("k of a budget map (largest per-layer K)", max, k));
+            }
         }
         for &s in &self.short_layers {
             if !self.layer_ids.contains(&s) {
-                return Err(invalid(
-                    "short_layers",
-                    format!("layer {s} is not a layer of the map"),
-                ));
+                return Err(invalid("short_layers", format!("layer {s} is not a layer of the map")));
             }
         }
         for (ids, &layer_id) in self.layers.iter().zip(&self.layer_ids) {
             for (i, &id) in ids.iter().enumerate() {
                 if usize::from(id) >= e {
-                    return Err(invalid(
-                        format!("layer {layer_id}"),
-                        format!("expert id {id} is not below E = {e}"),
-                    ));
+                    return Err(invalid(format!("layer {layer_id}"), format!("expert id {id} is not below E = {e}")));
                 }
                 if i > 0 && ids[i - 1] >= id {
-                    let reason = if ids[i - 1] == id {
-                        "is listed twice"
-                    } else {
-                        "is out of ascending order"
-                    };
-                    return Err(invalid(
-                        format!("layer {layer_id}"),
-                        format!("expert id {id} {reason}"),
-                    ));
+                    let reason = if ids[i - 1] == id { "is listed twice" } else { "is out of ascending order" };
+                    return Err(invalid(format!("layer {layer_id}"), format!("expert id {id} {reason}")));
                 }
             }
             let short = self.short_layers.contains(&layer_id);
+            if let Some(b) = &self.budget {
+                let floor = b.floor as usize;
+                if (short && ids.len() >= floor) || (!short && ids.len() < floor) {
+                    let expected =
+                        if short { format!("fewer than {floor} (short layer)") } else { format!("at least {floor}") };
+                    return Err(mismatch(format!("layer {layer_id} number of kept experts"), expected, ids.len()));
+                }
+                continue;
+            }
             if (short && ids.len() >= k) || (!short && ids.len() != k) {
-                let expected = if short {
-                    format!("fewer than {k} (short layer)")
-                } else {
-                    k.to_string()
-                };
-                return Err(mismatch(
-                    format!("layer {layer_id} number of kept experts"),
-                    expected,
-                    ids.len(),
-                ));
+                let expected = if short { format!("fewer than {k} (short layer)") } else { k.to_string() };
+                return Err(mismatch(format!("layer {layer_id} number of kept experts"), expected, ids.len()));
             }
         }
         Ok(())

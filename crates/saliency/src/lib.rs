@@ -4,16 +4,19 @@
 //! saliency statistics, scores experts with the metrics of SEMANTICS.md §2 (frequency, gate sums,
 //! expert activation norms, REAP and its variants), builds keep maps that prune each layer to its K
 //! most salient experts (§3), measures how much of a held-out trace's routing a keep map retains
-//! (§4), and runs the audit checks on statistics and keep maps (§8, checks 1 and 2).
+//! (§4), and runs the audit checks on statistics, keep maps and retention (§8, checks 1 to 3).
 //!
 //! Main types and functions:
 //! - [`Stats`] (with [`StatsMeta`], [`LayerStats`]): the statistics, from a trace
 //!   ([`Stats::from_trace`]), a REAP aggregate file ([`Stats::from_reap_agg`]) or their own JSON
 //!   file ([`Stats::read_json`]).
 //! - [`Metric`], [`MetricConfig`], [`metric_scores`]: `[L][E]` scores, higher = keep.
-//! - [`KeepMap`], [`KeepConfig`]: the experts kept per layer for a metric and budget K, or `full`.
+//! - [`KeepMap`], [`KeepConfig`]: the experts kept per layer for a metric and budget K
+//!   ([`KeepMap::build`], [`KeepMap::build_many`]), for a global budget with a different K per
+//!   layer ([`KeepMap::build_budget`], [`Budget`], [`BudgetScale`]), or `full`.
 //! - [`retention`] → [`Retention`]: out-of-sample retention of a keep map.
-//! - [`check_stats`], [`check_keep_maps`] → [`KeepCheck`]: audit checks.
+//! - [`check_stats`], [`check_keep_maps`], [`check_retention`] → [`KeepCheck`]: audit checks
+//!   (SEMANTICS.md §8, checks 1 to 3).
 //! - [`SaliencyError`]: the one error type.
 //!
 //! The crate does no printing; its only I/O is reading and writing JSON files.
@@ -29,10 +32,10 @@ mod stats;
 
 pub use check::{KeepCheck, LOW_HIT_THRESHOLD, check_keep_maps, check_stats};
 pub use error::{Result, SaliencyError};
-pub use keep::{KeepConfig, KeepMap};
+pub use keep::{Budget, BudgetScale, KeepConfig, KeepMap};
 pub use metric::{Metric, MetricConfig, metric_scores, rank_percentiles};
-pub use reap_agg::{NonFiniteReap, ReapAggOptions};
-pub use retention::{LayerRetention, Retention, RetentionFigures, retention};
+pub use reap_agg::{NonFiniteReap, ReapAggCorpus, ReapAggOptions};
+pub use retention::{LayerRetention, RETENTION_TOLERANCE, Retention, RetentionFigures, check_retention, retention};
 pub use stats::{LayerStats, Stats, StatsMeta};
 
 #[cfg(test)]

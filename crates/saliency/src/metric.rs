@@ -96,9 +96,7 @@ impl FromStr for Metric {
         Metric::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| SaliencyError::UnknownMetric {
-                name: s.to_string(),
-            })
+            .ok_or_else(|| SaliencyError::UnknownMetric { name: s.to_string() })
     }
 }
 
@@ -116,10 +114,7 @@ pub struct MetricConfig {
 
 impl Default for MetricConfig {
     fn default() -> MetricConfig {
-        MetricConfig {
-            tau: 64.0,
-            hybrid_base: None,
-        }
+        MetricConfig { tau: 64.0, hybrid_base: None }
     }
 }
 
@@ -156,24 +151,15 @@ impl MetricConfig {
 pub fn metric_scores(stats: &Stats, metric: Metric, cfg: &MetricConfig) -> Result<Vec<Vec<f64>>> {
     stats.validate()?;
     if !cfg.tau.is_finite() || cfg.tau < 0.0 {
-        return Err(invalid(
-            "tau",
-            format!("{} is not a finite value >= 0", cfg.tau),
-        ));
+        return Err(invalid("tau", format!("{} is not a finite value >= 0", cfg.tau)));
     }
     if metric == Metric::Hybrid {
         let base = cfg.hybrid_base_for(stats);
         if base.is_empty() {
-            return Err(invalid(
-                "hybrid_base",
-                "empty: hybrid needs at least one base metric",
-            ));
+            return Err(invalid("hybrid_base", "empty: hybrid needs at least one base metric"));
         }
         if base.contains(&Metric::Hybrid) {
-            return Err(invalid(
-                "hybrid_base",
-                "hybrid cannot be its own base metric",
-            ));
+            return Err(invalid("hybrid_base", "hybrid cannot be its own base metric"));
         }
         let mut per_base = Vec::with_capacity(base.len());
         for &b in &base {
@@ -204,20 +190,14 @@ fn scores_plain(stats: &Stats, metric: Metric, cfg: &MetricConfig) -> Result<Vec
     for &s in metric.required_statistics() {
         stats.require(metric.as_str(), s)?;
     }
-    let missing = |statistic| SaliencyError::MissingStatistic {
-        metric: metric.as_str().to_string(),
-        statistic,
-    };
+    let missing = |statistic| SaliencyError::MissingStatistic { metric: metric.as_str().to_string(), statistic };
     let mut out = Vec::with_capacity(stats.layers.len());
     for layer in &stats.layers {
         let count = &layer.count;
         let usable = |c: u64, v: f64| if c == 0 { f64::NEG_INFINITY } else { v };
         let from = |v: &Option<Vec<f64>>, name, per_hit: bool| -> Result<Vec<f64>> {
             let v = v.as_ref().ok_or_else(|| missing(name))?;
-            Ok(v.iter()
-                .zip(count)
-                .map(|(&s, &c)| usable(c, if per_hit { s / c as f64 } else { s }))
-                .collect())
+            Ok(v.iter().zip(count).map(|(&s, &c)| usable(c, if per_hit { s / c as f64 } else { s })).collect())
         };
         let scores = match metric {
             Metric::Frequency => count.iter().map(|&c| usable(c, c as f64)).collect(),
@@ -228,16 +208,8 @@ fn scores_plain(stats: &Stats, metric: Metric, cfg: &MetricConfig) -> Result<Vec
             Metric::L2Sum => from(&layer.reap_sum, "reap_sum", false)?,
             Metric::Shrink => {
                 let sum = layer.reap_sum.as_ref().ok_or_else(|| missing("reap_sum"))?;
-                let sumsq = layer
-                    .reap_sumsq
-                    .as_ref()
-                    .ok_or_else(|| missing("reap_sumsq"))?;
-                count
-                    .iter()
-                    .zip(sum)
-                    .zip(sumsq)
-                    .map(|((&c, &s), &q)| usable(c, shrink(c, s, q, cfg.tau)))
-                    .collect()
+                let sumsq = layer.reap_sumsq.as_ref().ok_or_else(|| missing("reap_sumsq"))?;
+                count.iter().zip(sum).zip(sumsq).map(|((&c, &s), &q)| usable(c, shrink(c, s, q, cfg.tau))).collect()
             }
             Metric::Hybrid => return Err(invalid("metric", "hybrid has no plain scores")),
         };
@@ -262,11 +234,7 @@ fn shrink(c: u64, sum: f64, sumsq: f64, tau: f64) -> f64 {
 /// Compares two scores as numbers: equal values (including 0.0 and −0.0) tie; otherwise the
 /// IEEE total order (so the comparison never panics).
 pub(crate) fn cmp_score(a: f64, b: f64) -> Ordering {
-    if a == b {
-        Ordering::Equal
-    } else {
-        a.total_cmp(&b)
-    }
+    if a == b { Ordering::Equal } else { a.total_cmp(&b) }
 }
 
 /// Rank-percentiles of `scores` (SEMANTICS.md §2): the ascending rank (0 = lowest; equal scores

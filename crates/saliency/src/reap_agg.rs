@@ -23,6 +23,61 @@ pub enum NonFiniteReap {
     DropStatistic,
     /// Refuse the corpus with [`SaliencyError::Invalid`] naming the first offending layer and expert.
     Reject,
+    /// Keep the corpus's `reap_sum`, with each non-finite entry stored as 0 and its expert listed in
+    /// [`LayerStats::reap_missing`] (and the total in [`StatsMeta::source`]). Such statistics
+    /// serve as held-out statistics: retention computes `reap_retention` over the experts whose
+    /// REAP mass is known and reports the excluded slots; metrics reading `reap_sum` refuse them
+    /// with [`SaliencyError::PartialStatistic`].
+    MaskExperts,
+}
+
+impl NonFiniteReap {
+    /// Every policy.
+    pub const ALL: [NonFiniteReap; 3] =
+        [NonFiniteReap::DropStatistic, NonFiniteReap::Reject, NonFiniteReap::MaskExperts];
+
+    /// The policy's name on the command line: `drop`, `reject`, `mask`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NonFiniteReap::DropStatistic => "drop",
+            NonFiniteReap::Reject => "reject",
+            NonFiniteReap::MaskExperts => "mask",
+        }
+    }
+}
+
+impl std::str::FromStr for NonFiniteReap {
+    type Err = SaliencyError;
+
+    /// Parses `drop`, `reject` or `mask`.
+    ///
+    /// # Errors
+    /// [`SaliencyError::Invalid`] naming the valid spellings.
+    fn from_str(s: &str) -> Result<NonFiniteReap> {
+        NonFiniteReap::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| invalid("non-finite reap policy", format!("`{s}`; expected drop, reject or mask")))
+    }
+}
+
+impl std::fmt::Display for NonFiniteReap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One corpus of a REAP aggregate file, as listed by [`Stats::reap_agg_summary`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReapAggCorpus {
+    /// The corpus name (the top-level key).
+    pub name: String,
+    /// `tok`: tokens of the corpus (`None` when absent or not a whole number).
+    pub tokens: Option<u64>,
+    /// Layers of `freq`.
+    pub layers: usize,
+    /// Non-finite (`NaN`, `Infinity`) values in `reap`.
+    pub non_finite_reap: usize,
 }
 
 /// Options of [`Stats::from_reap_agg_with`].
@@ -47,10 +102,7 @@ impl Stats {
     /// `freq`, vectors of different lengths, `freq` and `reap` with different layers), or when the
     /// result fails [`Stats::validate`].
     pub fn from_reap_agg(path: &Path, corpus: &str, top_k: u32) -> Result<Stats> {
-        let opts = ReapAggOptions {
-            top_k,
-            non_finite_reap: NonFiniteReap::default(),
-        };
+        let opts = ReapAggOptions { top_k, non_finite_reap: NonFiniteReap::default() };
         Stats::from_reap_agg_with(path, corpus, &opts)
     }
 
@@ -79,8 +131,7 @@ impl Stats {
             .as_object()
             .ok_or_else(|| invalid(key(""), "not an object"))?;
         let field = |k: &str| c.get(k).ok_or_else(|| invalid(key(k), "absent"));
-        let tok = as_count(field("tok")?)
-            .ok_or_else(|| invalid(key("tok"), "not a non-negative integer"))?;
+        let tok = as_count(field("tok")?).ok_or_else(|| invalid(key("tok"), "not a non-negative integer"))?;
         let freq = layer_map(field("freq")?, &key("freq"))?;
         let reap = layer_map(field("reap")?, &key("reap"))?;
         let layer_ids: Vec<u32> = freq.iter().map(|(id, _)| *id).collect();
@@ -136,16 +187,14 @@ impl Stats {
                 ean_sum: None,
                 reap_sum: Some(reap_sum),
                 reap_sumsq: None,
+                reap_missing: Vec::new(),
             });
         }
         let mut source = format!("reap-agg:{}#{corpus}", path.display());
         if let Some(&(id, x)) = non_finite.first() {
             match opts.non_finite_reap {
                 NonFiniteReap::Reject => {
-                    return Err(invalid(
-                        format!("{} layer {id} expert {x}", key("reap")),
-                        "not finite",
-                    ));
+                    return Err(invalid(format!("{} layer {id} expert {x}", key("reap")), "not finite"));
                 }
                 NonFiniteReap::DropStatistic => {
                     for l in &mut layers {
@@ -156,14 +205,31 @@ impl Stats {
                         non_finite.len()
                     ));
                 }
+                NonFiniteReap::MaskExperts => {
+                    let mut slots = 0u64;
+                    for &(lid, x) in &non_finite {
+                        // `freq` and `reap` share the layer order, so the position of the layer id
+                        // in `layer_ids` indexes `layers`.
+                        let Some(l) = layer_ids.iter().position(|&i| i == lid) else { continue };
+                        let layer = &mut layers[l];
+                        slots += layer.count[x];
+                        layer.reap_missing.push(
+                            u16::try_from(x)
+                                .map_err(|_| invalid(key("reap"), format!("expert {x} does not fit u16")))?,
+                        );
+                    }
+                    source.push_str(&format!(
+                        " (reap_sum masked: {} non-finite reap values treated as missing per expert, {slots} slots, first at layer {id} expert {x})",
+                        non_finite.len()
+                    ));
+                }
             }
         }
         let stats = Stats {
             meta: StatsMeta {
                 model: String::new(),
-                num_experts: u32::try_from(e).map_err(|_| {
-                    invalid(key("freq"), format!("{e} experts per layer is too many"))
-                })?,
+                num_experts: u32::try_from(e)
+                    .map_err(|_| invalid(key("freq"), format!("{e} experts per layer is too many")))?,
                 top_k: opts.top_k,
                 layer_ids,
                 source,
@@ -173,6 +239,28 @@ impl Stats {
         };
         stats.validate()?;
         Ok(stats)
+    }
+
+    /// Every corpus of a REAP aggregate file, in file order, with its tokens, layers and number of
+    /// non-finite `reap` values (parsed once).
+    ///
+    /// # Errors
+    /// [`SaliencyError::Io`] / [`SaliencyError::Json`] for the file, [`SaliencyError::Invalid`]
+    /// when the top level is not an object.
+    pub fn reap_agg_summary(path: &Path) -> Result<Vec<ReapAggCorpus>> {
+        let bytes = jsonio::read_bytes(path)?;
+        let root = parse(path, &bytes)?;
+        Ok(root
+            .iter()
+            .map(|(name, c)| {
+                let layers = c.get("freq").and_then(Value::as_object).map_or(0, Map::len);
+                let non_finite_reap = c
+                    .get("reap")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.values().filter_map(Value::as_array).flatten().filter(|v| v.is_null()).count());
+                ReapAggCorpus { name: name.clone(), tokens: c.get("tok").and_then(as_count), layers, non_finite_reap }
+            })
+            .collect())
     }
 
     /// The corpus names of a REAP aggregate file, in file order.
@@ -190,16 +278,11 @@ impl Stats {
 /// into `null`, which the caller treats as non-finite.
 fn parse(path: &Path, bytes: &[u8]) -> Result<Map<String, Value>> {
     let cleaned = replace_non_finite(bytes);
-    let value: Value = serde_json::from_slice(&cleaned).map_err(|source| SaliencyError::Json {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let value: Value =
+        serde_json::from_slice(&cleaned).map_err(|source| SaliencyError::Json { path: path.to_path_buf(), source })?;
     match value {
         Value::Object(m) => Ok(m),
-        _ => Err(invalid(
-            format!("{}", path.display()),
-            "the top level is not an object of corpora",
-        )),
+        _ => Err(invalid(format!("{}", path.display()), "the top level is not an object of corpora")),
     }
 }
 
@@ -238,34 +321,22 @@ fn as_count(v: &Value) -> Option<u64> {
         return Some(n);
     }
     let f = v.as_f64()?;
-    (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15)
-        .then_some(f as u64)
+    (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15).then_some(f as u64)
 }
 
 /// `{layer: [values]}` as (layer id, values) sorted by id.
 fn layer_map<'a>(v: &'a Value, key: &str) -> Result<Vec<(u32, &'a Vec<Value>)>> {
-    let m = v
-        .as_object()
-        .ok_or_else(|| invalid(key, "not an object of layers"))?;
+    let m = v.as_object().ok_or_else(|| invalid(key, "not an object of layers"))?;
     let mut out = Vec::with_capacity(m.len());
     for (k, v) in m {
-        let id: u32 = k.parse().map_err(|_| {
-            invalid(
-                format!("{key} layer `{k}`"),
-                "the layer key is not an integer",
-            )
-        })?;
-        let arr = v
-            .as_array()
-            .ok_or_else(|| invalid(format!("{key} layer {id}"), "not an array"))?;
+        let id: u32 =
+            k.parse().map_err(|_| invalid(format!("{key} layer `{k}`"), "the layer key is not an integer"))?;
+        let arr = v.as_array().ok_or_else(|| invalid(format!("{key} layer {id}"), "not an array"))?;
         out.push((id, arr));
     }
     out.sort_by_key(|(id, _)| *id);
     if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(invalid(
-            format!("{key} layer {}", w[0].0),
-            "the layer appears twice",
-        ));
+        return Err(invalid(format!("{key} layer {}", w[0].0), "the layer appears twice"));
     }
     if out.is_empty() {
         return Err(invalid(key, "no layers"));

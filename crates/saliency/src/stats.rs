@@ -43,6 +43,15 @@ pub struct LayerStats {
     pub reap_sum: Option<Vec<f64>>,
     /// Σ (g·‖o‖)²: for the REAP standard error (needs gates and output norms).
     pub reap_sumsq: Option<Vec<f64>>,
+    /// Experts whose `reap_sum` is unknown (strictly ascending ids, `< E`; their `reap_sum` entry
+    /// is stored as 0). Empty for statistics from a trace; a REAP aggregate file loaded with
+    /// [`crate::NonFiniteReap::MaskExperts`] lists here the experts whose `reap` was `NaN`.
+    /// Metrics reading `reap_sum` refuse statistics with missing entries
+    /// ([`crate::SaliencyError::PartialStatistic`]); retention leaves them out of
+    /// `reap_retention` and reports how many slots that excluded (SEMANTICS.md §4). Omitted from
+    /// the JSON file when empty, so files and hashes of complete statistics are unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reap_missing: Vec<u16>,
 }
 
 /// Saliency statistics of every layer: the input of metrics, keep maps and retention.
@@ -103,9 +112,7 @@ impl Stats {
                     if let (Some(s), Some(o)) = (ean_sum.as_mut(), o) {
                         s[id] += o;
                     }
-                    if let (Some(s), Some(sq), Some(g), Some(o)) =
-                        (reap_sum.as_mut(), reap_sumsq.as_mut(), g, o)
-                    {
+                    if let (Some(s), Some(sq), Some(g), Some(o)) = (reap_sum.as_mut(), reap_sumsq.as_mut(), g, o) {
                         let r = g * o;
                         s[id] += r;
                         sq[id] += r * r;
@@ -119,6 +126,7 @@ impl Stats {
                 ean_sum,
                 reap_sum,
                 reap_sumsq,
+                reap_missing: Vec::new(),
             });
         }
         Stats {
@@ -150,7 +158,8 @@ impl Stats {
 
     /// Checks the structure and content: 1 <= E <= 65536, k >= 1, one layer per layer id, every per-expert vector
     /// of length E, each optional statistic present in all layers or in none, every value finite
-    /// and >= 0, and every sum 0 where the count is 0.
+    /// and >= 0, every sum 0 where the count is 0, and `reap_missing` (when not empty) strictly
+    /// ascending ids `< E` of a layer that has `reap_sum`, each with `reap_sum` 0.
     ///
     /// # Errors
     /// [`crate::SaliencyError::Mismatch`] for a shape disagreement and
@@ -158,10 +167,7 @@ impl Stats {
     pub fn validate(&self) -> Result<()> {
         let e = self.num_experts();
         if e == 0 || e > 1 << 16 {
-            return Err(invalid(
-                "num_experts",
-                format!("{e} is not in 1..=65536 (expert ids are u16)"),
-            ));
+            return Err(invalid("num_experts", format!("{e} is not in 1..=65536 (expert ids are u16)")));
         }
         if self.meta.top_k == 0 {
             return Err(invalid("top_k", "must be at least 1"));
@@ -175,11 +181,7 @@ impl Stats {
         }
         for (layer, &id) in self.layers.iter().zip(&self.meta.layer_ids) {
             if layer.count.len() != e {
-                return Err(mismatch(
-                    format!("layer {id} count length"),
-                    e,
-                    layer.count.len(),
-                ));
+                return Err(mismatch(format!("layer {id} count length"), e, layer.count.len()));
             }
             for (name, get) in OPTIONAL_STATS {
                 let first_has = self.layers.first().and_then(get).is_some();
@@ -193,10 +195,7 @@ impl Stats {
                     continue;
                 };
                 if !first_has {
-                    return Err(invalid(
-                        format!("layer {id} {name}"),
-                        "present here but absent in the first layer",
-                    ));
+                    return Err(invalid(format!("layer {id} {name}"), "present here but absent in the first layer"));
                 }
                 if v.len() != e {
                     return Err(mismatch(format!("layer {id} {name} length"), e, v.len()));
@@ -216,8 +215,65 @@ impl Stats {
                     }
                 }
             }
+            if !layer.reap_missing.is_empty() {
+                let key = || format!("layer {id} reap_missing");
+                let Some(reap) = &layer.reap_sum else {
+                    return Err(invalid(key(), "lists experts but the layer has no reap_sum"));
+                };
+                for (i, &x) in layer.reap_missing.iter().enumerate() {
+                    if usize::from(x) >= e {
+                        return Err(invalid(key(), format!("expert id {x} is not below E = {e}")));
+                    }
+                    if i > 0 && layer.reap_missing[i - 1] >= x {
+                        return Err(invalid(key(), format!("expert id {x} is repeated or out of ascending order")));
+                    }
+                    if reap[usize::from(x)] != 0.0 {
+                        return Err(invalid(key(), format!("expert {x} is missing but its reap_sum is not 0")));
+                    }
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Number of (layer, expert) entries of `reap_sum` that are missing (see
+    /// [`LayerStats::reap_missing`]).
+    pub fn reap_missing_total(&self) -> usize {
+        self.layers.iter().map(|l| l.reap_missing.len()).sum()
+    }
+
+    /// Names of the statistics every layer holds: `count` first, then those of `gate_sum`,
+    /// `ean_sum`, `reap_sum`, `reap_sumsq` present (in that order).
+    pub fn present_statistics(&self) -> Vec<&'static str> {
+        let mut out = vec!["count"];
+        out.extend(
+            OPTIONAL_STATS
+                .iter()
+                .filter(|(_, get)| !self.layers.is_empty() && self.layers.iter().all(|l| get(l).is_some()))
+                .map(|(n, _)| *n),
+        );
+        out
+    }
+
+    /// k inferred from the counts: Σ_e count / tokens when that is the same whole number >= 1 in
+    /// every layer with tokens (SEMANTICS.md §8.1 makes Σ count = tokens · k an invariant);
+    /// `None` when the layers disagree, a ratio is not whole, or no layer has tokens. Useful for
+    /// sources that do not record k, such as REAP aggregate files.
+    pub fn infer_top_k(&self) -> Option<u32> {
+        let mut k = None;
+        for l in self.layers.iter().filter(|l| l.tokens > 0) {
+            let sum: u128 = l.count.iter().map(|&c| u128::from(c)).sum();
+            let t = u128::from(l.tokens);
+            if !sum.is_multiple_of(t) {
+                return None;
+            }
+            let this = u32::try_from(sum / t).ok().filter(|&x| x >= 1)?;
+            if k.is_some_and(|k| k != this) {
+                return None;
+            }
+            k = Some(this);
+        }
+        k
     }
 
     /// Reads and validates a JSON statistics file (as written by [`Stats::write_json`]).
@@ -242,20 +298,29 @@ impl Stats {
         jsonio::write_atomic(path.as_ref(), self)
     }
 
-    /// Ok when every layer holds the optional statistic `statistic`, else a
-    /// [`crate::SaliencyError::MissingStatistic`] naming `metric`.
+    /// Ok when every layer holds the optional statistic `statistic` (and, for `reap_sum`, no entry
+    /// is missing), else a [`crate::SaliencyError::MissingStatistic`] or
+    /// [`crate::SaliencyError::PartialStatistic`] naming `metric`.
     pub(crate) fn require(&self, metric: &str, statistic: &'static str) -> Result<()> {
         let present = OPTIONAL_STATS
             .iter()
             .find(|(n, _)| *n == statistic)
             .is_none_or(|(_, get)| self.layers.iter().all(|l| get(l).is_some()));
-        if present {
-            Ok(())
-        } else {
-            Err(crate::SaliencyError::MissingStatistic {
+        if !present {
+            return Err(crate::SaliencyError::MissingStatistic { metric: metric.to_string(), statistic });
+        }
+        if statistic == "reap_sum"
+            && let Some((l, &layer_id)) =
+                self.layers.iter().zip(&self.meta.layer_ids).find(|(l, _)| !l.reap_missing.is_empty())
+        {
+            return Err(crate::SaliencyError::PartialStatistic {
                 metric: metric.to_string(),
                 statistic,
-            })
+                missing: self.reap_missing_total(),
+                layer_id,
+                expert: l.reap_missing[0],
+            });
         }
+        Ok(())
     }
 }

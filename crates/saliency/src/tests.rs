@@ -62,6 +62,7 @@ fn count_stats(count: Vec<u64>, reap: Option<Vec<f64>>) -> Stats {
             ean_sum: None,
             reap_sum: reap,
             reap_sumsq: None,
+            reap_missing: vec![],
         }],
     }
 }
@@ -77,11 +78,7 @@ fn statistics_from_trace_by_hand() {
     assert_eq!(l.ean_sum.as_deref(), Some(&[0.0, 2.0, 5.0][..]));
     assert_eq!(l.reap_sum.as_deref(), Some(&[0.0, 1.0, 4.0][..]));
     assert_eq!(l.reap_sumsq.as_deref(), Some(&[0.0, 1.0, 10.0][..]));
-    assert!(
-        check_stats(&s).iter().all(|c| c.passed),
-        "{:?}",
-        check_stats(&s)
-    );
+    assert!(check_stats(&s).iter().all(|c| c.passed), "{:?}", check_stats(&s));
 }
 
 #[test]
@@ -108,44 +105,22 @@ fn metric_scores_by_hand() {
 #[test]
 fn tau_damping() {
     let s = three_expert_stats();
-    let undamped = MetricConfig {
-        tau: 0.0,
-        ..MetricConfig::default()
-    };
+    let undamped = MetricConfig { tau: 0.0, ..MetricConfig::default() };
     let sh = scores(&s, Metric::Shrink, &undamped);
-    assert!(
-        (sh[2] - 1.0).abs() < 1e-12,
-        "τ = 0 gives the bare lower bound mean − SE = 1, got {}",
-        sh[2]
-    );
-    let heavy = MetricConfig {
-        tau: 998.0,
-        ..MetricConfig::default()
-    };
+    assert!((sh[2] - 1.0).abs() < 1e-12, "τ = 0 gives the bare lower bound mean − SE = 1, got {}", sh[2]);
+    let heavy = MetricConfig { tau: 998.0, ..MetricConfig::default() };
     let sh = scores(&s, Metric::Shrink, &heavy);
     assert!((sh[2] - 2.0 / 1000.0).abs() < 1e-12, "{}", sh[2]);
-    let bad = MetricConfig {
-        tau: -1.0,
-        ..MetricConfig::default()
-    };
-    assert!(matches!(
-        metric_scores(&s, Metric::Shrink, &bad),
-        Err(SaliencyError::Invalid { .. })
-    ));
+    let bad = MetricConfig { tau: -1.0, ..MetricConfig::default() };
+    assert!(matches!(metric_scores(&s, Metric::Shrink, &bad), Err(SaliencyError::Invalid { .. })));
 }
 
 #[test]
 fn rank_percentile_ties_are_averaged() {
     // ascending: 1 (rank 0), then three 5s sharing ranks 1, 2, 3 -> 2; divided by E − 1 = 3.
-    assert_eq!(
-        rank_percentiles(&[5.0, 5.0, 1.0, 5.0]),
-        vec![2.0 / 3.0, 2.0 / 3.0, 0.0, 2.0 / 3.0]
-    );
+    assert_eq!(rank_percentiles(&[5.0, 5.0, 1.0, 5.0]), vec![2.0 / 3.0, 2.0 / 3.0, 0.0, 2.0 / 3.0]);
     // −∞ (c = 0 experts) tie at the bottom; 0.0 and −0.0 tie.
-    assert_eq!(
-        rank_percentiles(&[NEG, 0.0, NEG, -0.0, 9.0]),
-        vec![0.125, 0.625, 0.125, 0.625, 1.0]
-    );
+    assert_eq!(rank_percentiles(&[NEG, 0.0, NEG, -0.0, 9.0]), vec![0.125, 0.625, 0.125, 0.625, 1.0]);
     assert_eq!(rank_percentiles(&[3.0]), vec![0.0]);
     assert!(rank_percentiles(&[]).is_empty());
 }
@@ -165,22 +140,10 @@ fn hybrid_with_explicit_base_and_ties() {
     // keep 2: expert 1 first, then 0 and 2 tie at 3.5/6 -> lower id (0) wins.
     let map = KeepMap::build(&s, Metric::Hybrid, 2, &KeepConfig::default()).unwrap();
     assert_eq!(map.layers, vec![vec![0, 1]]);
-    let bad = MetricConfig {
-        hybrid_base: Some(vec![Metric::Hybrid]),
-        ..MetricConfig::default()
-    };
-    assert!(matches!(
-        metric_scores(&s, Metric::Hybrid, &bad),
-        Err(SaliencyError::Invalid { .. })
-    ));
-    let none = MetricConfig {
-        hybrid_base: Some(vec![]),
-        ..MetricConfig::default()
-    };
-    assert!(matches!(
-        metric_scores(&s, Metric::Hybrid, &none),
-        Err(SaliencyError::Invalid { .. })
-    ));
+    let bad = MetricConfig { hybrid_base: Some(vec![Metric::Hybrid]), ..MetricConfig::default() };
+    assert!(matches!(metric_scores(&s, Metric::Hybrid, &bad), Err(SaliencyError::Invalid { .. })));
+    let none = MetricConfig { hybrid_base: Some(vec![]), ..MetricConfig::default() };
+    assert!(matches!(metric_scores(&s, Metric::Hybrid, &none), Err(SaliencyError::Invalid { .. })));
 }
 
 #[test]
@@ -195,26 +158,10 @@ fn keep_map_tie_order_and_short_layers() {
     let m = build(4).unwrap();
     assert_eq!(m.label(), "frequency@4");
     assert_eq!(m.stats_sha256, s.sha256());
-    assert!(matches!(
-        build(5),
-        Err(SaliencyError::ShortLayer {
-            layer_id: 3,
-            available: 4,
-            k: 5
-        })
-    ));
-    assert!(matches!(
-        build(6),
-        Err(SaliencyError::KTooLarge {
-            k: 6,
-            num_experts: 5
-        })
-    ));
+    assert!(matches!(build(5), Err(SaliencyError::ShortLayer { layer_id: 3, available: 4, k: 5 })));
+    assert!(matches!(build(6), Err(SaliencyError::KTooLarge { k: 6, num_experts: 5 })));
     assert!(matches!(build(0), Err(SaliencyError::Invalid { .. })));
-    let allow = KeepConfig {
-        allow_short_layers: true,
-        ..KeepConfig::default()
-    };
+    let allow = KeepConfig { allow_short_layers: true, ..KeepConfig::default() };
     let short = KeepMap::build(&s, Metric::Frequency, 5, &allow).unwrap();
     assert_eq!(short.layers, vec![vec![0, 1, 3, 4]]);
     assert_eq!(short.short_layers, vec![3]);
@@ -239,22 +186,10 @@ fn keep_map_ties_on_scores_not_counts() {
 fn missing_statistics_are_errors() {
     let s = count_stats(vec![1, 2, 3], Some(vec![1.0, 1.0, 1.0]));
     let err = metric_scores(&s, Metric::Shrink, &MetricConfig::default()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            SaliencyError::MissingStatistic {
-                statistic: "reap_sumsq",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, SaliencyError::MissingStatistic { statistic: "reap_sumsq", .. }), "{err}");
     assert!(err.to_string().contains("no sum of squares"), "{err}");
     for m in [Metric::GateSum, Metric::EanSum, Metric::EanMean] {
-        assert!(matches!(
-            metric_scores(&s, m, &MetricConfig::default()),
-            Err(SaliencyError::MissingStatistic { .. })
-        ));
+        assert!(matches!(metric_scores(&s, m, &MetricConfig::default()), Err(SaliencyError::MissingStatistic { .. })));
     }
 }
 
@@ -266,11 +201,7 @@ fn metric_names_round_trip() {
     }
     let err = "l2".parse::<Metric>().unwrap_err();
     assert!(matches!(&err, SaliencyError::UnknownMetric { name } if name == "l2"));
-    assert!(
-        err.to_string()
-            .contains("frequency, gate_sum, ean_sum, ean_mean, reap, l2_sum, shrink, hybrid"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("frequency, gate_sum, ean_sum, ean_mean, reap, l2_sum, shrink, hybrid"), "{err}");
 }
 
 #[test]
@@ -285,10 +216,7 @@ fn retention_of_full_map_is_one() {
         assert_eq!(f.gate_retention, Some(1.0));
         assert_eq!(f.prob_retention, Some(1.0));
         assert_eq!(f.slot_replacement, 0.0);
-        assert_eq!(
-            f.zero_hit_kept, 1,
-            "the full map keeps expert 0, unseen in the held-out trace"
-        );
+        assert_eq!(f.zero_hit_kept, 1, "the full map keeps expert 0, unseen in the held-out trace");
     }
 }
 
@@ -317,15 +245,9 @@ fn retention_by_hand() {
 fn retention_refuses_mismatched_shapes() {
     let s = three_expert_stats();
     let other_layers = KeepMap::full(3, vec![8]);
-    assert!(matches!(
-        retention(&other_layers, &s, None),
-        Err(SaliencyError::Mismatch { .. })
-    ));
+    assert!(matches!(retention(&other_layers, &s, None), Err(SaliencyError::Mismatch { .. })));
     let other_e = KeepMap::full(4, vec![7]);
-    assert!(matches!(
-        retention(&other_e, &s, None),
-        Err(SaliencyError::Mismatch { .. })
-    ));
+    assert!(matches!(retention(&other_e, &s, None), Err(SaliencyError::Mismatch { .. })));
     // statistics that are not those of the given trace
     let mut wrong = s.clone();
     wrong.layers[0].count = vec![1, 0, 2];
@@ -335,10 +257,7 @@ fn retention_refuses_mismatched_shapes() {
     wrong.layers[0].reap_sumsq = None;
     let data = three_expert_trace();
     let full = KeepMap::full(3, vec![7]);
-    assert!(matches!(
-        retention(&full, &wrong, Some(&data.view())),
-        Err(SaliencyError::Mismatch { .. })
-    ));
+    assert!(matches!(retention(&full, &wrong, Some(&data.view())), Err(SaliencyError::Mismatch { .. })));
 }
 
 #[test]
@@ -378,15 +297,9 @@ fn json_round_trips_and_validation() {
     // wrong vector length
     let mut short = s.clone();
     short.layers[0].count.pop();
-    assert!(matches!(
-        short.validate(),
-        Err(SaliencyError::Mismatch { .. })
-    ));
+    assert!(matches!(short.validate(), Err(SaliencyError::Mismatch { .. })));
     // missing file
-    assert!(matches!(
-        Stats::read_json(dir.path().join("nope.json")),
-        Err(SaliencyError::Io { .. })
-    ));
+    assert!(matches!(Stats::read_json(dir.path().join("nope.json")), Err(SaliencyError::Io { .. })));
 }
 
 #[test]
@@ -400,20 +313,8 @@ fn checks_catch_tampering() {
     assert_eq!(b.layers, vec![vec![0, 1, 3]]);
     b.layers[0] = vec![0, 2, 3];
     let checks = check_keep_maps(&s, &[a, b], &cfg);
-    let failed: Vec<&str> = checks
-        .iter()
-        .filter(|c| !c.passed)
-        .map(|c| c.name.as_str())
-        .collect();
-    assert_eq!(
-        failed,
-        vec![
-            "reap@3: reproduces",
-            "reap@3: no zero-hit expert",
-            "nesting: reap"
-        ],
-        "{checks:#?}"
-    );
+    let failed: Vec<&str> = checks.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();
+    assert_eq!(failed, vec!["reap@3: reproduces", "reap@3: no zero-hit expert", "nesting: reap"], "{checks:#?}");
     // statistics whose counts do not sum to tokens · k
     let mut bad = s.clone();
     bad.layers[0].tokens += 1;
@@ -433,10 +334,7 @@ fn reap_agg_reader() {
             "c NaN": {"n": 1, "freq": {"0": [1, 3, 0]}, "reap": {"0": [1.0, 2.0, 0.0]}}}"#,
     )
     .unwrap();
-    assert_eq!(
-        Stats::reap_agg_corpora(&p).unwrap(),
-        vec!["a", "b", "c NaN"]
-    );
+    assert_eq!(Stats::reap_agg_corpora(&p).unwrap(), vec!["a", "b", "c NaN"]);
     let a = Stats::from_reap_agg(&p, "a", 2).unwrap();
     assert_eq!(a.meta.layer_ids, vec![0, 1]);
     assert_eq!(a.meta.num_experts, 3);
@@ -445,37 +343,21 @@ fn reap_agg_reader() {
     assert_eq!(a.layers[0].tokens, 2);
     assert!(check_stats(&a).iter().all(|c| c.passed));
     let err = metric_scores(&a, Metric::Shrink, &MetricConfig::default()).unwrap_err();
-    assert!(matches!(
-        err,
-        SaliencyError::MissingStatistic {
-            statistic: "reap_sumsq",
-            ..
-        }
-    ));
+    assert!(matches!(err, SaliencyError::MissingStatistic { statistic: "reap_sumsq", .. }));
 
     let b = Stats::from_reap_agg(&p, "b", 2).unwrap();
     assert!(b.layers[0].reap_sum.is_none());
-    assert!(
-        b.meta.source.contains("reap_sum dropped: 1 non-finite"),
-        "{}",
-        b.meta.source
-    );
+    assert!(b.meta.source.contains("reap_sum dropped: 1 non-finite"), "{}", b.meta.source);
     assert!(matches!(
         metric_scores(&b, Metric::Reap, &MetricConfig::default()),
         Err(SaliencyError::MissingStatistic { .. })
     ));
-    let reject = ReapAggOptions {
-        top_k: 2,
-        non_finite_reap: NonFiniteReap::Reject,
-    };
+    let reject = ReapAggOptions { top_k: 2, non_finite_reap: NonFiniteReap::Reject };
     let err = Stats::from_reap_agg_with(&p, "b", &reject).unwrap_err();
     assert!(err.to_string().contains("layer 0 expert 0"), "{err}");
 
     let err = Stats::from_reap_agg(&p, "c NaN", 2).unwrap_err();
-    assert!(
-        err.to_string().contains("`tok`") && err.to_string().contains("absent"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("`tok`") && err.to_string().contains("absent"), "{err}");
     let err = Stats::from_reap_agg(&p, "zzz", 2).unwrap_err();
     assert!(err.to_string().contains("corpus `zzz`"), "{err}");
 }
@@ -497,16 +379,10 @@ fn multi_slot_trace_statistics() {
     assert!((g[0] - (0.6 + 0.3f32 as f64)).abs() < 1e-7 && (g[0] - 0.9).abs() < 1e-6);
     assert!(check_stats(&s).iter().all(|c| c.passed));
     // hybrid falls back to frequency + gate_sum without reap sums
-    assert_eq!(
-        MetricConfig::default().hybrid_base_for(&s),
-        vec![Metric::Frequency, Metric::GateSum]
-    );
+    assert_eq!(MetricConfig::default().hybrid_base_for(&s), vec![Metric::Frequency, Metric::GateSum]);
     let full = KeepMap::full(4, vec![1, 2]);
     let r = retention(&full, &s, Some(&data.view())).unwrap();
     assert_eq!(r.mean.prob_retention, Some(1.0));
     assert_eq!(r.mean.reap_retention, None);
-    assert_eq!(
-        r.mean.zero_hit_kept, 2,
-        "sum over layers of kept experts without held-out hits"
-    );
+    assert_eq!(r.mean.zero_hit_kept, 2, "sum over layers of kept experts without held-out hits");
 }

@@ -19,6 +19,7 @@ fn arb_stats() -> impl Strategy<Value = Stats> {
                         ean_sum: Some(vec![]),
                         reap_sum: Some(vec![]),
                         reap_sumsq: Some(vec![]),
+                        reap_missing: vec![],
                     };
                     for (c, xs, g, o) in experts {
                         let c = if c == 0 { 0 } else { c + xs.len() as u64 };

@@ -31,12 +31,21 @@ enum Command {
     /// Print a trace's shape, metadata and per-layer expert usage.
     #[command(after_help = "Example:\n  moe-offload inspect translation.safetensors")]
     Inspect(inspect::InspectArgs),
-    /// Compute per-(layer, expert) saliency statistics of a trace (SEMANTICS.md §2).
-    #[command(after_help = "Example:\n  moe-offload stats calib.safetensors -o stats.json")]
+    /// Compute per-(layer, expert) saliency statistics of a trace or a REAP aggregate file (SEMANTICS.md §2).
+    #[command(
+        after_help = "Examples:\n  moe-offload stats calib.safetensors -o stats.json\n  moe-offload stats --reap-agg core_agg.json --list-corpora\n  moe-offload stats --reap-agg core_agg.json --corpus bible -o bible.json"
+    )]
     Stats(saliency::StatsArgs),
-    /// Build a keep map (K experts per layer) from statistics (SEMANTICS.md §3).
-    #[command(after_help = "Example:\n  moe-offload keep stats.json --metric frequency --k 32 -o keep.json")]
+    /// Build keep maps (K experts per layer, or a global budget) from statistics (SEMANTICS.md §3).
+    #[command(
+        after_help = "Examples:\n  moe-offload keep stats.json --metric frequency --k 32 -o keep.json\n  moe-offload keep stats.json --metric hybrid --hybrid-base l2_sum,reap --k 128,160 -o maps/\n  moe-offload keep stats.json --metric frequency --budget 1248,1536 --floor 6 -o maps/"
+    )]
     Keep(saliency::KeepArgs),
+    /// Out-of-sample retention of keep maps on a held-out trace or statistics (SEMANTICS.md §4).
+    #[command(
+        after_help = "Examples:\n  moe-offload retention maps/*.json full --heldout heldout.safetensors\n  moe-offload retention maps/reap@128.json --heldout quran-stats.json --json"
+    )]
+    Retention(saliency::RetentionArgs),
     /// Replay a trace through an expert cache and count hits and misses (SEMANTICS.md §5).
     #[command(
         after_help = "Example:\n  moe-offload replay heldout.safetensors --policy lru --cap 16 --keep keep.json --json"
@@ -57,6 +66,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Inspect(a) => inspect::run(&a),
         Command::Stats(a) => saliency::stats(&a),
         Command::Keep(a) => saliency::keep(&a),
+        Command::Retention(a) => saliency::retention_cmd(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Sweep(a) => sweep::run(&a),
     }

@@ -1,19 +1,45 @@
-//! `moe-offload stats` and `moe-offload keep`: statistics and keep maps.
+//! `moe-offload stats`, `keep` and `retention`: statistics, keep maps and out-of-sample retention
+//! (SEMANTICS.md §2-§4).
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use clap::Args;
-use saliency::{KeepConfig, KeepMap, Metric, MetricConfig, Stats};
+use saliency::{
+    Budget, BudgetScale, KeepConfig, KeepMap, Metric, MetricConfig, NonFiniteReap, ReapAggOptions, Retention, Stats,
+    retention,
+};
 use trace_io::TraceFile;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// The trace.
-    pub trace: PathBuf,
+    /// The trace (.safetensors). Omit it when reading a REAP aggregate file with --reap-agg.
+    #[arg(required_unless_present = "reap_agg", conflicts_with = "reap_agg")]
+    pub trace: Option<PathBuf>,
+    /// A per-(layer, expert) REAP aggregate file (`core_agg.json` format) instead of a trace: its
+    /// `freq` becomes `count` and its `reap` becomes `reap_sum` (no gate sums, norm sums or sums of
+    /// squares).
+    #[arg(long, value_name = "FILE")]
+    pub reap_agg: Option<PathBuf>,
+    /// The corpus of --reap-agg to load (see --list-corpora).
+    #[arg(long, requires = "reap_agg")]
+    pub corpus: Option<String>,
+    /// List the corpora of --reap-agg (tokens, layers, non-finite reap values) and exit.
+    #[arg(long, requires = "reap_agg")]
+    pub list_corpora: bool,
+    /// The model's top-k for --reap-agg (the file does not record it). Default: inferred from the
+    /// counts (sum of freq / tok, which must be the same whole number in every layer).
+    #[arg(long, requires = "reap_agg")]
+    pub top_k: Option<u32>,
+    /// What to do with NaN/Infinity in a corpus's `reap`: `drop` the corpus's reap_sum (counts
+    /// only), `mask` the affected experts (reap_sum kept, those experts marked missing: usable as
+    /// held-out statistics, refused by REAP metrics), or `reject` the corpus.
+    #[arg(long, default_value = "drop", requires = "reap_agg")]
+    pub non_finite_reap: NonFiniteReap,
     /// Output statistics JSON.
-    #[arg(short, long)]
-    pub output: PathBuf,
+    #[arg(short, long, required_unless_present = "list_corpora")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -23,37 +49,121 @@ pub struct KeepArgs {
     /// Saliency metric: frequency, gate_sum, ean_sum, ean_mean, reap, l2_sum, shrink, hybrid.
     #[arg(long)]
     pub metric: Metric,
-    /// Experts kept per layer.
-    #[arg(long)]
-    pub k: usize,
+    /// Experts kept per layer; several comma-separated values (`--k 32,48`) write one map each.
+    #[arg(long, value_delimiter = ',', required_unless_present = "budget", conflicts_with = "budget")]
+    pub k: Vec<usize>,
+    /// Global budget: experts kept over all layers, a different K per layer (each layer keeps at
+    /// least --floor, the rest go to the best experts of the whole model). Several comma-separated
+    /// values write one map each.
+    #[arg(long, value_delimiter = ',')]
+    pub budget: Vec<u64>,
+    /// Least experts kept per layer under --budget (default: the model's top-k, so every token can
+    /// still use k experts).
+    #[arg(long, requires = "budget")]
+    pub floor: Option<u32>,
+    /// How --budget compares experts of different layers: `share` (score / the layer's total:
+    /// the default, except for shrink), `percentile` (rank within the layer: the default for
+    /// shrink) or `raw`.
+    #[arg(long, requires = "budget")]
+    pub budget_scale: Option<BudgetScale>,
     /// τ of the `shrink` metric.
     #[arg(long, default_value_t = 64.0)]
     pub tau: f64,
-    /// Allow layers with fewer than K experts that were ever routed (recorded in the map).
+    /// Base metrics of `hybrid`, comma-separated (default: l2_sum,reap when the statistics have
+    /// reap_sum, else frequency,gate_sum).
+    #[arg(long, value_delimiter = ',')]
+    pub hybrid_base: Vec<Metric>,
+    /// Allow layers with fewer than K (or --floor) experts that were ever routed (recorded in the
+    /// map).
     #[arg(long)]
     pub allow_short_layers: bool,
-    /// Output keep-map JSON.
+    /// Output keep-map JSON for one map; for several (or when it is an existing directory) a
+    /// directory that receives one `<label>.json` per map, e.g. `frequency@32.json`,
+    /// `frequency@budget1536.json`.
     #[arg(short, long)]
     pub output: PathBuf,
 }
 
+#[derive(Debug, Args)]
+pub struct RetentionArgs {
+    /// Keep-map JSON files, one table row each; the word `full` adds the unpruned map.
+    #[arg(required = true)]
+    pub keep: Vec<PathBuf>,
+    /// Held-out data: a trace (.safetensors; gives prob_retention too) or a statistics JSON of
+    /// `moe-offload stats` (detected by extension, else by content).
+    #[arg(long)]
+    pub heldout: PathBuf,
+    /// Print JSON (one object per map, with every layer) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// In the table, also print every layer of every map.
+    #[arg(long, conflicts_with = "json")]
+    pub per_layer: bool,
+}
+
 /// Runs `stats`.
 pub fn stats(a: &StatsArgs) -> Result<()> {
-    let f = TraceFile::open(&a.trace)?;
-    let sha = trace_io::sha256_file(&a.trace)?;
-    let stats = Stats::from_trace(&f.view(), a.trace.display().to_string(), sha);
-    stats.write_json(&a.output)?;
-    let have: Vec<&str> = [
-        ("count", true),
-        ("gate_sum", stats.layers[0].gate_sum.is_some()),
-        ("ean_sum", stats.layers[0].ean_sum.is_some()),
-        ("reap_sum", stats.layers[0].reap_sum.is_some()),
-        ("reap_sumsq", stats.layers[0].reap_sumsq.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(n, h)| h.then_some(n))
-    .collect();
-    println!("wrote {}: {} layers, statistics: {}", a.output.display(), stats.layers.len(), have.join(", "));
+    let mut out = std::io::stdout().lock();
+    if let Some(agg) = &a.reap_agg {
+        if a.list_corpora {
+            let corpora = Stats::reap_agg_summary(agg)?;
+            let mut t = comfy_table::Table::new();
+            t.set_header(["corpus", "tokens", "layers", "non-finite reap values"]);
+            for c in corpora {
+                t.add_row([
+                    c.name,
+                    c.tokens.map_or_else(|| "?".to_string(), |t| t.to_string()),
+                    c.layers.to_string(),
+                    c.non_finite_reap.to_string(),
+                ]);
+            }
+            writeln!(out, "{t}")?;
+            return Ok(());
+        }
+        let Some(corpus) = &a.corpus else { bail!("--reap-agg needs --corpus NAME (see --list-corpora)") };
+        let output = a.output.as_ref().context("--output is required")?;
+        let opts = ReapAggOptions { top_k: a.top_k.unwrap_or(1), non_finite_reap: a.non_finite_reap };
+        let mut stats = Stats::from_reap_agg_with(agg, corpus, &opts)?;
+        if a.top_k.is_none() {
+            let k = stats.infer_top_k().with_context(|| {
+                format!(
+                    "{}: cannot infer top-k (sum of freq / tok differs between layers or is not whole); pass --top-k",
+                    agg.display()
+                )
+            })?;
+            stats.meta.top_k = k;
+        }
+        stats.write_json(output)?;
+        writeln!(
+            out,
+            "wrote {}: corpus {corpus}, {} layers x {} experts, top-k {}, statistics: {}",
+            output.display(),
+            stats.layers.len(),
+            stats.meta.num_experts,
+            stats.meta.top_k,
+            stats.present_statistics().join(", ")
+        )?;
+        if let Some(note) = stats.meta.source.split_once(" (").map(|(_, n)| n.trim_end_matches(')')) {
+            writeln!(out, "note: {note}")?;
+            if a.non_finite_reap == NonFiniteReap::DropStatistic {
+                writeln!(out, "      pass --non-finite-reap mask to keep the finite reap entries for retention")?;
+            }
+        }
+        return Ok(());
+    }
+    let trace = a.trace.as_ref().context("a trace or --reap-agg is required")?;
+    let output = a.output.as_ref().context("--output is required")?;
+    let f = TraceFile::open(trace)?;
+    let sha = trace_io::sha256_file(trace)?;
+    let stats = Stats::from_trace(&f.view(), trace.display().to_string(), sha);
+    stats.write_json(output)?;
+    writeln!(
+        out,
+        "wrote {}: {} layers, statistics: {}",
+        output.display(),
+        stats.layers.len(),
+        stats.present_statistics().join(", ")
+    )?;
     Ok(())
 }
 
@@ -61,11 +171,183 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
 pub fn keep(a: &KeepArgs) -> Result<()> {
     let stats = Stats::read_json(&a.stats)?;
     let cfg = KeepConfig {
-        metric: MetricConfig { tau: a.tau, ..Default::default() },
+        metric: MetricConfig { tau: a.tau, hybrid_base: (!a.hybrid_base.is_empty()).then(|| a.hybrid_base.clone()) },
         allow_short_layers: a.allow_short_layers,
     };
-    let map = KeepMap::build(&stats, a.metric, a.k, &cfg)?;
-    map.write_json(&a.output)?;
-    println!("wrote {}: {} ({} layers)", a.output.display(), map.label(), map.layers.len());
+    if !a.hybrid_base.is_empty() && a.metric != Metric::Hybrid {
+        bail!("--hybrid-base applies to --metric hybrid only");
+    }
+    let mut maps = if a.budget.is_empty() {
+        KeepMap::build_many(&stats, a.metric, &a.k, &cfg)?
+    } else {
+        let mut maps = Vec::with_capacity(a.budget.len());
+        for &total in &a.budget {
+            let mut b = Budget::new(&stats, a.metric, total);
+            if let Some(f) = a.floor {
+                b.floor = f;
+            }
+            if let Some(s) = a.budget_scale {
+                b.scale = s;
+            }
+            maps.push(KeepMap::build_budget(&stats, a.metric, &b, &cfg)?);
+        }
+        maps
+    };
+    // Every map is built before any file is written: a failing K leaves no partial output.
+    let mut out = std::io::stdout().lock();
+    let into_dir = maps.len() > 1 || a.output.is_dir();
+    if into_dir {
+        std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    }
+    for map in &mut maps {
+        let path = if into_dir { a.output.join(format!("{}.json", map.label())) } else { a.output.clone() };
+        map.write_json(&path)?;
+        let sizes: Vec<usize> = map.layers.iter().map(Vec::len).collect();
+        let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+        write!(out, "wrote {}: {} ({} layers", path.display(), map.label(), map.layers.len())?;
+        if map.budget.is_some() {
+            write!(out, ", {} experts, per-layer K {lo}..={hi}", map.total_kept())?;
+        }
+        if !map.short_layers.is_empty() {
+            write!(out, ", short layers {:?}", map.short_layers)?;
+        }
+        writeln!(out, ")")?;
+    }
+    Ok(())
+}
+
+/// Held-out data as given on the command line.
+enum Heldout {
+    Trace(Box<TraceFile>),
+    Stats(Stats),
+}
+
+fn open_heldout(path: &Path) -> Result<Heldout> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let is_json = match ext {
+        "safetensors" => false,
+        "json" => true,
+        _ => {
+            // A safetensors file starts with an 8-byte header length; a JSON file with `{`.
+            let mut head = [0u8; 1];
+            let n = std::fs::File::open(path)
+                .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+                .with_context(|| format!("reading {}", path.display()))?;
+            n == 1 && (head[0] == b'{' || head[0].is_ascii_whitespace())
+        }
+    };
+    Ok(if is_json {
+        Heldout::Stats(Stats::read_json(path).with_context(|| format!("held-out statistics {}", path.display()))?)
+    } else {
+        Heldout::Trace(Box::new(TraceFile::open(path).with_context(|| format!("held-out trace {}", path.display()))?))
+    })
+}
+
+/// Runs `retention`.
+pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
+    let heldout = open_heldout(&a.heldout)?;
+    let (stats, trace) = match &heldout {
+        Heldout::Trace(f) => {
+            let view = f.view();
+            (Stats::from_trace(&view, a.heldout.display().to_string(), String::new()), Some(view))
+        }
+        Heldout::Stats(s) => (s.clone(), None),
+    };
+    let mut results: Vec<(String, Retention)> = Vec::with_capacity(a.keep.len());
+    for path in &a.keep {
+        let map = if path.as_os_str() == "full" {
+            KeepMap::full(stats.meta.num_experts, stats.meta.layer_ids.clone())
+        } else {
+            KeepMap::read_json(path)?
+        };
+        let r = retention(&map, &stats, trace.as_ref())
+            .with_context(|| format!("retention of {} on {}", path.display(), a.heldout.display()))?;
+        results.push((path.display().to_string(), r));
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let rows: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(file, r)| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("file".into(), file.clone().into());
+                    o.insert("heldout".into(), a.heldout.display().to_string().into());
+                }
+                v
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "held-out: {} ({} layers, {})", a.heldout.display(), stats.layers.len(), stats.meta.source)?;
+    let fmt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.4}"));
+    let reap = results.iter().any(|(_, r)| r.mean.reap_retention.is_some());
+    let (mass_name, mass): (&str, fn(&saliency::RetentionFigures) -> Option<f64>) =
+        if reap { ("reap_retention", |f| f.reap_retention) } else { ("gate_retention", |f| f.gate_retention) };
+    let mut t = comfy_table::Table::new();
+    t.set_header(vec![
+        "map".to_string(),
+        "kept/layer".to_string(),
+        format!("{mass_name} mean"),
+        format!("{mass_name} min"),
+        "slot_replacement mean".to_string(),
+        "slot_replacement max".to_string(),
+        "prob_retention mean".to_string(),
+        "prob_retention min".to_string(),
+        "kept, 0 held-out hits".to_string(),
+    ]);
+    for (_, r) in &results {
+        let kept: Vec<usize> = r.per_layer.iter().map(|l| l.kept).collect();
+        let (lo, hi) = (kept.iter().min().copied().unwrap_or(0), kept.iter().max().copied().unwrap_or(0));
+        t.add_row(vec![
+            r.label.clone(),
+            if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") },
+            fmt(mass(&r.mean)),
+            fmt(mass(&r.min)),
+            format!("{:.4}", r.mean.slot_replacement),
+            format!("{:.4}", r.max_slot_replacement),
+            fmt(r.mean.prob_retention),
+            fmt(r.min.prob_retention),
+            r.mean.zero_hit_kept.to_string(),
+        ]);
+    }
+    writeln!(out, "{t}")?;
+    if let Some((_, r)) = results.iter().find(|(_, r)| r.mean.reap_excluded_experts > 0) {
+        let slots: u64 = stats.layers.iter().map(|l| l.tokens * u64::from(stats.meta.top_k)).sum();
+        writeln!(
+            out,
+            "note: reap_retention leaves out {} (layer, expert) entries with unknown REAP mass ({} of {slots} held-out slots, {:.2}%)",
+            r.mean.reap_excluded_experts,
+            r.mean.reap_excluded_slots,
+            100.0 * r.mean.reap_excluded_slots as f64 / slots.max(1) as f64
+        )?;
+    }
+    writeln!(out, "slot_replacement: lower is better, so its worst layer is the max (the min is in --json).")?;
+    if a.per_layer {
+        for (_, r) in &results {
+            let mut t = comfy_table::Table::new();
+            t.set_header(vec![
+                "layer".to_string(),
+                "kept".to_string(),
+                mass_name.to_string(),
+                "slot_replacement".to_string(),
+                "prob_retention".to_string(),
+                "kept, 0 held-out hits".to_string(),
+            ]);
+            for l in &r.per_layer {
+                t.add_row(vec![
+                    l.layer_id.to_string(),
+                    l.kept.to_string(),
+                    fmt(mass(&l.figures)),
+                    format!("{:.4}", l.figures.slot_replacement),
+                    fmt(l.figures.prob_retention),
+                    l.figures.zero_hit_kept.to_string(),
+                ]);
+            }
+            writeln!(out, "{}\n{t}", r.label)?;
+        }
+    }
     Ok(())
 }

@@ -17,7 +17,7 @@ mod run;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, ProfileSpec};
-pub use output::{BestOf, InputRef, Provenance, Shard, SweepOutput, write_atomic};
+pub use output::{BestOf, InputRef, Provenance, Shard, SweepOutput, best_per_variant, write_atomic};
 pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config};
 
 use std::path::PathBuf;

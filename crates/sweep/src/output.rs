@@ -51,6 +51,44 @@ pub struct SweepOutput {
     pub rows: Vec<Row>,
 }
 
+/// [`BestOf`] for every (variant, cap, k_used) of `rows`, sorted by them. Ties: the smaller key.
+pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
+    let mut groups: BTreeMap<(&str, usize, usize), Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        groups.entry((&r.config.variant, r.config.cap, r.config.k_used)).or_default().push(r);
+    }
+    let short = |r: &Row| format!("{}/{}/{}", r.config.policy, r.config.lambda, r.config.j);
+    groups
+        .into_iter()
+        .filter_map(|((variant, cap, k_used), rows)| {
+            let best = |s: Sample| {
+                rows.iter()
+                    .filter(|r| r.sample == s && r.config.policy != cachesim::Policy::Belady)
+                    .min_by(|a, b| a.misses_per_token.total_cmp(&b.misses_per_token).then(a.config.cmp(&b.config)))
+                    .copied()
+            };
+            let (ins, outs) = (best(Sample::InSample)?, best(Sample::OutOfSample)?);
+            let chosen = rows.iter().find(|r| r.sample == Sample::OutOfSample && r.key == ins.key)?;
+            let belady = |s: Sample| {
+                rows.iter()
+                    .find(|r| r.sample == s && r.config.policy == cachesim::Policy::Belady)
+                    .map(|r| r.misses_per_token)
+            };
+            Some(BestOf {
+                variant: variant.to_string(),
+                cap,
+                k_used,
+                in_sample_best: short(ins),
+                in_sample_misses_per_token: ins.misses_per_token,
+                chosen_out_of_sample: chosen.misses_per_token,
+                out_of_sample_best: short(outs),
+                out_of_sample_misses_per_token: outs.misses_per_token,
+                belady: belady(Sample::InSample).zip(belady(Sample::OutOfSample)),
+            })
+        })
+        .collect()
+}
+
 impl SweepOutput {
     /// Reads a `results.json` written by [`SweepOutput::write`].
     ///
@@ -70,7 +108,9 @@ impl SweepOutput {
     pub fn merge(parts: Vec<SweepOutput>) -> Result<SweepOutput> {
         let bad = |reason: String| Err(SweepError::Merge { reason });
         let Some(first) = parts.first() else { return bad("no shard outputs given".into()) };
-        let Some(Shard { count, .. }) = first.shard else { return bad("output 0 is not a shard (no `shard` field)".into()) };
+        let Some(Shard { count, .. }) = first.shard else {
+            return bad("output 0 is not a shard (no `shard` field)".into());
+        };
         let mut seen = vec![false; count];
         for (i, p) in parts.iter().enumerate() {
             let Some(sh) = p.shard else { return bad(format!("output {i} is not a shard")) };
@@ -130,42 +170,9 @@ impl BestOf {
 }
 
 impl SweepOutput {
-    /// [`BestOf`] for every (variant, cap, k_used) of the rows, sorted by them. Ties: the smaller key.
+    /// [`BestOf`] for every (variant, cap, k_used) of the rows ([`best_per_variant`]).
     pub fn best_per_variant(&self) -> Vec<BestOf> {
-        let mut groups: BTreeMap<(&str, usize, usize), Vec<&Row>> = BTreeMap::new();
-        for r in &self.rows {
-            groups.entry((&r.config.variant, r.config.cap, r.config.k_used)).or_default().push(r);
-        }
-        let short = |r: &Row| format!("{}/{}/{}", r.config.policy, r.config.lambda, r.config.j);
-        groups
-            .into_iter()
-            .filter_map(|((variant, cap, k_used), rows)| {
-                let best = |s: Sample| {
-                    rows.iter()
-                        .filter(|r| r.sample == s && r.config.policy != cachesim::Policy::Belady)
-                        .min_by(|a, b| a.misses_per_token.total_cmp(&b.misses_per_token).then(a.config.cmp(&b.config)))
-                        .copied()
-                };
-                let (ins, outs) = (best(Sample::InSample)?, best(Sample::OutOfSample)?);
-                let chosen = rows.iter().find(|r| r.sample == Sample::OutOfSample && r.key == ins.key)?;
-                let belady = |s: Sample| {
-                    rows.iter()
-                        .find(|r| r.sample == s && r.config.policy == cachesim::Policy::Belady)
-                        .map(|r| r.misses_per_token)
-                };
-                Some(BestOf {
-                    variant: variant.to_string(),
-                    cap,
-                    k_used,
-                    in_sample_best: short(ins),
-                    in_sample_misses_per_token: ins.misses_per_token,
-                    chosen_out_of_sample: chosen.misses_per_token,
-                    out_of_sample_best: short(outs),
-                    out_of_sample_misses_per_token: outs.misses_per_token,
-                    belady: belady(Sample::InSample).zip(belady(Sample::OutOfSample)),
-                })
-            })
-            .collect()
+        best_per_variant(&self.rows)
     }
 
     /// The summary as a Markdown table: per (variant, cap), the best online policy chosen in

@@ -204,7 +204,8 @@ impl Prepared {
             });
         }
         let configs = std::mem::take(&mut self.configs);
-        self.configs = configs.into_iter().enumerate().filter(|(i, _)| i % shard.count == shard.index).map(|(_, c)| c).collect();
+        self.configs =
+            configs.into_iter().enumerate().filter(|(i, _)| i % shard.count == shard.index).map(|(_, c)| c).collect();
         Ok(())
     }
 

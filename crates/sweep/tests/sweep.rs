@@ -164,7 +164,8 @@ fn shards_merge_into_the_unsharded_output() {
         stats_sha256: "s".into(),
     };
     let full = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
-    let whole = SweepOutput { provenance: provenance.clone(), shard: None, rows: full.run(&a.view(), &b.view(), &|| {}) };
+    let whole =
+        SweepOutput { provenance: provenance.clone(), shard: None, rows: full.run(&a.view(), &b.view(), &|| {}) };
     let shard = |index, count| {
         let mut p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
         let shard = Shard { index, count };

@@ -1,0 +1,266 @@
+//! `cargo xtask audit --dir DIR`: audit any directory of moe-offload outputs.
+//!
+//! Every `*.json` file below `DIR` is classified by its fields: statistics (`moe-offload stats`),
+//! keep maps (`moe-offload keep`), sweep results (`results.json` of `moe-offload sweep`). Then:
+//! statistics get check 1; keep maps are reproduced from the statistics file whose hash they record
+//! (check 2); sweep rows get the checks of §8.5, with the device profiles from their own provenance.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use saliency::{KeepConfig, KeepMap, Stats};
+use serde_json::{Value, json};
+use sweep::SweepOutput;
+
+#[cfg(test)]
+use super::Check;
+use super::{Report, Status, check, sweep_checks};
+
+/// What a JSON file under the audited directory holds.
+enum Output {
+    Stats(Stats),
+    Keep(KeepMap),
+    Sweep(Box<SweepOutput>),
+}
+
+fn classify(path: &Path) -> Result<Option<Output>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let Ok(v) = serde_json::from_str::<Value>(&text) else { return Ok(None) };
+    let parse = |what: &str| format!("{} looks like {what} but does not parse", path.display());
+    if v.get("provenance").is_some() && v.get("rows").is_some() {
+        return Ok(Some(Output::Sweep(Box::new(serde_json::from_value(v).with_context(|| parse("sweep results"))?))));
+    }
+    if v.get("metric").is_some() && v.get("layers").is_some() && v.get("k").is_some() {
+        return Ok(Some(Output::Keep(KeepMap::read_json(path)?)));
+    }
+    if v.get("meta").is_some() && v.get("layers").is_some() {
+        return Ok(Some(Output::Stats(Stats::read_json(path)?)));
+    }
+    Ok(None)
+}
+
+fn json_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading directory {}", dir.display()))? {
+        let p = e?.path();
+        if p.is_dir() {
+            json_files(&p, out)?;
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Audits every output under `dir`.
+///
+/// # Errors
+/// An unreadable directory or a file that looks like an output of ours but does not parse.
+pub fn audit_dir(dir: &Path) -> Result<Report> {
+    let mut files = Vec::new();
+    json_files(dir, &mut files)?;
+    files.sort();
+    let rel = |p: &Path| p.strip_prefix(dir).unwrap_or(p).display().to_string();
+    let mut stats: Vec<(String, Stats)> = Vec::new();
+    let mut maps: Vec<(String, KeepMap)> = Vec::new();
+    let mut sweeps: Vec<(String, SweepOutput)> = Vec::new();
+    for f in &files {
+        match classify(f)? {
+            Some(Output::Stats(s)) => stats.push((rel(f), s)),
+            Some(Output::Keep(m)) => maps.push((rel(f), m)),
+            Some(Output::Sweep(s)) => sweeps.push((rel(f), *s)),
+            None => {}
+        }
+    }
+    let mut checks = Vec::new();
+    let mut f = BTreeMap::new();
+    f.insert("statistics".into(), json!(stats.len()));
+    f.insert("keep_maps".into(), json!(maps.len()));
+    f.insert("sweeps".into(), json!(sweeps.len()));
+    let found = !(stats.is_empty() && maps.is_empty() && sweeps.is_empty());
+    checks.push(check(
+        "0 inputs",
+        "outputs found",
+        found,
+        f,
+        (!found).then(|| format!("no outputs under {}", dir.display())),
+    ));
+
+    for (name, s) in &stats {
+        for c in saliency::check_stats(s) {
+            let mut f = BTreeMap::new();
+            f.insert("detail".into(), json!(c.detail));
+            checks.push(check(
+                "1 statistics",
+                &format!("{name}: {}", c.name),
+                c.passed,
+                f,
+                (!c.passed).then(|| c.detail.clone()),
+            ));
+        }
+    }
+
+    // Keep maps grouped by the statistics they came from.
+    let mut by_stats: BTreeMap<&str, Vec<&(String, KeepMap)>> = BTreeMap::new();
+    for m in &maps {
+        if !m.1.is_full() {
+            by_stats.entry(m.1.stats_sha256.as_str()).or_default().push(m);
+        }
+    }
+    let hashes: Vec<(String, &Stats)> = stats.iter().map(|(_, s)| (s.sha256(), s)).collect();
+    for (hash, group) in by_stats {
+        let names: Vec<&str> = group.iter().map(|(n, _)| n.as_str()).collect();
+        let Some((_, s)) = hashes.iter().find(|(h, _)| h == hash) else {
+            checks.push(check(
+                "2 keep maps",
+                &format!("statistics {hash:.12} present"),
+                false,
+                BTreeMap::from([("maps".to_string(), json!(names))]),
+                Some(format!(
+                    "{}: its statistics (sha256 {hash}) are not in the directory, so it cannot be reproduced",
+                    names[0]
+                )),
+            ));
+            continue;
+        };
+        let ms: Vec<KeepMap> = group.iter().map(|(_, m)| m.clone()).collect();
+        for c in saliency::check_keep_maps(s, &ms, &KeepConfig::default()) {
+            let mut f = BTreeMap::new();
+            f.insert("detail".into(), json!(c.detail));
+            checks.push(check("2 keep maps", &c.name, c.passed, f, (!c.passed).then(|| c.detail.clone())));
+        }
+    }
+
+    for (name, out) in &sweeps {
+        let profiles = out.provenance.grid.device_profiles()?;
+        for mut c in sweep_checks(&profiles, &out.rows) {
+            c.name = format!("{name}: {}", c.name);
+            checks.push(c);
+        }
+    }
+    Ok(Report { subject: format!("directory {}", dir.display()), checks })
+}
+
+/// True when no check failed.
+pub fn passed(r: &Report) -> bool {
+    r.checks.iter().all(|c| c.status != Status::Fail)
+}
+
+/// The first failing check.
+#[cfg(test)]
+pub fn first_failure(r: &Report) -> Option<&Check> {
+    r.checks.iter().find(|c| c.status == Status::Fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use saliency::{Metric, Stats};
+    use sweep::{InputRef, Provenance, TraceInput};
+    use trace_io::TraceFile;
+
+    /// Writes statistics, two nested keep maps and a sweep of the default grid into a directory.
+    fn outputs() -> tempfile::TempDir {
+        let root = crate::workspace_root();
+        let grid = sweep::Grid::read(&root.join("data/grids/default.json")).unwrap();
+        let calib = TraceFile::open(&grid.traces.in_sample).unwrap();
+        let heldout = TraceFile::open(&grid.traces.out_of_sample).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let stats = Stats::from_trace(&calib.view(), "calib".into(), "0".into());
+        stats.write_json(dir.path().join("stats.json")).unwrap();
+        for k in [16, 24] {
+            let m = KeepMap::build(&stats, Metric::Frequency, k, &KeepConfig::default()).unwrap();
+            m.write_json(dir.path().join(format!("frequency@{k}.json"))).unwrap();
+        }
+        let (ins, oos) = (
+            TraceInput { view: calib.view(), source: "calib", sha256: "0" },
+            TraceInput { view: heldout.view(), source: "heldout", sha256: "0" },
+        );
+        let p = sweep::prepare(&grid, &ins, &oos).unwrap();
+        let out = SweepOutput {
+            provenance: Provenance {
+                tool_version: "test".into(),
+                grid: grid.clone(),
+                in_sample: InputRef { source: "calib".into(), sha256: "0".into() },
+                out_of_sample: InputRef { source: "heldout".into(), sha256: "0".into() },
+                stats_sha256: p.stats.sha256(),
+            },
+            shard: None,
+            rows: p.run(&calib.view(), &heldout.view(), &|| {}),
+        };
+        out.write(&dir.path().join("sweep")).unwrap();
+        dir
+    }
+
+    fn edit_json(path: &Path, f: impl FnOnce(&mut Value)) {
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn clean_outputs_pass() {
+        let dir = outputs();
+        let r = audit_dir(dir.path()).unwrap();
+        assert!(passed(&r), "{:?}", first_failure(&r));
+        assert_eq!(r.checks[0].figures["keep_maps"], json!(2));
+        assert_eq!(r.checks[0].figures["sweeps"], json!(1));
+        assert!(r.checks.iter().any(|c| c.name == "nesting: frequency" && c.status == Status::Pass));
+    }
+
+    #[test]
+    fn a_changed_keep_map_id_is_named() {
+        let dir = outputs();
+        let path = dir.path().join("frequency@16.json");
+        edit_json(&path, |v| {
+            let layer0 = v["layers"][0].as_array_mut().unwrap();
+            let kept: Vec<u64> = layer0.iter().map(|x| x.as_u64().unwrap()).collect();
+            let unused = (0..32).find(|e| !kept.contains(e)).unwrap();
+            layer0[0] = json!(unused);
+            layer0.sort_by_key(|x| x.as_u64());
+        });
+        let r = audit_dir(dir.path()).unwrap();
+        let c = first_failure(&r).expect("the audit fails");
+        assert_eq!(c.name, "frequency@16: reproduces");
+        assert!(c.first_offending.as_deref().unwrap().contains("layer"), "{:?}", c.first_offending);
+    }
+
+    #[test]
+    fn a_changed_sweep_count_or_tok_s_is_named() {
+        let dir = outputs();
+        let path = dir.path().join("sweep/results.json");
+        let key = |v: &Value, i: usize| v["rows"][i]["key"].as_str().unwrap().to_string();
+        let mut k0 = String::new();
+        edit_json(&path, |v| {
+            k0 = key(v, 0);
+            let m = v["rows"][0]["counts"]["misses"].as_u64().unwrap();
+            v["rows"][0]["counts"]["misses"] = json!(m + 1);
+        });
+        let r = audit_dir(dir.path()).unwrap();
+        let c = first_failure(&r).expect("the audit fails");
+        assert_eq!(c.name, "sweep/results.json: derived fields follow from the counts");
+        assert_eq!(c.first_offending.as_deref(), Some(format!("{k0} (in_sample)").as_str()));
+
+        let dir = outputs();
+        let path = dir.path().join("sweep/results.json");
+        let mut k5 = String::new();
+        edit_json(&path, |v| {
+            k5 = key(v, 5);
+            let t = v["rows"][5]["cost"][1]["tok_s"].as_f64().unwrap();
+            v["rows"][5]["cost"][1]["tok_s"] = json!(t * 1.001);
+        });
+        let r = audit_dir(dir.path()).unwrap();
+        let c = first_failure(&r).expect("the audit fails");
+        assert_eq!(c.name, "sweep/results.json: derived fields follow from the counts");
+        assert!(c.first_offending.as_deref().unwrap().starts_with(&k5), "{:?}", c.first_offending);
+    }
+
+    #[test]
+    fn a_keep_map_without_its_statistics_fails() {
+        let dir = outputs();
+        std::fs::remove_file(dir.path().join("stats.json")).unwrap();
+        let r = audit_dir(dir.path()).unwrap();
+        let c = first_failure(&r).expect("the audit fails");
+        assert!(c.first_offending.as_deref().unwrap().contains("cannot be reproduced"), "{:?}", c.first_offending);
+    }
+}

@@ -14,8 +14,9 @@
 //! - [`TraceMeta`]: the metadata (model, `num_experts`, `top_k`, `layer_ids`, score kind, phase).
 //! - [`TraceError`]: the one error type, naming file, tensor, layer, token and value.
 //!
-//! Importers for real-world logs live in [`import`]; [`synth`] generates synthetic traces for
-//! fixtures and benchmarks.
+//! Importers for real-world logs live in [`import`] (ESFT text files, vLLM route logs, Mixtral
+//! JSON Lines); [`synth`] generates synthetic traces for fixtures and benchmarks; [`summary`]
+//! computes the descriptive figures `moe-offload inspect` shows.
 
 #[cfg(target_endian = "big")]
 compile_error!("trace-io assumes a little-endian target (safetensors stores little-endian data)");
@@ -25,6 +26,7 @@ mod file;
 pub mod import;
 mod meta;
 pub mod real_data;
+pub mod summary;
 pub mod synth;
 mod view;
 mod write;

@@ -139,12 +139,14 @@ impl<'a> TraceView<'a> {
     fn validate(&self) -> Result<()> {
         let Shape { layers, tokens, candidates: m, top_k: k, num_experts } = self.shape;
         let expect_len = |tensor: &'static str, len: usize, width: usize, wname: &str| -> Result<()> {
-            if len != layers * tokens * width {
+            // Checked: `tokens` comes from the caller and may be absurd.
+            let want = layers.checked_mul(tokens).and_then(|n| n.checked_mul(width));
+            if want != Some(len) {
                 return Err(TraceError::Shape {
                     tensor,
                     expected: format!(
                         "[L, T, {wname}] = [{layers}, {tokens}, {width}] ({} values)",
-                        layers * tokens * width
+                        want.map_or("more than usize::MAX".to_string(), |n| n.to_string())
                     ),
                     actual: vec![len],
                 });
@@ -174,9 +176,9 @@ impl<'a> TraceView<'a> {
             }
         };
         // ids: in range, unique per row. A per-row "seen" stamp array avoids clearing.
-        let mut seen = vec![u32::MAX; num_experts];
+        let mut seen = vec![u64::MAX; num_experts];
         for (r, row) in self.parts.ids.chunks_exact(m.max(1)).enumerate() {
-            let stamp = r as u32;
+            let stamp = r as u64;
             for (i, &id) in row.iter().enumerate() {
                 let e = id as usize;
                 if e >= num_experts {

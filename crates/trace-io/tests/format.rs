@@ -34,7 +34,7 @@ fn tiny_parts() -> OwnedParts {
 /// Writes a safetensors file from a header JSON value and raw data bytes, without any checks.
 fn raw_file(path: &Path, header: serde_json::Value, data: &[u8]) {
     let mut h = serde_json::to_vec(&header).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
@@ -86,7 +86,8 @@ fn write_then_open_round_trips_every_tensor() {
 
 #[test]
 fn content_violations_name_tensor_layer_token_and_value() {
-    let cases: Vec<(fn(&mut OwnedParts), &str, usize, ValueProblem)> = vec![
+    type Case = (fn(&mut OwnedParts), &'static str, usize, ValueProblem);
+    let cases: Vec<Case> = vec![
         (|p| p.ids[4] = 9, "ids", 1, ValueProblem::IdOutOfRange { id: 9, num_experts: 4 }),
         (|p| p.ids[5] = 3, "ids", 1, ValueProblem::RepeatedId { id: 3 }),
         (|p| p.scores.as_mut().unwrap()[1] = f32::NAN, "scores", 0, ValueProblem::NotFinite { value: f32::NAN }),
@@ -247,4 +248,234 @@ fn synth_is_deterministic_and_valid() {
     assert!(rate > 4.0 / 31.0 * 1.5, "next-token reuse {rate}");
     let e = generate(&SynthConfig { candidates: 40, ..cfg }).unwrap_err();
     assert!(matches!(e, TraceError::Config { key: "candidates", .. }));
+}
+
+/// Metadata of the raw files below: 1 layer, E = 4, k = 2.
+fn raw_meta() -> serde_json::Value {
+    meta_json(&meta(1, 4, 2))
+}
+
+/// Writes raw bytes (a length prefix of our choice, then anything) and returns the unwrapped error.
+fn open_bytes(dir: &Path, name: &str, bytes: &[u8]) -> TraceError {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    // The in-memory constructor must agree with the file opener.
+    let heap = TraceFile::from_bytes(bytes).unwrap_err();
+    let file = open_err(&p);
+    assert_eq!(std::mem::discriminant(&heap), std::mem::discriminant(&file), "{heap} vs {file}");
+    file
+}
+
+fn with_header(header: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend_from_slice(header);
+    b.extend_from_slice(data);
+    b
+}
+
+#[test]
+fn malformed_headers_are_container_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: [(&str, Vec<u8>); 8] = [
+        ("array.st", with_header(b"[1, 2, 3]", &[])),
+        ("string.st", with_header(b"\"ids\"   ", &[])),
+        ("not-json.st", with_header(b"{\"ids\": ", &[])),
+        ("not-utf8.st", with_header(&[b'{', 0xff, 0xfe, b'}'], &[])),
+        ("huge-len.st", {
+            let mut b = u64::MAX.to_le_bytes().to_vec();
+            b.extend_from_slice(b"{}");
+            b
+        }),
+        ("empty.st", Vec::new()),
+        // Metadata values must be strings.
+        ("md-number.st", with_header(br#"{"__metadata__": {"num_experts": 4}}"#, &[])),
+        // A dtype safetensors does not know.
+        (
+            "dtype-unknown.st",
+            with_header(br#"{"ids": {"dtype": "U17", "shape": [1, 1, 1], "data_offsets": [0, 2]}}"#, &[0, 0]),
+        ),
+    ];
+    for (name, bytes) in cases {
+        let e = open_bytes(d, name, &bytes);
+        assert!(matches!(e, TraceError::Container(_)), "{name}: {e}");
+    }
+}
+
+#[test]
+fn tensor_geometry_violations_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.safetensors");
+    let ids = |shape: serde_json::Value, end: u64| serde_json::json!({"dtype": "U16", "shape": shape, "data_offsets": [0, end]});
+    // A shape whose element count overflows usize.
+    let big = 1u64 << 40;
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([big, big, big]), 12)}),
+        &[0u8; 12],
+    );
+    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    // Element count disagreeing with the byte range.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 10)}),
+        &[0u8; 10],
+    );
+    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    // Data bytes beyond the last tensor.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12)}),
+        &[0u8; 16],
+    );
+    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    // Overlapping tensors.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "scores": {"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [8, 32]}}),
+        &[0u8; 32],
+    );
+    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    // A tensor name the format does not define.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "logits": {"dtype": "F32", "shape": [1], "data_offsets": [12, 16]}}),
+        &[0u8; 16],
+    );
+    assert!(matches!(open_err(&p), TraceError::Container(m) if m.contains("logits")));
+    // ids of rank 2.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([2, 3]), 12)}),
+        &[0u8; 12],
+    );
+    assert!(matches!(open_err(&p), TraceError::Shape { tensor: "ids", .. }));
+    // gates of the wrong width (k = 2 expected).
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(),
+            "gates": {"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [0, 24]},
+            "ids": {"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [24, 36]}}),
+        &[0u8; 24 + 12],
+    );
+    assert!(matches!(open_err(&p), TraceError::Shape { tensor: "gates", .. }));
+    // Offsets of rank 2 and of the wrong dtype.
+    for (dtype, shape, want_dtype) in [("U64", serde_json::json!([1, 1]), false), ("I64", serde_json::json!([1]), true)]
+    {
+        raw_file(
+            &p,
+            serde_json::json!({"__metadata__": raw_meta(),
+                "seq_offsets": {"dtype": dtype, "shape": shape, "data_offsets": [0, 8]},
+                "ids": {"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [8, 20]}}),
+            &[0u8; 20],
+        );
+        let e = open_err(&p);
+        if want_dtype {
+            assert!(matches!(e, TraceError::Dtype { tensor: "seq_offsets", expected: "U64", .. }), "{e}");
+        } else {
+            assert!(matches!(e, TraceError::Shape { tensor: "seq_offsets", .. }), "{e}");
+        }
+    }
+    // score_kind says logits, but there is no scores tensor.
+    let ok_ids: Vec<u8> = [0u16, 1, 2, 3, 2, 1].iter().flat_map(|x| x.to_le_bytes()).collect();
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12)}),
+        &ok_ids,
+    );
+    assert!(matches!(open_err(&p), TraceError::MissingTensor { tensor: "scores" }));
+}
+
+#[test]
+fn metadata_and_content_violations_in_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.safetensors");
+    let ids_t = serde_json::json!({"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [0, 12]});
+    let u16s = |v: [u16; 6]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut none = meta(1, 4, 2);
+    none.score_kind = ScoreKind::None;
+    // Metadata: absent entirely, wrong format name, bad values.
+    raw_file(&p, serde_json::json!({"ids": ids_t}), &u16s([0, 1, 2, 3, 2, 1]));
+    assert!(matches!(open_err(&p), TraceError::MissingMetadata { key: "format" }));
+    for (key, value) in [
+        ("format", "other"),
+        ("num_experts", "0"),
+        ("num_experts", "65537"),
+        ("num_experts", "-1"),
+        ("top_k", "0"),
+        ("layer_ids", "{}"),
+        ("score_kind", "probs"),
+        ("phase", "train"),
+    ] {
+        let mut md = none.to_map();
+        md.insert(key.into(), value.into());
+        raw_file(&p, serde_json::json!({"__metadata__": md, "ids": ids_t}), &u16s([0, 1, 2, 3, 2, 1]));
+        let e = open_err(&p);
+        assert!(matches!(&e, TraceError::BadMetadata { key: k, .. } if *k == key), "{key}={value}: {e}");
+    }
+    for key in ["model", "top_k", "layer_ids", "score_kind", "phase", "source", "format_version"] {
+        let mut md = none.to_map();
+        md.remove(key);
+        raw_file(&p, serde_json::json!({"__metadata__": md, "ids": ids_t}), &u16s([0, 1, 2, 3, 2, 1]));
+        let e = open_err(&p);
+        assert!(matches!(&e, TraceError::MissingMetadata { key: k } if *k == key), "{key}: {e}");
+    }
+    // top_k larger than the row width.
+    let mut md = none.to_map();
+    md.insert("top_k".into(), "4".into());
+    raw_file(&p, serde_json::json!({"__metadata__": md, "ids": ids_t}), &u16s([0, 1, 2, 3, 2, 1]));
+    assert!(matches!(open_err(&p), TraceError::BadMetadata { key: "top_k", .. }));
+    // Content of a file: an id >= E (token 1, slot 2), a repeated id, offsets.
+    let md = none.to_map();
+    raw_file(&p, serde_json::json!({"__metadata__": md, "ids": ids_t}), &u16s([0, 1, 2, 3, 2, 4]));
+    let e = open_err(&p);
+    assert!(
+        matches!(
+            e,
+            TraceError::Value {
+                tensor: "ids",
+                layer: 0,
+                layer_id: 0,
+                token: 1,
+                slot: 2,
+                problem: ValueProblem::IdOutOfRange { id: 4, num_experts: 4 }
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("token 1, slot 2: expert id 4 >= num_experts 4"), "{e}");
+    for (offs, index, reason) in [([1u64, 1], 0, "first"), ([0, 0], 1, "increasing"), ([0, 2], 1, "below")] {
+        let data: Vec<u8> = offs.iter().flat_map(|x| x.to_le_bytes()).chain(u16s([0, 1, 2, 3, 2, 1])).collect();
+        raw_file(
+            &p,
+            serde_json::json!({"__metadata__": md,
+                "step_offsets": {"dtype": "U64", "shape": [2], "data_offsets": [0, 16]},
+                "ids": {"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [16, 28]}}),
+            &data,
+        );
+        let e = open_err(&p);
+        assert!(
+            matches!(&e, TraceError::Offsets { tensor: "step_offsets", index: i, reason: r, .. } if *i == index && r.contains(reason)),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn negative_norms_and_absurd_dimensions_are_refused() {
+    let mut parts = tiny_parts();
+    parts.out_norms.as_mut().unwrap()[2] = -1.0;
+    let e = TraceData::new(meta(1, 4, 2), 2, 3, parts).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TraceError::Value { tensor: "out_norms", token: 1, slot: 0, problem: ValueProblem::Negative { .. }, .. }
+        ),
+        "{e}"
+    );
+    // A token count whose [L, T, m] product overflows is a shape error, not a panic.
+    let e = TraceData::new(meta(1, 4, 2), usize::MAX / 2, 3, tiny_parts()).unwrap_err();
+    assert!(matches!(e, TraceError::Shape { tensor: "ids", .. }), "{e}");
 }

@@ -1,11 +1,12 @@
-//! `moe-offload inspect`: shape, metadata and per-layer expert usage of a trace.
+//! `moe-offload inspect`: shape, metadata, sequence and step sizes, and per-layer expert usage.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use trace_io::{TraceFile, TraceView};
+use trace_io::TraceFile;
+use trace_io::summary::{SHUFFLE_SEED, SizeSummary, layer_usage, shuffled_order, span_sizes};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -22,25 +23,40 @@ pub fn run(a: &InspectArgs) -> Result<()> {
     let v = f.view();
     let s = v.shape();
     let m = v.meta();
-    let layers: Vec<serde_json::Value> = (0..s.layers).map(|l| layer_usage(&v, l)).collect();
-    let seqs = v.seq_offsets().map(|o| o.len());
-    let report = serde_json::json!({
-        "path": a.trace.display().to_string(),
-        "bytes": f.byte_len(),
-        "shape": s,
-        "meta": m,
-        "tensors": {
-            "scores": v.parts().scores.is_some(), "gates": v.parts().gates.is_some(),
-            "out_norms": v.parts().out_norms.is_some(), "seq_offsets": seqs, "step_offsets": v.step_offsets().map(|o| o.len()),
-        },
-        "tokens_per_sequence": seqs.map(|n| s.tokens as f64 / n as f64),
-        "layers": layers,
-    });
-    let mut out = std::io::stdout().lock();
+    let perm = shuffled_order(s.tokens, SHUFFLE_SEED);
+    let layers: Vec<_> = (0..s.layers).map(|l| layer_usage(&v, l, &perm)).collect();
+    drop(perm);
+    let seq_sizes = v.seq_offsets().map(|o| span_sizes(o, s.tokens));
+    let step_sizes = v.step_offsets().map(|o| span_sizes(o, s.tokens));
+    let seqs = seq_sizes.as_deref().and_then(SizeSummary::of);
+    let steps = step_sizes.as_deref().and_then(SizeSummary::of);
+    let mean =
+        |f: fn(&trace_io::summary::LayerUsage) -> f64| layers.iter().map(f).sum::<f64>() / layers.len().max(1) as f64;
+    let (reuse, control) = (mean(|u| u.next_token_reuse), mean(|u| u.shuffled_reuse));
     if a.json {
+        let report = serde_json::json!({
+            "path": a.trace.display().to_string(),
+            "bytes": f.byte_len(),
+            "shape": s,
+            "meta": m,
+            "tensors": {
+                "scores": v.parts().scores.is_some(), "gates": v.parts().gates.is_some(),
+                "out_norms": v.parts().out_norms.is_some(),
+                "seq_offsets": v.seq_offsets().map(<[u64]>::len), "step_offsets": v.step_offsets().map(<[u64]>::len),
+            },
+            "sequences": seqs,
+            "steps": steps,
+            "step_sizes": step_sizes,
+            "shuffle_seed": SHUFFLE_SEED,
+            "mean_next_token_reuse": reuse,
+            "mean_shuffled_reuse": control,
+            "layers": layers,
+        });
+        let mut out = std::io::stdout().lock();
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
+    let mut out = std::io::stdout().lock();
     writeln!(out, "{}: {} ({} bytes)", a.trace.display(), m.model, f.byte_len())?;
     writeln!(
         out,
@@ -51,74 +67,39 @@ pub fn run(a: &InspectArgs) -> Result<()> {
     for (k, val) in &m.extra {
         writeln!(out, "{k}: {val}")?;
     }
-    if let Some(n) = seqs {
-        writeln!(out, "{n} sequences, {:.1} tokens per sequence", s.tokens as f64 / n as f64)?;
+    if let Some(q) = &seqs {
+        writeln!(
+            out,
+            "{} sequences; tokens per sequence: min {}, median {}, mean {:.1}, max {}",
+            q.count, q.min, q.median, q.mean, q.max
+        )?;
     }
+    if let (Some(q), Some(sizes)) = (&steps, &step_sizes) {
+        writeln!(
+            out,
+            "{} engine steps; tokens per step: min {}, median {}, mean {:.1}, max {}",
+            q.count, q.min, q.median, q.mean, q.max
+        )?;
+        let shown: Vec<String> = sizes.iter().take(24).map(u64::to_string).collect();
+        let more = if sizes.len() > 24 { format!(" ... ({} more)", sizes.len() - 24) } else { String::new() };
+        writeln!(out, "step sizes: {}{more}", shown.join(" "))?;
+    }
+    writeln!(
+        out,
+        "next-token expert reuse (mean over layers): {reuse:.3}, shuffled-order control {control:.3} (seed {SHUFFLE_SEED:#x})"
+    )?;
     let mut t = comfy_table::Table::new();
-    t.set_header([
-        "layer",
-        "experts used",
-        "entropy (bits)",
-        "top-10% share",
-        "next-token reuse",
-        "distant-token reuse",
-    ]);
-    for l in &report["layers"].as_array().expect("layers is an array").clone() {
+    t.set_header(["layer", "experts used", "entropy (bits)", "top-10% share", "next-token reuse", "shuffled control"]);
+    for u in &layers {
         t.add_row([
-            l["layer_id"].to_string(),
-            l["experts_used"].to_string(),
-            format!("{:.3}", l["entropy_bits"].as_f64().unwrap_or(0.0)),
-            format!("{:.3}", l["top10pct_share"].as_f64().unwrap_or(0.0)),
-            format!("{:.3}", l["next_token_reuse"].as_f64().unwrap_or(0.0)),
-            format!("{:.3}", l["distant_token_reuse"].as_f64().unwrap_or(0.0)),
+            u.layer_id.to_string(),
+            u.experts_used.to_string(),
+            format!("{:.3}", u.entropy_bits),
+            format!("{:.3}", u.top10pct_share),
+            format!("{:.3}", u.next_token_reuse),
+            format!("{:.3}", u.shuffled_reuse),
         ]);
     }
     writeln!(out, "{t}")?;
     Ok(())
-}
-
-/// Per-layer usage: entropy of the used-expert distribution, share of the most used 10% of experts,
-/// and the next-token reuse rate (fraction of used slots whose expert was also used at the previous
-/// token) against a control that pairs each token with the token half the trace away.
-fn layer_usage(v: &TraceView<'_>, l: usize) -> serde_json::Value {
-    let s = v.shape();
-    let (m, k) = (s.candidates, s.top_k);
-    let ids = v.layer_ids(l);
-    let mut count = vec![0u64; s.num_experts];
-    for row in ids.chunks_exact(m) {
-        for &e in &row[..k] {
-            count[e as usize] += 1;
-        }
-    }
-    let total: u64 = count.iter().sum();
-    let entropy: f64 = count
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
-            let p = c as f64 / total as f64;
-            -p * p.log2()
-        })
-        .sum();
-    let mut sorted = count.clone();
-    sorted.sort_unstable_by(|a, b| b.cmp(a));
-    let top = s.num_experts.div_ceil(10);
-    let share = sorted[..top].iter().sum::<u64>() as f64 / total.max(1) as f64;
-    let reuse = |offset: usize| {
-        let mut hits = 0u64;
-        for t in 0..s.tokens {
-            let u = (t + offset) % s.tokens;
-            let a = &ids[t * m..t * m + k];
-            let b = &ids[u * m..u * m + k];
-            hits += b.iter().filter(|e| a.contains(e)).count() as u64;
-        }
-        hits as f64 / (s.tokens * k) as f64
-    };
-    serde_json::json!({
-        "layer_id": v.meta().layer_ids[l],
-        "experts_used": count.iter().filter(|&&c| c > 0).count(),
-        "entropy_bits": entropy,
-        "top10pct_share": share,
-        "next_token_reuse": reuse(1),
-        "distant_token_reuse": reuse(s.tokens / 2),
-    })
 }

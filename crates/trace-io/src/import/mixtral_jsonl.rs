@@ -79,10 +79,10 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
         let r: Record<'_> = serde_json::from_str(line).map_err(|e| err(format!("not a routing record: {e}")))?;
         let width = *k.get_or_insert(r.experts.len());
         check_row(&r.experts, &r.gating_probs, width, num_experts).map_err(err)?;
-        if let Some(d) = r.dataset {
-            if !datasets.contains(d.as_ref()) {
-                datasets.insert(d.into_owned());
-            }
+        if let Some(d) = r.dataset
+            && !datasets.contains(d.as_ref())
+        {
+            datasets.insert(d.into_owned());
         }
         let row = index.len();
         if let Some((_, first)) = index.insert((r.problem_id, r.token_idx, r.layer), (row, line_no)) {

@@ -141,7 +141,7 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
     }
     let num_experts = num_experts.ok_or_else(|| TraceError::Config {
         key: "num_experts",
-        reason: "the meta lines do not record num_experts: give it explicitly (Qwen1.5-MoE-A2.7B has 60)".into(),
+        reason: "the meta lines do not record num_experts: give it (--num-experts; Qwen1.5-MoE-A2.7B has 60)".into(),
     })?;
     if num_experts == 0 || num_experts > u32::from(u16::MAX) + 1 {
         return Err(TraceError::Config { key: "num_experts", reason: format!("{num_experts} is not in 1..=65536") });

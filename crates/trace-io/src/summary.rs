@@ -1,0 +1,187 @@
+//! Descriptive figures of a trace (what `moe-offload inspect` shows): per-layer expert usage,
+//! next-token expert reuse against a shuffled-order control, sequence and engine-step sizes.
+//!
+//! Everything here reads a validated [`TraceView`] once per layer in trace order (plus one pass in
+//! a fixed permuted order for the control), allocates O(E + T) and never fails.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::TraceView;
+
+/// Seed of the token permutation used by the shuffled-order control (fixed: figures reproduce).
+pub const SHUFFLE_SEED: u64 = 0x6d6f_652d_6f66_666c; // "moe-offl"
+
+/// Expert usage of one layer, over the k used slots of every token.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LayerUsage {
+    /// The layer's id in the model.
+    pub layer_id: u32,
+    /// Experts used by at least one token (of E).
+    pub experts_used: usize,
+    /// Entropy, in bits, of the distribution of used slots over experts (max log2 E).
+    pub entropy_bits: f64,
+    /// Share of used slots that go to the most used 10% of experts (ceil(E / 10) experts).
+    pub top10pct_share: f64,
+    /// Next-token reuse: of the used slots of tokens 1..T, the fraction whose expert was also used
+    /// by the previous token in trace order. NaN when T < 2.
+    pub next_token_reuse: f64,
+    /// The same rate over consecutive tokens of a fixed random permutation of the token order
+    /// (see [`shuffled_order`]): what popularity alone gives, without temporal locality.
+    pub shuffled_reuse: f64,
+}
+
+/// A deterministic permutation of `0..tokens` (Fisher–Yates, ChaCha8 seeded with `seed`).
+///
+/// # Panics
+/// When `tokens > u32::MAX` (a trace that large would need > 8 GB per layer of ids).
+pub fn shuffled_order(tokens: usize, seed: u64) -> Vec<u32> {
+    let n = u32::try_from(tokens).expect("token count fits in u32");
+    let mut perm: Vec<u32> = (0..n).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for i in (1..perm.len()).rev() {
+        let j = rng.random_range(0..=i);
+        perm.swap(i, j);
+    }
+    perm
+}
+
+/// Usage figures of layer index `l`; `perm` is the control order from [`shuffled_order`]
+/// (length T; computed once and shared by all layers).
+///
+/// # Panics
+/// When `l >= L` or `perm` is not a permutation of `0..T` (an index out of range).
+pub fn layer_usage(v: &TraceView<'_>, l: usize, perm: &[u32]) -> LayerUsage {
+    let s = v.shape();
+    let (m, k) = (s.candidates, s.top_k);
+    let ids = v.layer_ids(l);
+    let mut count = vec![0u64; s.num_experts];
+    for row in ids.chunks_exact(m) {
+        for &e in &row[..k] {
+            count[e as usize] += 1;
+        }
+    }
+    let total: u64 = count.iter().sum();
+    let entropy_bits: f64 = count
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / total as f64;
+            -p * p.log2()
+        })
+        .sum();
+    let mut sorted = count.clone();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let top = s.num_experts.div_ceil(10);
+    let top10pct_share = sorted[..top].iter().sum::<u64>() as f64 / total.max(1) as f64;
+    let used = |t: usize| &ids[t * m..t * m + k];
+    let reuse_rate = |order: &mut dyn Iterator<Item = usize>| {
+        let Some(mut prev) = order.next() else { return f64::NAN };
+        let (mut hits, mut slots) = (0u64, 0u64);
+        for t in order {
+            let a = used(prev);
+            hits += used(t).iter().filter(|e| a.contains(e)).count() as u64;
+            slots += k as u64;
+            prev = t;
+        }
+        if slots == 0 { f64::NAN } else { hits as f64 / slots as f64 }
+    };
+    LayerUsage {
+        layer_id: v.meta().layer_ids[l],
+        experts_used: count.iter().filter(|&&c| c > 0).count(),
+        entropy_bits,
+        top10pct_share,
+        next_token_reuse: reuse_rate(&mut (0..s.tokens)),
+        shuffled_reuse: reuse_rate(&mut perm.iter().map(|&t| t as usize)),
+    }
+}
+
+/// Sizes (in tokens) of the spans that start at each offset (`seq_offsets` or `step_offsets`);
+/// the last span runs to `tokens`.
+pub fn span_sizes(offsets: &[u64], tokens: usize) -> Vec<u64> {
+    offsets.iter().enumerate().map(|(i, &o)| offsets.get(i + 1).copied().unwrap_or(tokens as u64) - o).collect()
+}
+
+/// Count, min, median, mean and max of a list of sizes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SizeSummary {
+    /// Number of spans.
+    pub count: usize,
+    /// Smallest span, in tokens.
+    pub min: u64,
+    /// Median span (the lower middle for an even count), in tokens.
+    pub median: u64,
+    /// Mean span, in tokens.
+    pub mean: f64,
+    /// Largest span, in tokens.
+    pub max: u64,
+}
+
+impl SizeSummary {
+    /// Summarizes `sizes`; `None` when empty.
+    pub fn of(sizes: &[u64]) -> Option<SizeSummary> {
+        let mut s = sizes.to_vec();
+        s.sort_unstable();
+        Some(SizeSummary {
+            count: s.len(),
+            min: *s.first()?,
+            median: s[(s.len() - 1) / 2],
+            mean: s.iter().sum::<u64>() as f64 / s.len() as f64,
+            max: *s.last()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta};
+
+    #[test]
+    fn reuse_against_the_shuffled_control() {
+        let meta = TraceMeta {
+            model: "t".into(),
+            num_experts: 4,
+            top_k: 1,
+            layer_ids: vec![7],
+            score_kind: ScoreKind::None,
+            phase: Phase::Unknown,
+            source: "test".into(),
+            extra: BTreeMap::new(),
+        };
+        // m = 2, k = 1; used experts 0 0 0 1 1 1: next-token reuse 4 of 5.
+        let ids = vec![0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 1, 3];
+        let t = TraceData::new(meta, 6, 2, OwnedParts { ids, ..Default::default() }).unwrap();
+        let v = t.view();
+        let u = layer_usage(&v, 0, &[0, 3, 1, 4, 2, 5]);
+        assert_eq!((u.layer_id, u.experts_used), (7, 2));
+        assert_eq!(u.entropy_bits, 1.0);
+        assert_eq!(u.top10pct_share, 0.5);
+        assert_eq!(u.next_token_reuse, 0.8);
+        // Control order 0 3 1 4 2 5 uses 0 1 0 1 0 1: no reuse.
+        assert_eq!(u.shuffled_reuse, 0.0);
+    }
+
+    #[test]
+    fn permutation_is_deterministic_and_complete() {
+        let a = shuffled_order(1000, SHUFFLE_SEED);
+        assert_eq!(a, shuffled_order(1000, SHUFFLE_SEED));
+        assert_ne!(a, shuffled_order(1000, 1));
+        let mut s = a.clone();
+        s.sort_unstable();
+        assert_eq!(s, (0..1000).collect::<Vec<u32>>());
+        assert!(shuffled_order(0, 0).is_empty());
+    }
+
+    #[test]
+    fn spans_and_summaries() {
+        let sizes = span_sizes(&[0, 65, 1471, 1496], 1500);
+        assert_eq!(sizes, vec![65, 1406, 25, 4]);
+        let s = SizeSummary::of(&sizes).unwrap();
+        assert_eq!((s.count, s.min, s.median, s.max), (4, 4, 25, 1406));
+        assert_eq!(s.mean, 375.0);
+        assert!(SizeSummary::of(&[]).is_none());
+    }
+}

@@ -410,9 +410,16 @@ impl KeyHeap {
             let e = usize::from(root);
             let a = actual(e);
             if a != self.key[e] {
+                // A stale root: refresh every key and rebuild (O(cap), like one scan); the
+                // other misses of the token then find fresh roots in O(log cap).
                 debug_assert!(a > self.key[e], "keys only grow while cached");
-                self.key[e] = a;
-                self.sift_down(0);
+                for i in 0..self.heap.len() {
+                    let x = usize::from(self.heap[i]);
+                    self.key[x] = actual(x);
+                }
+                for i in (0..self.heap.len() / 2).rev() {
+                    self.sift_down(i);
+                }
             } else if prot[e] == stamp {
                 self.remove(e);
                 self.aside.push(root);

@@ -56,9 +56,10 @@ pub enum BudgetScale {
     /// metrics (`frequency`, `gate_sum`, `ean_sum`, `l2_sum`) this is the fraction of the layer's
     /// calibration mass the expert carries, and the greedy allocation maximizes the mean over layers
     /// of the in-sample retention of that mass (for `frequency`: minimizes the mean slot
-    /// replacement). Removes each layer's scale (output norms grow with depth; raw REAP mass would
-    /// send the whole budget to the deepest layers). Needs non-negative scores (not `shrink`). A
-    /// layer whose usable scores are all 0 gives all its experts share 0.
+    /// replacement). Removes each layer's scale (output norms differ between layers; raw REAP
+    /// mass would send the budget to the layers with the largest norms). Needs non-negative
+    /// scores (every metric on consistent statistics). A layer whose usable scores are all 0 gives
+    /// all its experts share 0.
     Share,
     /// Rank-percentile among the layer's usable experts (ascending rank, ties averaged, / (n − 1);
     /// 0 for n = 1): scale-free and defined for every metric, but it carries no magnitude, so
@@ -84,10 +85,12 @@ impl BudgetScale {
         }
     }
 
-    /// The default scale of a metric: `percentile` for `shrink` (its scores can be negative),
-    /// `share` for every other metric.
-    pub fn default_for(metric: Metric) -> BudgetScale {
-        if metric == Metric::Shrink { BudgetScale::Percentile } else { BudgetScale::Share }
+    /// The default scale of a metric: `share` for every metric. (`shrink` is the one metric that
+    /// could score below 0, but for statistics that come from data it cannot: mean − SE < 0 would
+    /// need Σx² > (Σx)², impossible for x = g·‖o‖ >= 0; only inconsistent statistics make
+    /// `share` fail.)
+    pub fn default_for(_metric: Metric) -> BudgetScale {
+        BudgetScale::Share
     }
 }
 
@@ -183,7 +186,10 @@ fn cross_layer_keys(
             BudgetScale::Raw => usable,
             BudgetScale::Percentile => rank_percentiles(&usable),
             BudgetScale::Share => {
-                if let Some((j, v)) = usable.iter().enumerate().find(|(_, v)| **v < 0.0) {
+                // Rounding can leave a mathematically zero score (shrink with mean = SE) a hair
+                // below 0: within 1e-9 of the layer's largest magnitude it counts as 0.
+                let tol = 1e-9 * usable.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                if let Some((j, v)) = usable.iter().enumerate().find(|(_, v)| **v < -tol) {
                     return Err(invalid(
                         "budget scale",
                         format!(
@@ -192,6 +198,7 @@ fn cross_layer_keys(
                         ),
                     ));
                 }
+                let usable: Vec<f64> = usable.iter().map(|v| v.max(0.0)).collect();
                 let sum: f64 = usable.iter().sum();
                 if sum > 0.0 { usable.iter().map(|v| v / sum).collect() } else { vec![0.0; usable.len()] }
             }
@@ -277,7 +284,7 @@ impl KeepMap {
     /// `floor` usable experts; maps of one (metric, scale, floor) nest across totals.
     ///
     /// # Errors
-    /// [`SaliencyError::Invalid`] for floor = 0 or floor > E, a total below the sum of the floors
+    /// [`SaliencyError::Invalid`] for floor = 0 or floor > E, a total of 0 or below the sum of the floors
     /// or above the number of usable (c > 0) experts, or the `share` scale on a metric with a
     /// negative score; [`SaliencyError::ShortLayer`] for a layer with fewer usable experts than
     /// the floor unless `cfg.allow_short_layers` (then it keeps all of them and is recorded in
@@ -305,6 +312,9 @@ impl KeepMap {
         let base: usize = take.iter().sum();
         let usable: usize = orders.iter().map(Vec::len).sum();
         let total = usize::try_from(budget.total).unwrap_or(usize::MAX);
+        if total == 0 {
+            return Err(invalid("budget", "total must be at least 1"));
+        }
         if total < base {
             return Err(invalid(
                 "budget",

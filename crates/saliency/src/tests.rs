@@ -386,3 +386,218 @@ fn multi_slot_trace_statistics() {
     assert_eq!(r.mean.reap_retention, None);
     assert_eq!(r.mean.zero_hit_kept, 2, "sum over layers of kept experts without held-out hits");
 }
+
+/// Two layers (ids 0 and 1), E = 4, k = 1: layer 0 counts [10, 5, 3, 2] (20 tokens), layer 1
+/// counts [19, 1, 0, 0] (20 tokens). Frequency shares: layer 0 [.5, .25, .15, .1], layer 1
+/// [.95, .05, −, −].
+fn budget_stats() -> Stats {
+    let layer = |count: Vec<u64>| LayerStats {
+        tokens: count.iter().sum(),
+        count,
+        gate_sum: None,
+        ean_sum: None,
+        reap_sum: None,
+        reap_sumsq: None,
+        reap_missing: vec![],
+    };
+    Stats {
+        meta: StatsMeta {
+            model: String::new(),
+            num_experts: 4,
+            top_k: 1,
+            layer_ids: vec![0, 1],
+            source: String::new(),
+            source_sha256: String::new(),
+        },
+        layers: vec![layer(vec![10, 5, 3, 2]), layer(vec![19, 1, 0, 0])],
+    }
+}
+
+#[test]
+fn budget_maps_by_hand() {
+    let s = budget_stats();
+    let cfg = KeepConfig::default();
+    let build =
+        |total, floor, scale| KeepMap::build_budget(&s, Metric::Frequency, &Budget { total, floor, scale }, &cfg);
+    // floor 1 keeps expert 0 in both layers; the 2 remaining places go to the largest shares
+    // beyond the floors: layer 0's .25 and .15 (layer 1's .05 is last).
+    let m = build(4, 1, BudgetScale::Share).unwrap();
+    assert_eq!(m.layers, vec![vec![0, 1, 2], vec![0]]);
+    assert_eq!((m.k, m.total_kept()), (3, 4));
+    assert_eq!(m.label(), "frequency@budget4");
+    m.validate().unwrap();
+    assert_eq!(build(5, 1, BudgetScale::Share).unwrap().layers, vec![vec![0, 1, 2, 3], vec![0]]);
+    assert_eq!(build(6, 1, BudgetScale::Share).unwrap().layers, vec![vec![0, 1, 2, 3], vec![0, 1]]);
+    // the floor is respected even where another layer's shares are larger
+    assert_eq!(build(4, 2, BudgetScale::Share).unwrap().layers, vec![vec![0, 1], vec![0, 1]]);
+    // percentile among usable experts: layer 0 [1, 2/3, 1/3, 0], layer 1 [1, 0]. At total 5 the
+    // two 0s tie (layer 0's expert 3, layer 1's expert 1): the lower layer index wins.
+    let p = build(5, 1, BudgetScale::Percentile).unwrap();
+    assert_eq!(p.layers, vec![vec![0, 1, 2, 3], vec![0]]);
+    assert_eq!(p.label(), "frequency@budget5:percentile");
+    // raw counts: 5, 3, 2 in layer 0 beat 1 in layer 1
+    assert_eq!(build(4, 1, BudgetScale::Raw).unwrap().layers, vec![vec![0, 1, 2], vec![0]]);
+    // impossible budgets and floors
+    let err = build(1, 1, BudgetScale::Share).unwrap_err();
+    assert!(err.to_string().contains("below the 2 experts"), "{err}");
+    let err = build(7, 1, BudgetScale::Share).unwrap_err();
+    assert!(err.to_string().contains("above the 6 experts with calibration hits"), "{err}");
+    assert!(matches!(build(4, 0, BudgetScale::Share), Err(SaliencyError::Invalid { .. })));
+    assert!(matches!(
+        build(6, 3, BudgetScale::Share),
+        Err(SaliencyError::ShortLayer { layer_id: 1, available: 2, k: 3 })
+    ));
+    let allow = KeepConfig { allow_short_layers: true, ..KeepConfig::default() };
+    let short =
+        KeepMap::build_budget(&s, Metric::Frequency, &Budget { total: 5, floor: 3, scale: BudgetScale::Share }, &allow)
+            .unwrap();
+    assert_eq!(short.layers, vec![vec![0, 1, 2], vec![0, 1]]);
+    assert_eq!(short.short_layers, vec![1]);
+    short.validate().unwrap();
+
+    // the checks rebuild budget maps from their recorded budget and check nesting across totals
+    let maps: Vec<KeepMap> = (4..=6).map(|t| build(t, 1, BudgetScale::Share).unwrap()).collect();
+    let mut all = maps.clone();
+    all.push(KeepMap::build(&s, Metric::Frequency, 2, &cfg).unwrap());
+    let checks = check_keep_maps(&s, &all, &cfg);
+    assert!(checks.iter().all(|c| c.passed), "{checks:#?}");
+    assert!(checks.iter().any(|c| c.name == "nesting: frequency budget (share, floor 1)"), "{checks:#?}");
+    // tampering: a budget map whose total disagrees with its layers, or that does not reproduce
+    let mut bad = maps[0].clone();
+    bad.budget = Some(Budget { total: 5, ..bad.budget.unwrap() });
+    assert!(bad.validate().unwrap_err().to_string().contains("budget total"));
+    let mut moved = maps[0].clone();
+    moved.layers = vec![vec![0, 1], vec![0, 1]];
+    let checks = check_keep_maps(&s, &[moved], &cfg);
+    assert!(checks.iter().any(|c| c.name == "frequency@budget4: reproduces" && !c.passed), "{checks:#?}");
+}
+
+#[test]
+fn budget_defaults_and_json() {
+    let s = budget_stats();
+    assert_eq!(Budget::new(&s, Metric::Frequency, 9), Budget { total: 9, floor: 1, scale: BudgetScale::Share });
+    assert_eq!(BudgetScale::default_for(Metric::Shrink), BudgetScale::Share);
+    assert_eq!("percentile".parse::<BudgetScale>().unwrap(), BudgetScale::Percentile);
+    assert!("rank".parse::<BudgetScale>().is_err());
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.json");
+    let m =
+        KeepMap::build_budget(&s, Metric::Frequency, &Budget::new(&s, Metric::Frequency, 5), &KeepConfig::default())
+            .unwrap();
+    m.write_json(&p).unwrap();
+    assert_eq!(KeepMap::read_json(&p).unwrap(), m);
+    // uniform maps carry no `budget` key, so their files are unchanged
+    let u = KeepMap::build(&s, Metric::Frequency, 1, &KeepConfig::default()).unwrap();
+    assert!(!serde_json::to_string(&u).unwrap().contains("budget"));
+    // share needs non-negative scores. shrink is >= 0 on statistics from data (mean − SE < 0
+    // needs Σx² > (Σx)²), so only inconsistent statistics (Σx² = 5 > (Σx)² = 4) make it fail.
+    let mut neg = three_expert_stats();
+    neg.layers[0].reap_sum = Some(vec![0.0, 1.0, 2.0]);
+    neg.layers[0].reap_sumsq = Some(vec![0.0, 1.0, 5.0]);
+    let b = Budget { total: 2, floor: 1, scale: BudgetScale::Share };
+    let shrink = metric_scores(&neg, Metric::Shrink, &MetricConfig::default()).unwrap();
+    assert!(shrink[0][2] < 0.0, "{shrink:?}");
+    let err = KeepMap::build_budget(&neg, Metric::Shrink, &b, &KeepConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("use percentile"), "{err}");
+}
+
+#[test]
+fn build_many_matches_single_builds() {
+    let s = count_stats(vec![5, 5, 0, 5, 2], None);
+    let cfg = KeepConfig::default();
+    let many = KeepMap::build_many(&s, Metric::Frequency, &[3, 1, 4], &cfg).unwrap();
+    for (m, k) in many.iter().zip([3, 1, 4]) {
+        assert_eq!(m, &KeepMap::build(&s, Metric::Frequency, k, &cfg).unwrap());
+    }
+    assert!(matches!(KeepMap::build_many(&s, Metric::Frequency, &[], &cfg), Err(SaliencyError::Invalid { .. })));
+    assert!(matches!(KeepMap::build_many(&s, Metric::Frequency, &[1, 9], &cfg), Err(SaliencyError::KTooLarge { .. })));
+    assert!(matches!(KeepMap::build_many(&s, Metric::Frequency, &[1, 5], &cfg), Err(SaliencyError::ShortLayer { .. })));
+}
+
+#[test]
+fn masked_reap_aggregate_and_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("agg.json");
+    std::fs::write(
+        &p,
+        r#"{"b": {"n": 1, "tok": 2, "freq": {"0": [1, 3, 0], "1": [2, 1, 1]}, "reap": {"0": [NaN, 2.0, 0.0], "1": [1.0, Infinity, 3.0]}}}"#,
+    )
+    .unwrap();
+    let opts = ReapAggOptions { top_k: 2, non_finite_reap: NonFiniteReap::MaskExperts };
+    let b = Stats::from_reap_agg_with(&p, "b", &opts).unwrap();
+    assert_eq!(b.layers[0].reap_missing, vec![0]);
+    assert_eq!(b.layers[1].reap_missing, vec![1]);
+    assert_eq!(b.layers[0].reap_sum.as_deref(), Some(&[0.0, 2.0, 0.0][..]));
+    assert_eq!(b.reap_missing_total(), 2);
+    assert!(b.meta.source.contains("reap_sum masked: 2 non-finite reap values"), "{}", b.meta.source);
+    assert!(b.meta.source.contains("2 slots"), "{}", b.meta.source);
+    assert_eq!(b.infer_top_k(), Some(2));
+    // ranking by reap is refused; frequency is fine
+    let err = metric_scores(&b, Metric::L2Sum, &MetricConfig::default()).unwrap_err();
+    assert!(matches!(err, SaliencyError::PartialStatistic { missing: 2, layer_id: 0, expert: 0, .. }), "{err}");
+    assert!(metric_scores(&b, Metric::Frequency, &MetricConfig::default()).is_ok());
+    // retention over the known entries: layer 0 keeps {1}: 2 / 2 = 1; layer 1 keeps {0}: 1 / 4
+    let mut map = KeepMap::full(3, vec![0, 1]);
+    map.metric = "frequency".into();
+    map.k = 1;
+    map.layers = vec![vec![1], vec![0]];
+    let r = retention(&map, &b, None).unwrap();
+    assert_eq!(r.per_layer[0].figures.reap_retention, Some(1.0));
+    assert_eq!(r.per_layer[1].figures.reap_retention, Some(0.25));
+    assert_eq!(r.per_layer[0].figures.reap_excluded_slots, 1);
+    assert_eq!(r.per_layer[1].figures.reap_excluded_slots, 1);
+    assert_eq!((r.mean.reap_excluded_experts, r.mean.reap_excluded_slots), (2, 2));
+    assert_eq!(r.mean.reap_retention, Some(0.625));
+    assert_eq!(r.per_layer[0].figures.slot_replacement, 0.25, "other figures use every expert");
+    // the masked statistics round-trip through JSON; complete statistics carry no `reap_missing`
+    let sp = dir.path().join("b.json");
+    b.write_json(&sp).unwrap();
+    assert_eq!(Stats::read_json(&sp).unwrap(), b);
+    assert!(!serde_json::to_string(&three_expert_stats()).unwrap().contains("reap_missing"));
+    // validation of the mask
+    let mut bad = b.clone();
+    bad.layers[0].reap_sum.as_mut().unwrap()[0] = 1.0;
+    assert!(bad.validate().unwrap_err().to_string().contains("reap_missing"));
+    let mut bad = b.clone();
+    bad.layers[1].reap_missing = vec![2, 1];
+    assert!(bad.validate().is_err());
+    assert_eq!("mask".parse::<NonFiniteReap>().unwrap(), NonFiniteReap::MaskExperts);
+    let corpora = Stats::reap_agg_summary(&p).unwrap();
+    assert_eq!((corpora[0].name.as_str(), corpora[0].tokens, corpora[0].non_finite_reap), ("b", Some(2), 2));
+}
+
+#[test]
+fn infer_top_k_from_counts() {
+    assert_eq!(count_stats(vec![3, 0, 2], None).infer_top_k(), Some(1));
+    let mut s = budget_stats();
+    s.layers[0].tokens = 10; // 20 slots over 10 tokens: k = 2, but layer 1 says 1
+    assert_eq!(s.infer_top_k(), None);
+    s.layers[1].tokens = 10;
+    assert_eq!(s.infer_top_k(), Some(2));
+    s.layers[1].tokens = 8; // 20 / 8 is not whole
+    assert_eq!(s.infer_top_k(), None);
+}
+
+#[test]
+fn retention_check_recomputes_to_tolerance() {
+    let data = three_expert_trace();
+    let s = three_expert_stats();
+    let map = KeepMap::build(&s, Metric::Frequency, 1, &KeepConfig::default()).unwrap();
+    let stored = retention(&map, &s, Some(&data.view())).unwrap();
+    let c = check_retention(&stored, &map, &s, Some(&data.view()));
+    assert!(c.passed, "{c:?}");
+    assert_eq!(c.name, "frequency@1: retention reproduces");
+    let mut close = stored.clone();
+    close.per_layer[0].figures.slot_replacement += 5e-5;
+    assert!(check_retention(&close, &map, &s, Some(&data.view())).passed);
+    let mut off = stored.clone();
+    off.per_layer[0].figures.reap_retention = Some(0.8 + 2e-4);
+    let c = check_retention(&off, &map, &s, Some(&data.view()));
+    assert!(!c.passed && c.detail.contains("layer 7 reap_retention"), "{c:?}");
+    // stored with the trace, recomputed without it: prob_retention present vs absent
+    let c = check_retention(&stored, &map, &s, None);
+    assert!(!c.passed && c.detail.contains("prob_retention"), "{c:?}");
+    let mut counted = stored.clone();
+    counted.mean.zero_hit_kept = 3;
+    assert!(!check_retention(&counted, &map, &s, Some(&data.view())).passed);
+}

@@ -1,7 +1,9 @@
-//! Property: keep maps of one metric nest across K (SEMANTICS.md §3), for random statistics.
+//! Properties over random statistics: keep maps of one metric nest across K (SEMANTICS.md §3);
+//! budget maps spend exactly their total, respect the floor, equal the uniform map layer by layer
+//! at each layer's K, and nest across totals.
 
 use proptest::prelude::*;
-use saliency::{KeepConfig, KeepMap, LayerStats, Metric, Stats, StatsMeta, check_keep_maps};
+use saliency::{Budget, BudgetScale, KeepConfig, KeepMap, LayerStats, Metric, Stats, StatsMeta, check_keep_maps};
 
 /// Random consistent statistics: per expert a count (often 0, small values to force ties) and,
 /// for c > 0, per-slot values x = g·‖o‖ in a few discrete levels, from which every sum follows.
@@ -74,6 +76,50 @@ proptest! {
             }
             let checks = check_keep_maps(&stats, &[a, b], &cfg);
             prop_assert!(checks.iter().all(|c| c.passed), "{:#?}", checks);
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn budget_maps_spend_the_total_respect_the_floor_and_nest(
+        stats in arb_stats(),
+        floor in 1u32..3,
+        t1 in 0usize..40,
+        t2 in 0usize..40,
+    ) {
+        let cfg = KeepConfig { allow_short_layers: true, ..KeepConfig::default() };
+        let usable: Vec<usize> =
+            stats.layers.iter().map(|l| l.count.iter().filter(|&&c| c > 0).count()).collect();
+        let base: usize = usable.iter().map(|&u| u.min(floor as usize)).sum();
+        let room: usize = usable.iter().sum::<usize>() - base;
+        // two totals in [base, base + room]
+        let (lo, hi) = (base + t1.min(t2) % (room + 1), base + t1.max(t2) % (room + 1));
+        let (lo, hi) = (lo.min(hi).max(1), lo.max(hi).max(1));
+        prop_assume!(base + room >= 1, "no expert has calibration hits");
+        for metric in Metric::ALL {
+            for scale in BudgetScale::ALL {
+                let b = |total: usize| Budget { total: total as u64, floor, scale };
+                let small = KeepMap::build_budget(&stats, metric, &b(lo), &cfg).unwrap();
+                let big = KeepMap::build_budget(&stats, metric, &b(hi), &cfg).unwrap();
+                for m in [&small, &big] {
+                    m.validate().unwrap();
+                    prop_assert_eq!(m.total_kept() as u64, m.budget.unwrap().total);
+                    for (l, ids) in m.layers.iter().enumerate() {
+                        prop_assert!(ids.len() >= usable[l].min(floor as usize), "floor broken in layer {}", l);
+                        prop_assert!(ids.iter().all(|&x| stats.layers[l].count[usize::from(x)] > 0));
+                        // each layer is the uniform map's layer at that layer's K
+                        let k = ids.len().max(1);
+                        let u = KeepMap::build(&stats, metric, k, &cfg).unwrap();
+                        prop_assert_eq!(&u.layers[l], ids, "{} {} layer {}", metric, scale, l);
+                    }
+                }
+                for (l, (x, y)) in small.layers.iter().zip(&big.layers).enumerate() {
+                    prop_assert!(x.iter().all(|id| y.contains(id)), "{metric} {scale} layer {l}: {x:?} not within {y:?}");
+                }
+                let checks = check_keep_maps(&stats, &[small, big], &cfg);
+                prop_assert!(checks.iter().all(|c| c.passed), "{:#?}", checks);
+            }
         }
     }
 }

@@ -61,9 +61,8 @@ pub struct KeepArgs {
     /// still use k experts).
     #[arg(long, requires = "budget")]
     pub floor: Option<u32>,
-    /// How --budget compares experts of different layers: `share` (score / the layer's total:
-    /// the default, except for shrink), `percentile` (rank within the layer: the default for
-    /// shrink) or `raw`.
+    /// How --budget compares experts of different layers: `share` (score / the layer's total, the
+    /// default), `percentile` (rank within the layer) or `raw` (the score itself).
     #[arg(long, requires = "budget")]
     pub budget_scale: Option<BudgetScale>,
     /// τ of the `shrink` metric.

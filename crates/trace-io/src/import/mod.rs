@@ -104,7 +104,8 @@ impl fmt::Display for ImportReport {
             write!(f, "\nnothing dropped")?;
         }
         for d in &self.dropped {
-            write!(f, "\ndropped {} tokens ({} records): {}; {}", d.tokens, d.records, d.reason, d.detail)?;
+            let s = if d.tokens == 1 { "" } else { "s" };
+            write!(f, "\ndropped {} token{s} ({} records): {}; {}", d.tokens, d.records, d.reason, d.detail)?;
         }
         if self.floored_probs > 0 {
             write!(f, "\n{} zero probabilities floored at {PROB_FLOOR} before ln", self.floored_probs)?;

@@ -3,13 +3,14 @@
 //!
 //! Cache: a dense slot array plus a position index per expert (O(1) lookup, insert, remove).
 //! `lru` and `fifo` keep an intrusive doubly-linked list in priority order, so a victim is found
-//! by walking from the oldest end past at most `k_used - 1` protected experts. `lfu`, `belady`
-//! and `near_pick`, whose priorities change only on accesses and credits, keep an indexed binary
-//! heap: eagerly updated for `belady` (the victim search visits only protected nodes and their
-//! children), lazily for `lfu` and `near_pick`, whose keys only grow while cached (stale keys are
-//! refreshed when they reach the root). `near_pick_ema` and `inv_router`, whose scores all decay every token, scan the
-//! `cap` cached experts on a miss. Decays are eager (the same arithmetic, in the same
-//! order, as the reference), so both replayers compare identical f64 values.
+//! by walking from the oldest end past at most `k_used - 1` protected experts. `lfu` and
+//! `belady`, whose priorities change only on accesses, keep an indexed binary heap: eagerly
+//! updated for `belady` (the victim search visits only protected nodes and their children),
+//! lazily for `lfu`, whose keys only grow while cached (a stale root triggers one refresh and
+//! rebuild). `near_pick` (up to N keys change per token), `near_pick_ema` and `inv_router` (every
+//! score decays every token) scan the `cap` cached experts on a miss. Decays are eager (the same
+//! arithmetic, in the same order, as the reference), so both replayers compare identical f64
+//! values.
 
 use trace_io::Shape;
 
@@ -68,9 +69,7 @@ pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts 
         Policy::Fifo => run(p, inp, Fifo(List::new(e))),
         Policy::Lfu => run(p, inp, Lfu { heap: KeyHeap::new(e, p.cap), count: vec![0; e], last: vec![0; e] }),
         Policy::Belady => run(p, inp, Belady::new(p, inp)),
-        Policy::NearPick => {
-            run(p, inp, NearPick { heap: KeyHeap::new(e, p.cap), near: vec![0; e], last: vec![0; e], n: p.near_n })
-        }
+        Policy::NearPick => run(p, inp, NearPick { key: vec![[0, 0]; e], n: p.near_n }),
         Policy::NearPickEma => {
             run(p, inp, NearPickEma { s: vec![0.0; e], last: vec![0; e], n: p.near_n, decay: p.decay })
         }
@@ -399,8 +398,8 @@ impl KeyHeap {
 }
 
 impl KeyHeap {
-    /// `min_unprotected` for policies whose keys only grow while an expert is cached (lfu,
-    /// near_pick): the stored keys are lower bounds, refreshed only when they reach the root.
+    /// `min_unprotected` for policies whose keys only grow while an expert is cached (lfu): the
+    /// stored keys are lower bounds, refreshed only when they reach the root.
     /// A fresh root is the true minimum (its key is <= every stored key <= every actual key).
     /// Protected roots are set aside and pushed back afterwards.
     fn min_unprotected_lazy(&mut self, prot: &[u64], stamp: u64, actual: impl Fn(usize) -> u128) -> usize {
@@ -527,12 +526,11 @@ impl Evictor for Belady {
     }
 }
 
-/// near_pick: key (1 + last token in F at rank < N, or 0 = never; last access time), kept
-/// lazily in the heap (both parts only grow while the expert is cached).
+/// near_pick: key (1 + last token in F at rank < N, or 0 = never; last access time). Up to N
+/// keys change every token, so a scan of the cached experts on a miss beats keeping a heap.
 struct NearPick {
-    heap: KeyHeap,
-    near: Vec<u64>,
-    last: Vec<u64>,
+    /// `[near, last]` per expert, interleaved so a scan reads one cache line per expert.
+    key: Vec<[u64; 2]>,
     n: usize,
 }
 
@@ -541,29 +539,34 @@ impl Evictor for NearPick {
         self.n
     }
     fn reset(&mut self) {
-        self.heap.clear();
-        self.near.fill(0);
-    }
-    #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
-        self.last[e] = now;
-        if inserted {
-            self.heap.set(e, pack(self.near[e], now));
+        for k in &mut self.key {
+            k[0] = 0;
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
-        self.heap.remove(e);
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
+        self.key[e][1] = now;
     }
     #[inline(always)]
-    fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        let (near, last) = (&self.near, &self.last);
-        self.heap.min_unprotected_lazy(prot, stamp, |e| pack(near[e], last[e]))
+    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+        let mut best_e = usize::MAX;
+        let mut best_k = u128::MAX;
+        for &e in &cache.slots {
+            let e = usize::from(e);
+            let [near, last] = self.key[e];
+            let k = pack(near, last);
+            if prot[e] != stamp && k < best_k {
+                best_k = k;
+                best_e = e;
+            }
+        }
+        debug_assert!(best_e != usize::MAX, "a full cache always holds an unprotected expert");
+        best_e
     }
     #[inline(always)]
     fn end_token(&mut self, t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
         for &e in f.iter().take(self.n) {
-            self.near[usize::from(e)] = t as u64 + 1;
+            self.key[usize::from(e)][0] = t as u64 + 1;
         }
     }
 }

@@ -17,7 +17,9 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-use super::{DropReason, Dropped, ImportReport, Imported, PROB_FLOOR, RowSink, check_row};
+use std::ops::ControlFlow;
+
+use super::{DropReason, Dropped, ImportReport, Imported, PROB_FLOOR, RowSink, check_row, for_each_line};
 use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
 
 const FORMAT: &str = "mixtral-jsonl";
@@ -61,7 +63,6 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     if num_experts == 0 || num_experts > u32::from(u16::MAX) + 1 {
         return Err(TraceError::Config { key: "num_experts", reason: format!("{num_experts} is not in 1..=65536") });
     }
-    let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io(e).in_file(path))?;
     let mut k: Option<usize> = None;
     // Flattened rows in file order; `index` maps (problem, token, layer) to the row.
     let mut ids: Vec<u16> = Vec::new();
@@ -69,11 +70,9 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     let mut index: HashMap<(u64, u64, u32), (usize, usize)> = HashMap::new();
     let mut datasets = BTreeSet::new();
     let mut records = 0u64;
-    for (n, line) in text.lines().enumerate() {
-        let line_no = n + 1;
-        let line = line.trim_end_matches('\r');
+    for_each_line(path, |line_no, line| {
         if line.trim().is_empty() {
-            continue;
+            return Ok(ControlFlow::Continue(()));
         }
         let err = |msg: String| import_err(path, Some(line_no), msg);
         let r: Record<'_> = serde_json::from_str(line).map_err(|e| err(format!("not a routing record: {e}")))?;
@@ -94,7 +93,8 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
         ids.extend(r.experts.iter().map(|&i| i as u16));
         probs.extend_from_slice(&r.gating_probs);
         records += 1;
-    }
+        Ok(ControlFlow::Continue(()))
+    })?;
     let k = k.ok_or_else(|| import_err(path, None, "no routing records".into()))?;
     let layer_ids: Vec<u32> = index.keys().map(|key| key.2).collect::<BTreeSet<_>>().into_iter().collect();
     // Per (problem, token): how many layers recorded it.

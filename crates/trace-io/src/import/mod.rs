@@ -182,6 +182,30 @@ pub(crate) fn check_row(ids: &[u32], probs: &[f64], k: usize, num_experts: u32) 
     Ok(())
 }
 
+/// Streams the lines of the text file at `path` to `f` with their 1-based numbers (without the line
+/// ending; a trailing `\r` removed), one reused buffer, stopping at `f`'s first error.
+pub(crate) fn for_each_line(
+    path: &Path,
+    mut f: impl FnMut(usize, &str) -> crate::Result<std::ops::ControlFlow<()>>,
+) -> crate::Result<()> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).map_err(|e| TraceError::Io(e).in_file(path))?;
+    let mut r = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut buf = String::new();
+    let mut n = 0;
+    loop {
+        buf.clear();
+        if r.read_line(&mut buf).map_err(|e| TraceError::Io(e).in_file(path))? == 0 {
+            return Ok(());
+        }
+        n += 1;
+        let line = buf.trim_end_matches('\n').trim_end_matches('\r');
+        if f(n, line)?.is_break() {
+            return Ok(());
+        }
+    }
+}
+
 /// A [`TraceError::Import`] at `path` (and line, 1-based, when given).
 pub(crate) fn import_err(format: &'static str, path: &Path, line: Option<usize>, message: String) -> TraceError {
     let location = match line {

@@ -20,7 +20,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{DropReason, Dropped, ImportReport, Imported, PROB_FLOOR, RowSink, check_row};
+use std::ops::ControlFlow;
+
+use super::{DropReason, Dropped, ImportReport, Imported, PROB_FLOOR, RowSink, check_row, for_each_line};
 use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
 
 const FORMAT: &str = "vllm-routelog";
@@ -91,14 +93,16 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
     }
     // Metadata first (cheap: the first line of each file) to fix E and k before parsing rows.
     let mut logs = Vec::with_capacity(paths.len());
-    let mut texts = Vec::with_capacity(paths.len());
     let mut num_experts = opts.num_experts;
     let mut top_k: Option<(u32, PathBuf)> = None;
     for path in paths {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io(e).in_file(path))?;
-        let first = text.lines().next().unwrap_or("");
-        let meta: MetaLine<'_> = serde_json::from_str(first).map_err(|e| {
+        let mut first = String::new();
+        for_each_line(path, |_, line| {
+            first.push_str(line);
+            Ok(ControlFlow::Break(()))
+        })?;
+        let meta: MetaLine<'_> = serde_json::from_str(&first).map_err(|e| {
             import_err(
                 path,
                 Some(1),
@@ -137,7 +141,6 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
             }
         }
         logs.push((path.to_path_buf(), meta.model_id, meta.vllm_version, meta.layers_logged));
-        texts.push(text);
     }
     let num_experts = num_experts.ok_or_else(|| TraceError::Config {
         key: "num_experts",
@@ -147,8 +150,8 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
         return Err(TraceError::Config { key: "num_experts", reason: format!("{num_experts} is not in 1..=65536") });
     }
     let mut parsed = Vec::with_capacity(logs.len());
-    for ((path, model, vllm_version, layers_logged), text) in logs.into_iter().zip(&texts) {
-        let log = parse_rows(&path, text, num_experts, top_k.as_ref().map(|t| t.0 as usize))?;
+    for (path, model, vllm_version, layers_logged) in logs {
+        let log = parse_rows(&path, num_experts, top_k.as_ref().map(|t| t.0 as usize))?;
         let log = LayerLog { model, vllm_version, ..log };
         if let Some(ll) = layers_logged
             && !ll.contains(&log.layer)
@@ -298,18 +301,16 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
 }
 
 /// Parses the route lines of one file (the meta line was read by the caller).
-fn parse_rows(path: &Path, text: &str, num_experts: u32, top_k: Option<usize>) -> Result<LayerLog> {
+fn parse_rows(path: &Path, num_experts: u32, top_k: Option<usize>) -> Result<LayerLog> {
     let mut ids = Vec::new();
     let mut probs = Vec::new();
     let mut steps: Vec<usize> = Vec::new();
     let mut layer: Option<u32> = None;
     let mut k = top_k;
     let mut prev_idx: Option<u64> = None;
-    for (n, line) in text.lines().enumerate().skip(1) {
-        let line_no = n + 1;
-        let line = line.trim_end_matches('\r');
-        if line.trim().is_empty() {
-            continue;
+    for_each_line(path, |line_no, line| {
+        if line_no == 1 || line.trim().is_empty() {
+            return Ok(ControlFlow::Continue(()));
         }
         let err = |msg: String| import_err(path, Some(line_no), msg);
         let r: RouteLine<'_> = serde_json::from_str(line).map_err(|e| err(format!("not a route record: {e}")))?;
@@ -340,7 +341,8 @@ fn parse_rows(path: &Path, text: &str, num_experts: u32, top_k: Option<usize>) -
         // Ids were checked against num_experts <= 65536.
         ids.extend(r.topk_ids.iter().map(|&i| i as u16));
         probs.extend_from_slice(&r.topk_weights);
-    }
+        Ok(ControlFlow::Continue(()))
+    })?;
     let layer = layer.ok_or_else(|| import_err(path, None, "no route records after the meta line".into()))?;
     Ok(LayerLog { path: path.to_path_buf(), layer, model: None, vllm_version: None, ids, probs, steps })
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use saliency::{KeepConfig, KeepMap, Stats};
+use saliency::{KeepConfig, KeepMap, Retention, Stats};
 use serde_json::{Value, json};
 use sweep::SweepOutput;
 
@@ -22,12 +22,28 @@ enum Output {
     Stats(Stats),
     Keep(KeepMap),
     Sweep(Box<SweepOutput>),
+    /// `moe-offload retention --json`: rows with the keep map's `file` and the `heldout` input.
+    Retention(Vec<(Retention, String, String)>),
 }
 
 fn classify(path: &Path) -> Result<Option<Output>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let Ok(v) = serde_json::from_str::<Value>(&text) else { return Ok(None) };
     let parse = |what: &str| format!("{} looks like {what} but does not parse", path.display());
+    if let Some(rows) = v.as_array().filter(|a| a.first().is_some_and(|r| r.get("per_layer").is_some())) {
+        let rows = rows
+            .iter()
+            .map(|r| {
+                let text = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                Ok((
+                    serde_json::from_value(r.clone()).with_context(|| parse("retention"))?,
+                    text("file"),
+                    text("heldout"),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(Some(Output::Retention(rows)));
+    }
     if v.get("provenance").is_some() && v.get("rows").is_some() {
         return Ok(Some(Output::Sweep(Box::new(serde_json::from_value(v).with_context(|| parse("sweep results"))?))));
     }
@@ -64,11 +80,13 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
     let mut stats: Vec<(String, Stats)> = Vec::new();
     let mut maps: Vec<(String, KeepMap)> = Vec::new();
     let mut sweeps: Vec<(String, SweepOutput)> = Vec::new();
+    let mut retentions: Vec<(PathBuf, Vec<(Retention, String, String)>)> = Vec::new();
     for f in &files {
         match classify(f)? {
             Some(Output::Stats(s)) => stats.push((rel(f), s)),
             Some(Output::Keep(m)) => maps.push((rel(f), m)),
             Some(Output::Sweep(s)) => sweeps.push((rel(f), *s)),
+            Some(Output::Retention(r)) => retentions.push((f.clone(), r)),
             None => {}
         }
     }
@@ -77,7 +95,8 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
     f.insert("statistics".into(), json!(stats.len()));
     f.insert("keep_maps".into(), json!(maps.len()));
     f.insert("sweeps".into(), json!(sweeps.len()));
-    let found = !(stats.is_empty() && maps.is_empty() && sweeps.is_empty());
+    f.insert("retention_files".into(), json!(retentions.len()));
+    let found = !(stats.is_empty() && maps.is_empty() && sweeps.is_empty() && retentions.is_empty());
     checks.push(check(
         "0 inputs",
         "outputs found",
@@ -131,6 +150,12 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
         }
     }
 
+    for (file, rows) in &retentions {
+        for (stored, map_file, heldout) in rows {
+            checks.push(retention_check(dir, file, stored, map_file, heldout));
+        }
+    }
+
     for (name, out) in &sweeps {
         let profiles = out.provenance.grid.device_profiles()?;
         for mut c in sweep_checks(&profiles, &out.rows) {
@@ -139,6 +164,43 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
         }
     }
     Ok(Report { subject: format!("directory {}", dir.display()), checks })
+}
+
+/// Recomputes one stored retention row (§8.3). Paths in the row are tried as written, then
+/// relative to the retention file's directory and to the audited directory.
+fn retention_check(dir: &Path, file: &Path, stored: &Retention, map_file: &str, heldout: &str) -> Check {
+    let name = format!("{}: {} on {heldout}", file.strip_prefix(dir).unwrap_or(file).display(), stored.label);
+    let find = |p: &str| -> Option<PathBuf> {
+        let p = Path::new(p);
+        [p.to_path_buf(), file.parent().unwrap_or(dir).join(p), dir.join(p)].into_iter().find(|c| c.is_file())
+    };
+    let recompute = || -> Result<saliency::KeepCheck> {
+        let map = if map_file == "full" {
+            None
+        } else {
+            Some(KeepMap::read_json(find(map_file).with_context(|| format!("keep map {map_file} not found"))?)?)
+        };
+        let held = find(heldout).with_context(|| format!("held-out input {heldout} not found"))?;
+        let (stats, trace_file) = if held.extension().is_some_and(|e| e == "safetensors") {
+            let f = trace_io::TraceFile::open(&held)?;
+            (Stats::from_trace(&f.view(), String::new(), String::new()), Some(f))
+        } else {
+            (Stats::read_json(&held)?, None)
+        };
+        let map = map.unwrap_or_else(|| KeepMap::full(stats.meta.num_experts, stats.meta.layer_ids.clone()));
+        let view = trace_file.as_ref().map(|f| f.view());
+        Ok(saliency::check_retention(stored, &map, &stats, view.as_ref()))
+    };
+    match recompute() {
+        Ok(c) => check(
+            "3 retention",
+            &name,
+            c.passed,
+            BTreeMap::from([("detail".to_string(), json!(c.detail))]),
+            (!c.passed).then_some(c.detail),
+        ),
+        Err(e) => check("3 retention", &name, false, BTreeMap::new(), Some(format!("cannot recompute: {e:#}"))),
+    }
 }
 
 /// True when no check failed.
@@ -168,10 +230,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let stats = Stats::from_trace(&calib.view(), "calib".into(), "0".into());
         stats.write_json(dir.path().join("stats.json")).unwrap();
+        let held_stats = Stats::from_trace(&heldout.view(), "heldout".into(), "0".into());
+        held_stats.write_json(dir.path().join("heldout-stats.json")).unwrap();
+        let mut rows = Vec::new();
         for k in [16, 24] {
             let m = KeepMap::build(&stats, Metric::Frequency, k, &KeepConfig::default()).unwrap();
             m.write_json(dir.path().join(format!("frequency@{k}.json"))).unwrap();
+            let r = saliency::retention(&m, &held_stats, None).unwrap();
+            let mut v = serde_json::to_value(&r).unwrap();
+            v["file"] = json!(format!("frequency@{k}.json"));
+            v["heldout"] = json!("heldout-stats.json");
+            rows.push(v);
         }
+        std::fs::write(dir.path().join("retention.json"), serde_json::to_vec_pretty(&rows).unwrap()).unwrap();
         let (ins, oos) = (
             TraceInput { view: calib.view(), source: "calib", sha256: "0" },
             TraceInput { view: heldout.view(), source: "heldout", sha256: "0" },
@@ -205,6 +276,8 @@ mod tests {
         assert!(passed(&r), "{:?}", first_failure(&r));
         assert_eq!(r.checks[0].figures["keep_maps"], json!(2));
         assert_eq!(r.checks[0].figures["sweeps"], json!(1));
+        assert_eq!(r.checks[0].figures["retention_files"], json!(1));
+        assert_eq!(r.checks.iter().filter(|c| c.section == "3 retention" && c.status == Status::Pass).count(), 2);
         assert!(r.checks.iter().any(|c| c.name == "nesting: frequency" && c.status == Status::Pass));
     }
 
@@ -253,6 +326,21 @@ mod tests {
         let c = first_failure(&r).expect("the audit fails");
         assert_eq!(c.name, "sweep/results.json: derived fields follow from the counts");
         assert!(c.first_offending.as_deref().unwrap().starts_with(&k5), "{:?}", c.first_offending);
+    }
+
+    #[test]
+    fn a_changed_retention_value_is_named() {
+        let dir = outputs();
+        let path = dir.path().join("retention.json");
+        edit_json(&path, |v| {
+            let x = v[1]["per_layer"][2]["figures"]["slot_replacement"].as_f64().unwrap();
+            v[1]["per_layer"][2]["figures"]["slot_replacement"] = json!(x + 0.001);
+        });
+        let r = audit_dir(dir.path()).unwrap();
+        let c = first_failure(&r).expect("the audit fails");
+        assert_eq!(c.name, "retention.json: frequency@24 on heldout-stats.json");
+        let detail = c.first_offending.as_deref().unwrap();
+        assert!(detail.contains("slot_replacement") && detail.contains("layer"), "{detail}");
     }
 
     #[test]

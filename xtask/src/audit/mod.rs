@@ -129,6 +129,34 @@ pub fn audit_grid(subject: &str, grid: &Grid, calib: &TraceView<'_>, heldout: &T
         checks.push(check("2 keep maps", &c.name, c.passed, f, (!c.passed).then(|| c.detail.clone())));
     }
 
+    // 3. Retention of every keep map on the held-out trace, recomputed.
+    let held_stats = saliency::Stats::from_trace(heldout, "out_of_sample".into(), String::new());
+    let mut ret_rows = Vec::new();
+    for m in &maps {
+        let r = saliency::retention(m, &held_stats, Some(heldout))?;
+        let c = saliency::check_retention(&r, m, &held_stats, Some(heldout));
+        let f = &r.mean;
+        ret_rows.push(json!({
+            "map": m.label(),
+            "reap_retention_mean": f.reap_retention.map(round6), "reap_retention_min": r.min.reap_retention.map(round6),
+            "gate_retention_mean": f.gate_retention.map(round6),
+            "slot_replacement_mean": round6(f.slot_replacement), "slot_replacement_max": round6(r.max_slot_replacement),
+            "prob_retention_mean": f.prob_retention.map(round6),
+            "kept_with_zero_heldout_hits": f.zero_hit_kept,
+        }));
+        if !c.passed {
+            checks.push(check("3 retention", &c.name, false, BTreeMap::new(), Some(c.detail)));
+        }
+    }
+    let n = ret_rows.len();
+    checks.push(check(
+        "3 retention",
+        "recomputed from the held-out trace within 1e-4",
+        true,
+        BTreeMap::from([("maps".to_string(), json!(n)), ("retention".to_string(), json!(ret_rows))]),
+        None,
+    ));
+
     // 4. Optimized vs reference replayer on a matrix.
     checks.push(differential(heldout, &prepared.variants.iter().map(|v| &v.keep).collect::<Vec<_>>()));
 
@@ -394,10 +422,26 @@ pub fn markdown(r: &Report) -> String {
             if let Some(Value::String(d)) = c.figures.get("detail") {
                 s += &format!(" — {d}");
             }
-            if !figs.is_empty() && !c.figures.contains_key("best") {
+            if !figs.is_empty() && !c.figures.contains_key("best") && !c.figures.contains_key("retention") {
                 s += &format!(" ({})", figs.join(", "));
             }
             s += "\n";
+            if let Some(Value::Array(rows)) = c.figures.get("retention") {
+                s += "\n  | map | reap retention mean / min | gate retention mean | slot replacement mean / max | prob retention mean | kept, 0 held-out hits |\n  |---|---:|---:|---:|---:|---:|\n";
+                for r in rows {
+                    s += &format!(
+                        "  | {} | {} / {} | {} | {} / {} | {} | {} |\n",
+                        r["map"].as_str().unwrap_or_default(),
+                        r["reap_retention_mean"],
+                        r["reap_retention_min"],
+                        r["gate_retention_mean"],
+                        r["slot_replacement_mean"],
+                        r["slot_replacement_max"],
+                        r["prob_retention_mean"],
+                        r["kept_with_zero_heldout_hits"]
+                    );
+                }
+            }
             if let Some(Value::Array(best)) = c.figures.get("best") {
                 s += "\n  | variant | cap | best in-sample | misses/token | out of sample | shift | best out-of-sample | misses/token |\n  |---|---:|---|---:|---:|---:|---|---:|\n";
                 for b in best {

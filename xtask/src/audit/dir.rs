@@ -13,9 +13,7 @@ use saliency::{KeepConfig, KeepMap, Retention, Stats};
 use serde_json::{Value, json};
 use sweep::SweepOutput;
 
-#[cfg(test)]
-use super::Check;
-use super::{Report, Status, check, sweep_checks};
+use super::{Check, Report, Status, check, sweep_checks};
 
 /// What a JSON file under the audited directory holds.
 enum Output {

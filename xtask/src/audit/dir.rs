@@ -15,13 +15,16 @@ use sweep::SweepOutput;
 
 use super::{Check, Report, Status, check, sweep_checks};
 
+/// One row of `moe-offload retention --json`: the stored figures, the keep map's file and the held-out input.
+type RetentionRow = (Retention, String, String);
+
 /// What a JSON file under the audited directory holds.
 enum Output {
     Stats(Stats),
     Keep(KeepMap),
     Sweep(Box<SweepOutput>),
     /// `moe-offload retention --json`: rows with the keep map's `file` and the `heldout` input.
-    Retention(Vec<(Retention, String, String)>),
+    Retention(Vec<RetentionRow>),
 }
 
 fn classify(path: &Path) -> Result<Option<Output>> {
@@ -78,7 +81,7 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
     let mut stats: Vec<(String, Stats)> = Vec::new();
     let mut maps: Vec<(String, KeepMap)> = Vec::new();
     let mut sweeps: Vec<(String, SweepOutput)> = Vec::new();
-    let mut retentions: Vec<(PathBuf, Vec<(Retention, String, String)>)> = Vec::new();
+    let mut retentions: Vec<(PathBuf, Vec<RetentionRow>)> = Vec::new();
     for f in &files {
         match classify(f)? {
             Some(Output::Stats(s)) => stats.push((rel(f), s)),

@@ -443,12 +443,13 @@ pub fn markdown(r: &Report) -> String {
                 }
             }
             if let Some(Value::Array(best)) = c.figures.get("best") {
-                s += "\n  | variant | cap | best in-sample | misses/token | out of sample | shift | best out-of-sample | misses/token |\n  |---|---:|---|---:|---:|---:|---|---:|\n";
+                s += "\n  | variant | cap | k_used | best in-sample | misses/token | out of sample | shift | best out-of-sample | misses/token |\n  |---|---:|---:|---|---:|---:|---:|---|---:|\n";
                 for b in best {
                     s += &format!(
-                        "  | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                        "  | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                         b["variant"].as_str().unwrap_or_default(),
                         b["cap"],
+                        b["k_used"],
                         b["best_in_sample"].as_str().unwrap_or_default(),
                         b["in_sample_misses_per_token"],
                         b["chosen_out_of_sample"],

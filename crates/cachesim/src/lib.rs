@@ -61,6 +61,7 @@ mod config;
 mod engine;
 mod error;
 mod keep;
+pub mod mrc;
 pub mod reference;
 
 use rayon::prelude::*;

@@ -1,0 +1,116 @@
+//! The one-pass LRU miss-ratio curve equals one replay per cap.
+
+use cachesim::mrc::{CurveConfig, lru_curve, replay_curve};
+use cachesim::{Keep, Policy, ReplayConfig, Semantics};
+use trace_io::synth::{SynthConfig, generate};
+use trace_io::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta, TraceView};
+
+fn check_equal(view: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) {
+    let one_pass = lru_curve(view, keep, cfg).unwrap();
+    let k = one_pass.k_used;
+    let caps: Vec<usize> = (k..=view.shape().num_experts).collect();
+    let base = ReplayConfig {
+        k_used: Some(k),
+        warmup: cfg.warmup,
+        semantics: cfg.semantics,
+        reset_at_sequence: cfg.reset_at_sequence,
+        ..ReplayConfig::new(Policy::Lru, k)
+    };
+    let replayed = replay_curve(view, keep, &base, &caps).unwrap();
+    assert_eq!(one_pass, replayed, "{cfg:?}");
+    for l in &one_pass.layers {
+        assert!(l.misses.windows(2).all(|w| w[0] >= w[1]), "misses must not increase with the cap");
+    }
+}
+
+#[test]
+fn one_pass_equals_replays_on_synthetic_traces() {
+    let t = generate(&SynthConfig {
+        layers: 2,
+        experts: 24,
+        top_k: 3,
+        candidates: 6,
+        tokens: 700,
+        sequences: 5,
+        dead_experts: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let v = t.view();
+    let shape = v.shape();
+    let pruned = Keep::from_layers(&shape, &[(0..12).collect(), (6..20).collect()]).unwrap();
+    for keep in [Keep::full(&shape), pruned] {
+        for semantics in [Semantics::KWay, Semantics::Sequential] {
+            for (k_used, warmup, reset) in [(None, 64, false), (Some(2), 0, true), (Some(3), 10, true)] {
+                check_equal(&v, &keep, &CurveConfig { k_used, warmup, semantics, reset_at_sequence: reset });
+            }
+        }
+    }
+}
+
+#[test]
+fn hand_computed_depths() {
+    // One layer, E = 4, k = m = 2. Tokens: {0,1}, {2,0}, {1,3}, {0,2}.
+    // k-way stack before each token (most recent first), depth of each pick:
+    //   t0: []          -> 0 cold, 1 cold;      stack [1,0]
+    //   t1: [1,0]       -> 2 cold, 0 depth 1;   stack [0,2,1]
+    //   t2: [0,2,1]     -> 1 depth 2, 3 cold;   stack [3,1,0,2]
+    //   t3: [3,1,0,2]   -> 0 depth 2, 2 depth 3; stack [2,0,3,1]
+    // 4 first uses (0, 1, 2, 3); misses(cap 2) = 4 + depths >= 2 (three) = 7; cap 3: 4 + 1 = 5; cap 4: 4.
+    let meta = TraceMeta {
+        model: "hand".into(),
+        num_experts: 4,
+        top_k: 2,
+        layer_ids: vec![0],
+        score_kind: ScoreKind::None,
+        phase: Phase::Decode,
+        source: "test".into(),
+        extra: Default::default(),
+    };
+    let parts = OwnedParts { ids: vec![0, 1, 2, 0, 1, 3, 0, 2], ..Default::default() };
+    let t = TraceData::new(meta, 4, 2, parts).unwrap();
+    let v = t.view();
+    let cfg = CurveConfig { warmup: 0, ..Default::default() };
+    let c = lru_curve(&v, &Keep::full(&v.shape()), &cfg).unwrap();
+    assert_eq!(c.layers[0].misses, vec![7, 5, 4]);
+    check_equal(&v, &Keep::full(&v.shape()), &cfg);
+    // Sequential: the stack moves per pick. t1: 2 cold -> [2,1,0], then 0 at depth 2 (a miss at
+    // cap 2 that the k-way cache avoids) -> [0,2,1]. t2: 1 at depth 2 -> [1,0,2], 3 cold.
+    // t3: 0 at depth 2 -> [0,3,1,2], then 2 at depth 3. misses(2) = 4 + 4 = 8, (3) = 4 + 1 = 5, (4) = 4.
+    let seq = CurveConfig { warmup: 0, semantics: Semantics::Sequential, ..Default::default() };
+    let c = lru_curve(&v, &Keep::full(&v.shape()), &seq).unwrap();
+    assert_eq!(c.layers[0].misses, vec![8, 5, 4]);
+    check_equal(&v, &Keep::full(&v.shape()), &seq);
+}
+
+#[test]
+fn one_pass_equals_replays_on_real_esft() {
+    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let opts = trace_io::import::esft::EsftOptions { domains: vec!["translation".into()], ..Default::default() };
+    let t = trace_io::import::esft::import_esft(real.join("esft-dsv2lite"), &opts).unwrap();
+    let v = t.view();
+    let shape = v.shape();
+    // Keep the 40 most used experts of each layer (a pruned map that forces misses).
+    let layers: Vec<Vec<u16>> = (0..shape.layers)
+        .map(|l| {
+            let mut count = vec![0u64; shape.num_experts];
+            for row in v.layer_ids(l).chunks_exact(shape.candidates) {
+                for &e in &row[..shape.top_k] {
+                    count[usize::from(e)] += 1;
+                }
+            }
+            let mut ids: Vec<u16> = (0..shape.num_experts as u16).collect();
+            ids.sort_by_key(|&e| (std::cmp::Reverse(count[usize::from(e)]), e));
+            ids.truncate(40);
+            ids.sort_unstable();
+            ids
+        })
+        .collect();
+    let pruned = Keep::from_layers(&shape, &layers).unwrap();
+    for keep in [Keep::full(&shape), pruned] {
+        for semantics in [Semantics::KWay, Semantics::Sequential] {
+            check_equal(&v, &keep, &CurveConfig { semantics, ..Default::default() });
+        }
+        check_equal(&v, &keep, &CurveConfig { k_used: Some(4), ..Default::default() });
+    }
+}

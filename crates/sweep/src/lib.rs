@@ -13,12 +13,13 @@
 mod cost;
 mod grid;
 mod output;
+pub mod plan;
 mod run;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, ProfileSpec};
 pub use output::{BestOf, InputRef, Provenance, Shard, SweepOutput, best_per_variant, write_atomic};
-pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config};
+pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config, variant_keep_map};
 
 use std::path::PathBuf;
 

@@ -155,7 +155,13 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
     Ok(Prepared { grid: grid.clone(), stats, variants, configs, profiles, keeps })
 }
 
-fn variant_keep_map(spec: &str, stats: &Stats, cfg: &KeepConfig, meta: &trace_io::TraceMeta) -> Result<KeepMap> {
+/// The keep map of a variant spec: `full`, `METRIC@K` (built from `stats` with `cfg`) or
+/// `file:PATH` (read, and checked against the traces' E and layers in `meta`).
+///
+/// # Errors
+/// [`SweepError::Grid`] for a malformed spec or a map of another shape; [`SweepError::Saliency`]
+/// when the map cannot be built or read.
+pub fn variant_keep_map(spec: &str, stats: &Stats, cfg: &KeepConfig, meta: &trace_io::TraceMeta) -> Result<KeepMap> {
     if spec == "full" {
         return Ok(KeepMap::full(meta.num_experts, meta.layer_ids.clone()));
     }

@@ -1,8 +1,10 @@
 //! Argument definitions and dispatch; one module per subcommand.
 
+mod export;
 mod import;
 mod inspect;
 mod replay;
+mod report;
 mod saliency;
 mod sweep;
 mod synth;
@@ -56,6 +58,14 @@ enum Command {
         after_help = "Examples:\n  moe-offload sweep                       # the embedded default grid\n  moe-offload sweep data/grids/default.json -o out/\n  moe-offload sweep data/grids/esft-translation.json --in-sample calib.safetensors --out-of-sample translation.safetensors -o esft-sweep/"
     )]
     Sweep(sweep::SweepArgs),
+    /// Write one self-contained HTML page of plots and tables from a sweep directory.
+    #[command(
+        after_help = "Examples:\n  moe-offload sweep -o out/ && moe-offload report out/ -o report.html\n  moe-offload retention maps/*.json --heldout heldout.safetensors --json > out/retention.json && moe-offload report out/"
+    )]
+    Report(report::ReportArgs),
+    /// Export keep maps for other tools (REAP-style JSON, a llama.cpp-friendly listing).
+    #[command(subcommand)]
+    Export(export::ExportCmd),
 }
 
 /// Runs the parsed command.
@@ -69,5 +79,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Retention(a) => saliency::retention_cmd(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Sweep(a) => sweep::run(&a),
+        Command::Report(a) => report::run(&a),
+        Command::Export(c) => export::run(&c),
     }
 }

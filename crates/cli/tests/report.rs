@@ -1,0 +1,281 @@
+//! `moe-offload report` and `moe-offload export` end to end; the report is rendered in headless
+//! Chromium when it is installed (required when `MOE_OFFLOAD_REQUIRE_CHROMIUM` is set).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set (to anything) to make the Chromium test fail instead of skipping when Chromium is missing.
+const REQUIRE_CHROMIUM: &str = "MOE_OFFLOAD_REQUIRE_CHROMIUM";
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().expect("the binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(!out.status.success(), "{args:?} unexpectedly succeeded");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The embedded default sweep, written to `dir/sweep`.
+fn default_sweep(dir: &Path) -> PathBuf {
+    let out = dir.join("sweep");
+    ok(&["sweep", "--threads", "2", "-o", s(&out)]);
+    out
+}
+
+/// Checks what a self-contained page must be: inline SVG, no scripts, no external resources.
+fn assert_self_contained(html: &str) {
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("<svg"), "no inline SVG");
+    for bad in ["<script", "<link", "<img", "src=", "url(", "@import"] {
+        assert!(!html.contains(bad), "the page contains {bad:?}");
+    }
+    let without_ns = html.replace("http://www.w3.org/2000/svg", "");
+    assert!(!without_ns.contains("http://") && !without_ns.contains("https://"), "the page references the network");
+}
+
+#[test]
+fn report_of_the_default_sweep_has_every_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = default_sweep(dir.path());
+    let html_path = dir.path().join("report.html");
+    let stdout = ok(&["report", s(&sweep), "-o", s(&html_path)]);
+    assert!(stdout.contains("wrote"), "{stdout}");
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert_self_contained(&html);
+    for section in
+        ["id=\"summary\"", "id=\"policies\"", "id=\"capacity\"", "id=\"lambda\"", "id=\"shift\"", "id=\"retention\""]
+    {
+        assert!(html.contains(section), "missing {section}");
+    }
+    // One bar chart per cap of the default grid, λ charts for its λ > 0 block, per-layer curves.
+    for title in ["cap 4 experts per layer", "cap 8 experts per layer", "cap 16 experts per layer"] {
+        assert!(html.contains(title), "missing {title}");
+    }
+    assert!(html.contains("variant full, cap 8, k_used 4: misses per token vs λ"));
+    assert!(html.contains("hit rate vs cache size per layer"));
+    assert!(html.contains("No retention table found"));
+    // The default output path is DIR/report.html.
+    ok(&["report", s(&sweep)]);
+    assert!(sweep.join("report.html").is_file());
+}
+
+#[test]
+fn report_plots_retention_tables_and_miss_ratio_curves_found_in_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = default_sweep(dir.path());
+    let trace = dir.path().join("t.safetensors");
+    let held = dir.path().join("h.safetensors");
+    for (path, seed) in [(&trace, "1"), (&held, "2")] {
+        ok(&[
+            "synth",
+            "--layers",
+            "3",
+            "--experts",
+            "16",
+            "--top-k",
+            "2",
+            "--candidates",
+            "4",
+            "--tokens",
+            "800",
+            "--seed",
+            seed,
+            "-o",
+            s(path),
+        ]);
+    }
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&trace), "-o", s(&stats)]);
+    let maps = dir.path().join("maps");
+    for metric in ["frequency", "gate_sum"] {
+        ok(&["keep", s(&stats), "--metric", metric, "--k", "4,8,12", "-o", s(&maps)]);
+    }
+    let mut args = vec!["retention".to_string()];
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&maps).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    args.extend(files.iter().map(|p| p.display().to_string()));
+    args.extend(["--heldout".into(), held.display().to_string(), "--json".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    std::fs::write(sweep.join("retention.json"), ok(&args)).unwrap();
+    // A miss-ratio curve in cachesim's `MissCurve` shape.
+    let curve = serde_json::json!({
+        "policy": "lru", "semantics": "k_way", "k_used": 2, "min_cap": 2, "max_cap": 5, "tokens": 100,
+        "picks_per_layer": 200,
+        "layers": [{"layer_id": 0, "misses": [90, 60, 40, 30]}, {"layer_id": 1, "misses": [80, 50, 35, 20]}]
+    });
+    std::fs::write(sweep.join("mrc-full.json"), curve.to_string()).unwrap();
+    std::fs::write(sweep.join("notes.json"), "{\"hello\": 1}").unwrap();
+    let out = dir.path().join("r.html");
+    let stdout = ok(&["report", s(&sweep), "-o", s(&out)]);
+    assert!(stdout.contains("1 retention tables, 1 miss-ratio curves"), "{stdout}");
+    assert!(stdout.contains("notes.json is neither"), "{stdout}");
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert_self_contained(&html);
+    assert!(html.contains("miss-ratio curve mrc-full: lru"));
+    assert!(html.contains("frequency@12") && html.contains("gate_sum@4"));
+    assert!(html.contains("gate_retention mean"));
+    assert!(!html.contains("No retention table found"));
+}
+
+#[test]
+fn report_errors_say_how_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = fails(&["report", s(dir.path())]);
+    assert!(err.contains("moe-offload sweep -o"), "{err}");
+    let bogus = dir.path().join("bogus.json");
+    std::fs::write(&bogus, "[1, 2]").unwrap();
+    let sweep = default_sweep(dir.path());
+    let err = fails(&["report", s(&sweep), "--retention", s(&bogus)]);
+    assert!(err.contains("--json"), "{err}");
+}
+
+#[test]
+fn export_keep_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    ok(&[
+        "synth",
+        "--layers",
+        "2",
+        "--experts",
+        "8",
+        "--top-k",
+        "2",
+        "--candidates",
+        "4",
+        "--tokens",
+        "300",
+        "-o",
+        s(&trace),
+    ]);
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&trace), "-o", s(&stats)]);
+    let keep = dir.path().join("keep.json");
+    ok(&["keep", s(&stats), "--metric", "frequency", "--k", "5", "-o", s(&keep)]);
+    let map: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&keep).unwrap()).unwrap();
+
+    let reap = dir.path().join("reap.json");
+    ok(&["export", "keep", s(&keep), "--format", "reap", "-o", s(&reap)]);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&reap).unwrap()).unwrap();
+    let obj = v.as_object().unwrap();
+    assert_eq!(obj.len(), 2);
+    for (i, id) in map["layer_ids"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(obj[&id.to_string()], map["layers"][i]);
+    }
+
+    let json = dir.path().join("lists.json");
+    ok(&["export", "keep", s(&keep), "--format", "json", "-o", s(&json)]);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["format"], "moe-offload-keep-lists");
+    for l in v["layers"].as_array().unwrap() {
+        let (kept, pruned) = (l["kept"].as_array().unwrap(), l["pruned"].as_array().unwrap());
+        assert_eq!((kept.len(), pruned.len()), (5, 3));
+    }
+
+    let txt = dir.path().join("keep.txt");
+    ok(&["export", "keep", s(&keep), "--format", "llama-cpp", "-o", s(&txt)]);
+    let text = std::fs::read_to_string(&txt).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), 2);
+    for (i, line) in lines.iter().enumerate() {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f[0], format!("blk.{}", map["layer_ids"][i]));
+        assert_eq!(f[1], "5");
+        let kept: Vec<u64> = f[2].split(',').map(|x| x.parse().unwrap()).collect();
+        let want: Vec<u64> = map["layers"][i].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(kept, want);
+        assert_eq!(f[3].split(',').count(), 3);
+    }
+
+    let err = fails(&["export", "keep", s(&stats), "--format", "reap", "-o", s(&reap)]);
+    assert!(err.contains("stats.json"), "{err}");
+}
+
+/// The Chromium binary on PATH, if any.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| std::env::split_paths(&path).map(move |d| d.join(name)))
+        .find(|p| p.is_file())
+}
+
+#[test]
+fn report_renders_in_headless_chromium() {
+    let Some(chrome) = chromium() else {
+        assert!(
+            std::env::var_os(REQUIRE_CHROMIUM).is_none(),
+            "{REQUIRE_CHROMIUM} is set but chromium is not on PATH (apt-get install -y chromium)"
+        );
+        eprintln!("skipping: chromium is not installed (set {REQUIRE_CHROMIUM} to make this a failure)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = default_sweep(dir.path());
+    let html = dir.path().join("report.html");
+    ok(&["report", s(&sweep), "-o", s(&html)]);
+    let png_path = dir.path().join("out.png");
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Command::new(&chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            &format!("--user-data-dir={}", s(profile.path())),
+            &format!("--screenshot={}", s(&png_path)),
+            "--window-size=1400,3000",
+            &format!("file://{}", s(&html)),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium did not finish the screenshot within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "chromium exited with {status}");
+    let bytes = std::fs::read(&png_path).expect("chromium wrote the screenshot");
+    assert!(bytes.len() > 20_000, "screenshot is only {} bytes", bytes.len());
+    let decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1400, 3000));
+    let px = info.color_type.samples();
+    let pixels = &buf[..info.buffer_size()];
+    let first = &pixels[..px];
+    let differing = pixels.chunks_exact(px).filter(|p| p[..3] != first[..3]).count();
+    let total = (info.width * info.height) as usize;
+    assert!(differing * 50 > total, "the page is (almost) one colour: {differing} of {total} pixels differ");
+    let mut colors = std::collections::HashSet::new();
+    for p in pixels.chunks_exact(px).step_by(7) {
+        colors.insert((p[0], p[1], p[2]));
+    }
+    assert!(colors.len() >= 16, "only {} colours on the page: the plots did not render", colors.len());
+}

@@ -1,12 +1,15 @@
 //! `cargo xtask`: project automation for moe-offload.
 //!
 //! - `cargo xtask gen-data`: regenerates the embedded default traces in `data/`.
+//! - `cargo xtask fetch-real-data [--dir DIR]`: downloads the public real routing the docs use
+//!   (pinned commits, SHA-256 checked) into a directory outside the repository.
 //! - `cargo xtask audit`: the audit of SEMANTICS.md §8 on the embedded default (and on the real
 //!   data when `MOE_OFFLOAD_REAL_DATA` is set), asserted against insta snapshots.
 
 #![expect(clippy::print_stdout, reason = "xtask reports to the terminal")]
 
 mod audit;
+mod fetch_real_data;
 mod gen_data;
 
 use std::path::PathBuf;
@@ -28,6 +31,13 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
+    /// Download the public real routing the docs use (pinned commits, SHA-256 verified) into a
+    /// directory outside the repository, and print the commands that reproduce the docs' tables.
+    FetchRealData {
+        /// Output directory (default: ../moe-offload-real-data, beside the checkout).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Run the audit checks and compare the report with the committed snapshot; with `--dir`,
     /// audit a directory of moe-offload outputs instead.
     Audit {
@@ -43,6 +53,7 @@ enum Cmd {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Cmd::GenData { check } => gen_data::run(check),
+        Cmd::FetchRealData { dir } => fetch_real_data::run(dir.as_deref()),
         Cmd::Audit { dir: Some(dir), json } => {
             let report = audit::dir::audit_dir(&dir)?;
             println!("{}", audit::markdown(&report));

@@ -1,16 +1,27 @@
 //! The fast replay core: one layer at a time, generic over the eviction policy (monomorphized),
 //! all state allocated before the token loop, no `Result`, no dynamic dispatch inside it.
 //!
+//! Token loop: with a full keep set F is the row itself (no copy); at λ = 0 the chosen experts
+//! are F's prefix and the counts of step 3 need no per-slot work; at λ > 0 one pass over F
+//! merges the boosted and the plain candidates and stops once n are chosen.
+//!
 //! Cache: a dense slot array plus a position index per expert (O(1) lookup, insert, remove).
-//! `lru` and `fifo` keep an intrusive doubly-linked list in priority order, so a victim is found
-//! by walking from the oldest end past at most `k_used - 1` protected experts. `lfu` and
-//! `belady`, whose priorities change only on accesses, keep an indexed binary heap: eagerly
-//! updated for `belady` (the victim search visits only protected nodes and their children),
-//! lazily for `lfu`, whose keys only grow while cached (a stale root triggers one refresh and
-//! rebuild). `near_pick` (up to N keys change per token), `near_pick_ema` and `inv_router` (every
-//! score decays every token) scan the `cap` cached experts on a miss. Decays are eager (the same
-//! arithmetic, in the same order, as the reference), so both replayers compare identical f64
-//! values.
+//! Priority structures, per policy:
+//! - `lru`, `fifo`: an intrusive doubly-linked list in priority order; a victim is found by
+//!   walking from the oldest end past at most `k_used - 1` protected experts.
+//! - `lfu`, `near_pick`: [`Groups`], a list of groups of equal first key (access count, resp.
+//!   last near-pick token) in increasing order, each an intrusive list ordered by last access.
+//!   Every update is O(1) (`near_pick`'s insertion searches its group from both ends), except
+//!   that the group `near_pick` creates at the end of a token is filled in F order and sorted by
+//!   last access only if a victim search reaches it.
+//! - `belady`: an indexed binary heap with `u64` keys, updated on every access.
+//! - `near_pick_ema`, `inv_router` (every score decays every token): in k-way mode one scan of
+//!   the cached experts per token selects all the victims the token needs (the keys of unchosen
+//!   experts do not change within a token and chosen ones are protected, so the q misses evict
+//!   exactly the q lowest unprotected keys); in sequential mode one scan per miss. Decays are
+//!   eager (the same arithmetic, in the same order, as the reference) over a contiguous array,
+//!   so both replayers compare identical f64 values: a lazy multiplier would round differently
+//!   and could flip near-ties, which the counts must not.
 
 use trace_io::Shape;
 
@@ -64,12 +75,13 @@ pub(crate) struct LayerInput<'a> {
 /// Replays one layer with the configured policy.
 pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts {
     let e = p.num_experts;
+    let groups = || Groups::new(e, p.cap);
     match p.policy {
         Policy::Lru => run(p, inp, Lru(List::new(e))),
         Policy::Fifo => run(p, inp, Fifo(List::new(e))),
-        Policy::Lfu => run(p, inp, Lfu { heap: KeyHeap::new(e, p.cap), count: vec![0; e], last: vec![0; e] }),
+        Policy::Lfu => run(p, inp, Lfu { g: groups() }),
         Policy::Belady => run(p, inp, Belady::new(p, inp)),
-        Policy::NearPick => run(p, inp, NearPick { key: vec![[0, 0]; e], n: p.near_n }),
+        Policy::NearPick => run(p, inp, NearPick { g: groups(), near: vec![0; e], last: vec![0; e], n: p.near_n }),
         Policy::NearPickEma => {
             run(p, inp, NearPickEma { s: vec![0.0; e], last: vec![0; e], n: p.near_n, decay: p.decay })
         }
@@ -125,6 +137,8 @@ impl Cache {
 /// What the token loop needs from a policy. `prot[e] == stamp` marks experts chosen for the
 /// current token (never written in sequential mode, so nothing is protected there).
 trait Evictor {
+    /// k-way mode selects all of a token's victims at once with [`Evictor::victims`].
+    const BATCH: bool = false;
     /// How many leading candidates of F the credits read (F is built at least this long).
     fn f_needed(&self) -> usize {
         0
@@ -137,8 +151,48 @@ trait Evictor {
     fn evicted(&mut self, _e: usize) {}
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize;
+    /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`.
+    fn victims(&mut self, _cache: &Cache, _prot: &[u64], _stamp: u64, _q: usize, _out: &mut Vec<(u128, u16)>) {}
     /// Credits after token `t`: `f` is a prefix (at least `f_needed` long, or all) of F.
     fn end_token(&mut self, _t: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {}
+}
+
+/// The `q` unprotected cached experts of lowest `(hi(e), lo(e))`, ascending, into `out`
+/// (capacity >= q). Keys are unique (`lo` is a last-access time). `hi` is read for every cached
+/// expert, `lo` only when `hi` does not already exclude it.
+#[inline(always)]
+fn scan_lowest(
+    cache: &Cache,
+    prot: &[u64],
+    stamp: u64,
+    q: usize,
+    out: &mut Vec<(u128, u16)>,
+    hi: impl Fn(usize) -> u64,
+    lo: impl Fn(usize) -> u64,
+) {
+    out.clear();
+    let mut thr = u128::MAX;
+    let mut thr_hi = u64::MAX;
+    for &e in &cache.slots {
+        let e = usize::from(e);
+        let h = hi(e);
+        if h > thr_hi {
+            continue;
+        }
+        let k = pack(h, lo(e));
+        if k < thr && prot[e] != stamp {
+            let at = out.partition_point(|&(x, _)| x < k);
+            if out.len() == q {
+                out.pop();
+            }
+            out.insert(at, (k, e as u16));
+            if out.len() == q {
+                thr = out[q - 1].0;
+                thr_hi = (thr >> 64) as u64;
+            }
+        }
+    }
+    debug_assert!(out.len() == q, "a full cache holds enough unprotected experts");
 }
 
 /// The unprotected cached expert of lowest (s, last access) for the decayed-score policies.
@@ -159,7 +213,6 @@ fn scan_scored(cache: &Cache, prot: &[u64], stamp: u64, s: &[f64], last: &[u64])
     debug_assert!(best_e != usize::MAX, "a full cache always holds an unprotected expert");
     best_e
 }
-
 /// Intrusive doubly-linked list over expert ids with a sentinel at index E; front = oldest.
 struct List {
     prev: Vec<u32>,
@@ -254,17 +307,246 @@ impl Evictor for Fifo {
     }
 }
 
-/// An indexed binary min-heap over the cached experts with a `u128` key per expert (keys are
-/// unique: they end in a pick time or an expert id). Fixed-size arrays, no allocation after
-/// construction. Used by the policies whose priorities change only on events (access, credit).
+const NIL: u32 = u32::MAX;
+
+/// Cached experts ordered by (group key, last access): a doubly-linked list of groups in
+/// increasing key order (sentinel `sentinel`), each holding an intrusive doubly-linked list of
+/// its experts, oldest access first. Group nodes come from a fixed pool (at most one per cached
+/// expert, plus one transiently), so nothing allocates after construction.
+///
+/// A group may be marked unsorted (filled out of access order); [`Groups::first_unprotected`]
+/// sorts it by last access when it reaches it. Appending the most recently accessed expert
+/// keeps a sorted group sorted.
+struct Groups {
+    /// Per expert: neighbours in its group's list and its group (`NIL` when not cached).
+    iprev: Vec<u32>,
+    inext: Vec<u32>,
+    igroup: Vec<u32>,
+    /// Per group node: key, first and last expert, neighbours in the group list, sortedness.
+    gkey: Vec<u64>,
+    ghead: Vec<u32>,
+    gtail: Vec<u32>,
+    gprev: Vec<u32>,
+    gnext: Vec<u32>,
+    gsorted: Vec<bool>,
+    free: Vec<u32>,
+    sentinel: u32,
+    /// Sort buffer, capacity = the pool's.
+    buf: Vec<(u64, u32)>,
+}
+
+impl Groups {
+    fn new(num_experts: usize, cap: usize) -> Groups {
+        let pool = cap.min(num_experts) + 2;
+        let s = pool as u32;
+        let mut g = Groups {
+            iprev: vec![NIL; num_experts],
+            inext: vec![NIL; num_experts],
+            igroup: vec![NIL; num_experts],
+            gkey: vec![0; pool + 1],
+            ghead: vec![NIL; pool + 1],
+            gtail: vec![NIL; pool + 1],
+            gprev: vec![s; pool + 1],
+            gnext: vec![s; pool + 1],
+            gsorted: vec![true; pool + 1],
+            free: Vec::with_capacity(pool),
+            sentinel: s,
+            buf: Vec::with_capacity(pool),
+        };
+        g.clear();
+        g
+    }
+
+    fn clear(&mut self) {
+        let s = self.sentinel as usize;
+        let mut g = self.gnext[s];
+        while g != self.sentinel {
+            let mut x = self.ghead[g as usize];
+            while x != NIL {
+                self.igroup[x as usize] = NIL;
+                x = self.inext[x as usize];
+            }
+            g = self.gnext[g as usize];
+        }
+        self.gnext[s] = self.sentinel;
+        self.gprev[s] = self.sentinel;
+        self.free.clear();
+        self.free.extend((0..self.sentinel).rev());
+    }
+
+    #[inline(always)]
+    fn first_group(&self) -> u32 {
+        self.gnext[self.sentinel as usize]
+    }
+
+    #[inline(always)]
+    fn last_group(&self) -> u32 {
+        self.gprev[self.sentinel as usize]
+    }
+
+    /// A new, empty group with `key`, linked after group `after` (the sentinel: at the front).
+    #[inline(always)]
+    fn new_group_after(&mut self, after: u32, key: u64) -> u32 {
+        let g = self.free.pop().expect("the pool holds a group per cached expert plus one");
+        let (a, gi) = (after as usize, g as usize);
+        let n = self.gnext[a];
+        self.gkey[gi] = key;
+        self.ghead[gi] = NIL;
+        self.gtail[gi] = NIL;
+        self.gsorted[gi] = true;
+        self.gprev[gi] = after;
+        self.gnext[gi] = n;
+        self.gnext[a] = g;
+        self.gprev[n as usize] = g;
+        g
+    }
+
+    /// Appends expert `e` (not in any group) at the end of group `g`.
+    #[inline(always)]
+    fn push_back(&mut self, g: u32, e: usize) {
+        let gi = g as usize;
+        let tail = self.gtail[gi];
+        self.iprev[e] = tail;
+        self.inext[e] = NIL;
+        if tail == NIL {
+            self.ghead[gi] = e as u32;
+        } else {
+            self.inext[tail as usize] = e as u32;
+        }
+        self.gtail[gi] = e as u32;
+        self.igroup[e] = g;
+    }
+
+    /// Unlinks expert `e` from its group, leaving the group in place even when empty.
+    #[inline(always)]
+    fn unlink(&mut self, e: usize) -> u32 {
+        let g = self.igroup[e];
+        let gi = g as usize;
+        let (p, n) = (self.iprev[e], self.inext[e]);
+        if p == NIL {
+            self.ghead[gi] = n;
+        } else {
+            self.inext[p as usize] = n;
+        }
+        if n == NIL {
+            self.gtail[gi] = p;
+        } else {
+            self.iprev[n as usize] = p;
+        }
+        self.igroup[e] = NIL;
+        g
+    }
+
+    /// Frees group `g` when it is empty.
+    #[inline(always)]
+    fn drop_if_empty(&mut self, g: u32) {
+        let gi = g as usize;
+        if self.ghead[gi] == NIL {
+            let (p, n) = (self.gprev[gi], self.gnext[gi]);
+            self.gnext[p as usize] = n;
+            self.gprev[n as usize] = p;
+            self.free.push(g);
+        }
+    }
+
+    /// Removes cached expert `e`.
+    #[inline(always)]
+    fn remove(&mut self, e: usize) {
+        let g = self.unlink(e);
+        self.drop_if_empty(g);
+    }
+
+    /// Moves cached expert `e` to the end of group `to` (not its current group).
+    #[inline(always)]
+    fn move_to(&mut self, e: usize, to: u32) {
+        let g = self.unlink(e);
+        self.drop_if_empty(g);
+        self.push_back(to, e);
+    }
+
+    /// Moves cached expert `e` to the end of its own group (it was just accessed).
+    #[inline(always)]
+    fn touch(&mut self, e: usize) {
+        if self.inext[e] != NIL {
+            let g = self.unlink(e);
+            self.push_back(g, e);
+        }
+    }
+
+    /// The group with `key`, created in order when missing. Searches from both ends at once.
+    #[inline(always)]
+    fn group_with_key(&mut self, key: u64) -> u32 {
+        let s = self.sentinel;
+        let (mut a, mut b) = (self.first_group(), self.last_group());
+        loop {
+            // Groups before `a` have keys < key, groups after `b` keys > key.
+            if a == s || self.gkey[a as usize] >= key {
+                if a != s && self.gkey[a as usize] == key {
+                    return a;
+                }
+                let before = self.gprev[a as usize];
+                return self.new_group_after(before, key);
+            }
+            if self.gkey[b as usize] <= key {
+                if self.gkey[b as usize] == key {
+                    return b;
+                }
+                return self.new_group_after(b, key);
+            }
+            a = self.gnext[a as usize];
+            b = self.gprev[b as usize];
+        }
+    }
+
+    /// Sorts group `g` by `last`.
+    fn sort_group(&mut self, g: u32, last: &[u64]) {
+        let gi = g as usize;
+        self.buf.clear();
+        let mut x = self.ghead[gi];
+        while x != NIL {
+            self.buf.push((last[x as usize], x));
+            x = self.inext[x as usize];
+        }
+        self.buf.sort_unstable();
+        self.ghead[gi] = NIL;
+        self.gtail[gi] = NIL;
+        for i in 0..self.buf.len() {
+            let e = self.buf[i].1 as usize;
+            self.push_back(g, e);
+        }
+        self.gsorted[gi] = true;
+    }
+
+    /// The first unprotected expert in (key, last access) order. Some cached expert is
+    /// unprotected.
+    #[inline(always)]
+    fn first_unprotected(&mut self, prot: &[u64], stamp: u64, last: &[u64]) -> usize {
+        let mut g = self.first_group();
+        while g != self.sentinel {
+            if !self.gsorted[g as usize] {
+                self.sort_group(g, last);
+            }
+            let mut x = self.ghead[g as usize];
+            while x != NIL {
+                if prot[x as usize] != stamp {
+                    return x as usize;
+                }
+                x = self.inext[x as usize];
+            }
+            g = self.gnext[g as usize];
+        }
+        debug_assert!(false, "a full cache always holds an unprotected expert");
+        usize::MAX
+    }
+}
+/// An indexed binary min-heap over the cached experts with a `u64` key per expert (keys are
+/// unique: they end in the expert id). Fixed-size arrays, no allocation after construction.
 struct KeyHeap {
     heap: Vec<u16>,
     hpos: Vec<u32>,
-    key: Vec<u128>,
+    key: Vec<u64>,
     /// DFS stack of `min_unprotected`, capacity = the heap's.
     stack: Vec<u32>,
-    /// Protected experts set aside by `min_unprotected_lazy`, capacity = the heap's.
-    aside: Vec<u16>,
 }
 
 impl KeyHeap {
@@ -275,7 +557,6 @@ impl KeyHeap {
             hpos: vec![ABSENT; num_experts],
             key: vec![0; num_experts],
             stack: Vec::with_capacity(cap),
-            aside: Vec::with_capacity(cap),
         }
     }
 
@@ -287,12 +568,7 @@ impl KeyHeap {
     }
 
     #[inline(always)]
-    fn contains(&self, e: usize) -> bool {
-        self.hpos[e] != ABSENT
-    }
-
-    #[inline(always)]
-    fn k(&self, i: usize) -> u128 {
+    fn k(&self, i: usize) -> u64 {
         self.key[usize::from(self.heap[i])]
     }
 
@@ -340,13 +616,16 @@ impl KeyHeap {
 
     /// Inserts `e` or updates its key.
     #[inline(always)]
-    fn set(&mut self, e: usize, key: u128) {
+    fn set(&mut self, e: usize, key: u64) {
+        let old = self.key[e];
         self.key[e] = key;
-        if self.contains(e) {
+        if self.hpos[e] != ABSENT {
             let i = self.hpos[e] as usize;
-            self.sift_up(i);
-            let i = self.hpos[e] as usize;
-            self.sift_down(i);
+            if key < old {
+                self.sift_up(i);
+            } else {
+                self.sift_down(i);
+            }
         } else {
             self.heap.push(e as u16);
             let i = self.heap.len() - 1;
@@ -371,13 +650,16 @@ impl KeyHeap {
     /// The expert of lowest key that is not protected. A protected node's subtree may hold the
     /// answer, an unprotected node's subtree cannot beat it: the search visits the protected
     /// nodes (at most k_used - 1) and their children.
+    #[inline(always)]
     fn min_unprotected(&mut self, prot: &[u64], stamp: u64) -> usize {
-        let mut best = usize::MAX;
-        let mut best_k = u128::MAX;
-        self.stack.clear();
-        if !self.heap.is_empty() {
-            self.stack.push(0);
+        let root = usize::from(self.heap[0]);
+        if prot[root] != stamp {
+            return root;
         }
+        let mut best = usize::MAX;
+        let mut best_k = u64::MAX;
+        self.stack.clear();
+        self.stack.push(0);
         while let Some(i) = self.stack.pop() {
             let i = i as usize;
             let e = usize::from(self.heap[i]);
@@ -397,85 +679,65 @@ impl KeyHeap {
     }
 }
 
-impl KeyHeap {
-    /// `min_unprotected` for policies whose keys only grow while an expert is cached (lfu): the
-    /// stored keys are lower bounds, refreshed only when they reach the root.
-    /// A fresh root is the true minimum (its key is <= every stored key <= every actual key).
-    /// Protected roots are set aside and pushed back afterwards.
-    fn min_unprotected_lazy(&mut self, prot: &[u64], stamp: u64, actual: impl Fn(usize) -> u128) -> usize {
-        self.aside.clear();
-        let victim = loop {
-            let Some(&root) = self.heap.first() else { break usize::MAX };
-            let e = usize::from(root);
-            let a = actual(e);
-            if a != self.key[e] {
-                // A stale root: refresh every key and rebuild (O(cap), like one scan); the
-                // other misses of the token then find fresh roots in O(log cap).
-                debug_assert!(a > self.key[e], "keys only grow while cached");
-                for i in 0..self.heap.len() {
-                    let x = usize::from(self.heap[i]);
-                    self.key[x] = actual(x);
-                }
-                for i in (0..self.heap.len() / 2).rev() {
-                    self.sift_down(i);
-                }
-            } else if prot[e] == stamp {
-                self.remove(e);
-                self.aside.push(root);
-            } else {
-                break e;
-            }
-        };
-        for i in 0..self.aside.len() {
-            let e = usize::from(self.aside[i]);
-            self.set(e, self.key[e]);
-        }
-        debug_assert!(victim != usize::MAX, "a full cache always holds an unprotected expert");
-        victim
-    }
-}
-
 #[inline(always)]
 fn pack(hi: u64, lo: u64) -> u128 {
     (u128::from(hi) << 64) | u128::from(lo)
 }
 
-/// lfu: key (accesses since insertion, last access time), kept lazily in the heap (both parts
-/// only grow while the expert is cached).
+/// lfu: groups keyed by accesses since insertion, ordered by last access within a group. A hit
+/// moves the expert to the end of the next group (created when missing), an insertion to the
+/// end of group 1: O(1) per pick.
 struct Lfu {
-    heap: KeyHeap,
-    count: Vec<u64>,
-    last: Vec<u64>,
+    g: Groups,
 }
 
 impl Evictor for Lfu {
     fn reset(&mut self) {
-        self.heap.clear();
+        self.g.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
-        self.count[e] = if inserted { 1 } else { self.count[e] + 1 };
-        self.last[e] = now;
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
+        let g = &mut self.g;
         if inserted {
-            self.heap.set(e, pack(1, now));
+            let first = g.first_group();
+            let to = if first != g.sentinel && g.gkey[first as usize] == 1 {
+                first
+            } else {
+                g.new_group_after(g.sentinel, 1)
+            };
+            g.push_back(to, e);
+        } else {
+            let from = g.igroup[e];
+            let count = g.gkey[from as usize] + 1;
+            let next = g.gnext[from as usize];
+            let to = if next != g.sentinel && g.gkey[next as usize] == count {
+                next
+            } else {
+                g.new_group_after(from, count)
+            };
+            g.move_to(e, to);
         }
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize) {
-        self.heap.remove(e);
+        self.g.remove(e);
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        let (count, last) = (&self.count, &self.last);
-        self.heap.min_unprotected_lazy(prot, stamp, |e| pack(count[e], last[e]))
+        // lfu groups are never unsorted: every append is the latest access.
+        self.g.first_unprotected(prot, stamp, &[])
     }
 }
 
 /// Sentinel "never chosen again".
 const NEVER: usize = usize::MAX;
 
-/// belady: key (u64::MAX − next use, expert id): never-again first, then farthest, ties to the
-/// lowest id.
+/// Bits of a belady key below the next-use part: the expert id (ids are u16).
+const ID_BITS: u32 = 16;
+
+/// belady: key ((2^48 − 1 − next use) << 16 | expert id), 0 in the high part for never-again:
+/// never-again first, then farthest, ties to the lowest id. A next use is a token index, below
+/// 2^47 for any trace that fits in an address space (its ids alone take 2·m bytes per token).
 struct Belady {
     /// Next token (within the sequence when resets are on) at which the `i`-th chosen expert of
     /// token `t` is chosen again: `next_of[t * k_used + i]`.
@@ -488,6 +750,7 @@ impl Belady {
     /// Backward pass over the λ = 0 selections (F[0..n]) of the layer.
     fn new(p: &Params<'_>, inp: &LayerInput<'_>) -> Belady {
         let (m, k) = (p.m, p.k_used);
+        debug_assert!((p.tokens as u64) < (1 << 47), "next-use keys hold 48 bits");
         let mut next_of = vec![NEVER; p.tokens * k];
         let mut upcoming = vec![NEVER; p.num_experts];
         let mut ri = p.resets.len();
@@ -514,7 +777,8 @@ impl Evictor for Belady {
     #[inline(always)]
     fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, _inserted: bool) {
         let next = self.next_of[t * self.k_used + i];
-        self.heap.set(e, pack(u64::MAX - next as u64, e as u64));
+        let hi = if next == NEVER { 0 } else { ((1u64 << 48) - 1) - next as u64 };
+        self.heap.set(e, (hi << ID_BITS) | e as u64);
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize) {
@@ -526,11 +790,14 @@ impl Evictor for Belady {
     }
 }
 
-/// near_pick: key (1 + last token in F at rank < N, or 0 = never; last access time). Up to N
-/// keys change every token, so a scan of the cached experts on a miss beats keeping a heap.
+/// near_pick: groups keyed by near = 1 + the last token at which the expert stood in F at rank
+/// < N (0 = never), ordered by last access within a group. After token t every cached expert
+/// of F's first N moves to the new last group t + 1, in F order; that group is sorted by last
+/// access only if a victim search reaches it (most of its experts have left it by then).
 struct NearPick {
-    /// `[near, last]` per expert, interleaved so a scan reads one cache line per expert.
-    key: Vec<[u64; 2]>,
+    g: Groups,
+    near: Vec<u64>,
+    last: Vec<u64>,
     n: usize,
 }
 
@@ -539,34 +806,42 @@ impl Evictor for NearPick {
         self.n
     }
     fn reset(&mut self) {
-        for k in &mut self.key {
-            k[0] = 0;
+        self.g.clear();
+        self.near.fill(0);
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
+        self.last[e] = now;
+        if inserted {
+            let to = self.g.group_with_key(self.near[e]);
+            self.g.push_back(to, e);
+        } else {
+            self.g.touch(e);
         }
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
-        self.key[e][1] = now;
+    fn evicted(&mut self, e: usize) {
+        self.g.remove(e);
     }
     #[inline(always)]
-    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        let mut best_e = usize::MAX;
-        let mut best_k = u128::MAX;
-        for &e in &cache.slots {
-            let e = usize::from(e);
-            let [near, last] = self.key[e];
-            let k = pack(near, last);
-            if prot[e] != stamp && k < best_k {
-                best_k = k;
-                best_e = e;
-            }
-        }
-        debug_assert!(best_e != usize::MAX, "a full cache always holds an unprotected expert");
-        best_e
+    fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+        self.g.first_unprotected(prot, stamp, &self.last)
     }
     #[inline(always)]
     fn end_token(&mut self, t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+        let key = t as u64 + 1;
+        let mut to = NIL;
         for &e in f.iter().take(self.n) {
-            self.key[usize::from(e)][0] = t as u64 + 1;
+            let e = usize::from(e);
+            self.near[e] = key;
+            if self.g.igroup[e] != NIL {
+                if to == NIL {
+                    let last = self.g.last_group();
+                    to = self.g.new_group_after(last, key);
+                    self.g.gsorted[to as usize] = false;
+                }
+                self.g.move_to(e, to);
+            }
         }
     }
 }
@@ -579,6 +854,7 @@ struct NearPickEma {
 }
 
 impl Evictor for NearPickEma {
+    const BATCH: bool = true;
     fn f_needed(&self) -> usize {
         self.n
     }
@@ -592,6 +868,11 @@ impl Evictor for NearPickEma {
     #[inline(always)]
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
         scan_scored(cache, prot, stamp, &self.s, &self.last)
+    }
+    #[inline(always)]
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<(u128, u16)>) {
+        let (s, last) = (&self.s, &self.last);
+        scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
     #[inline(always)]
     fn end_token(&mut self, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
@@ -616,6 +897,7 @@ struct InvRouter {
 }
 
 impl Evictor for InvRouter {
+    const BATCH: bool = true;
     fn reset(&mut self) {
         self.s.fill(0.0);
     }
@@ -626,6 +908,11 @@ impl Evictor for InvRouter {
     #[inline(always)]
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
         scan_scored(cache, prot, stamp, &self.s, &self.last)
+    }
+    #[inline(always)]
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<(u128, u16)>) {
+        let (s, last) = (&self.s, &self.last);
+        scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
     #[inline(always)]
     fn end_token(&mut self, _t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
@@ -642,8 +929,11 @@ impl Evictor for InvRouter {
             *x = (f64::from(zi) - max).exp();
             sum += *x;
         }
+        for x in &mut self.exps {
+            *x /= sum;
+        }
         for (&e, &x) in row.iter().zip(&self.exps) {
-            self.s[usize::from(e)] += x / sum;
+            self.s[usize::from(e)] += x;
         }
     }
 }
@@ -655,12 +945,18 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
     let mut cache = Cache::new(p.num_experts, cap);
     // prot[e] == t + 1: e is chosen for token t (k-way protection); never written in sequential.
     let mut prot = vec![0u64; p.num_experts];
-    // F: kept candidates in order (expert, position in the row), built up to f_limit long.
+    // With a full keep set F is the row itself; otherwise F (expert, position in the row) is
+    // built up to f_limit long.
+    let keep_all = inp.keep.iter().all(|&kept| kept);
     let mut f_ids: Vec<u16> = Vec::with_capacity(m);
     let mut f_pos: Vec<u32> = Vec::with_capacity(m);
-    // chosen: (expert, position in the row), in processing order.
-    let mut chosen: Vec<(u16, u32)> = Vec::with_capacity(k);
+    // λ > 0: chosen (expert, position in the row) in processing order, and the merge's queue.
+    let mut chosen_buf: Vec<(u16, u32)> = Vec::with_capacity(k);
+    let mut chosen_ids: Vec<u16> = Vec::with_capacity(k);
+    let mut pending: Vec<u32> = Vec::with_capacity(m);
+    let mut victims: Vec<(u128, u16)> = Vec::with_capacity(k);
     let cache_aware = p.lambda > 0.0;
+    let batch = P::BATCH && !p.sequential;
     let f_limit = if cache_aware { m } else { k.max(pol.f_needed()).min(m) };
     let mut c = LayerCounts::default();
     let mut now = 0u64;
@@ -675,10 +971,12 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
         let row = &inp.ids[t * m..(t + 1) * m];
         let row_scores = inp.scores.map(|s| &s[t * m..(t + 1) * m]);
 
-        // Step 1: F and n.
-        f_ids.clear();
-        f_pos.clear();
-        if f_limit > 0 {
+        // Step 1: F and n; pruned slots (of the row's first k_used ids, the ones not kept).
+        let (f, n, pruned): (&[u16], usize, usize) = if keep_all {
+            (&row[..f_limit], k, 0)
+        } else {
+            f_ids.clear();
+            f_pos.clear();
             for (i, &e) in row.iter().enumerate() {
                 if inp.keep[usize::from(e)] {
                     f_ids.push(e);
@@ -688,15 +986,27 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                     }
                 }
             }
-        }
-        let n = k.min(f_ids.len());
+            let pruned = row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count();
+            (&f_ids, k.min(f_ids.len()), pruned)
+        };
 
-        // Step 2: selection.
-        chosen.clear();
-        match row_scores {
-            Some(z) if cache_aware => select_cache_aware(&f_ids, &f_pos, z, n, p, &cache, &mut chosen),
-            _ => chosen.extend(f_ids[..n].iter().zip(&f_pos[..n]).map(|(&e, &i)| (e, i))),
-        }
+        // Step 2: selection; substituted = chosen experts outside the row's first k_used.
+        let (chosen, substituted): (&[u16], usize) = match row_scores {
+            Some(z) if cache_aware => {
+                chosen_buf.clear();
+                if keep_all {
+                    select_cache_aware(f, |r| r, z, n, p, &cache, &mut pending, &mut chosen_buf);
+                } else {
+                    select_cache_aware(f, |r| f_pos[r] as usize, z, n, p, &cache, &mut pending, &mut chosen_buf);
+                }
+                chosen_ids.clear();
+                chosen_ids.extend(chosen_buf.iter().map(|&(e, _)| e));
+                (&chosen_ids, chosen_buf.iter().filter(|&&(_, i)| i as usize >= k).count())
+            }
+            // F's first n: the kept ids among the row's first k_used (k_used − pruned of them)
+            // come first, the rest lie beyond.
+            _ => (&f[..n], n - (k - pruned)),
+        };
 
         // Step 3: counts from token W on.
         let counted = t >= p.warmup;
@@ -705,18 +1015,31 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             c.picks += k as u64;
             c.misses += forced;
             c.forced_misses += forced;
-            c.substituted += chosen.iter().filter(|&&(_, i)| i as usize >= k).count() as u64;
-            c.pruned_slots += row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count() as u64;
+            c.substituted += substituted as u64;
+            c.pruned_slots += pruned as u64;
         }
 
         // Step 4: residency.
         let stamp = t as u64 + 1;
         if !p.sequential {
-            for &(e, _) in &chosen {
+            for &e in chosen {
                 prot[usize::from(e)] = stamp;
             }
         }
-        for (i, &(e, _)) in chosen.iter().enumerate() {
+        if batch {
+            // The token's misses evict the q lowest unprotected keys, which the token's own
+            // accesses do not change (only chosen, protected experts are touched).
+            let missing = chosen.iter().filter(|&&e| !cache.contains(usize::from(e))).count();
+            let q = (cache.slots.len() + missing).saturating_sub(cap);
+            if q > 0 {
+                pol.victims(&cache, &prot, stamp, q, &mut victims);
+                for &(_, v) in &victims {
+                    cache.remove(usize::from(v));
+                    pol.evicted(usize::from(v));
+                }
+            }
+        }
+        for (i, &e) in chosen.iter().enumerate() {
             let e = usize::from(e);
             now += 1;
             if cache.contains(e) {
@@ -735,60 +1058,61 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
         }
 
         // Step 5: credits.
-        pol.end_token(t, &f_ids, row, row_scores);
+        pol.end_token(t, f, row, row_scores);
     }
     c
 }
 
 /// Step 2 for λ > 0: the first n of F by (score desc, rank asc), where candidates of rank < j
-/// or already cached get z + λ·δ. Both the boosted and the plain candidates keep F's
-/// (non-increasing) score order, so the selection is a merge of two sorted runs.
+/// or already cached get z + λ·δ. F's scores are non-increasing, so one pass in rank order
+/// suffices: a plain candidate waits in `pending` until a boosted one scores strictly above it
+/// (a later plain candidate never scores above a boosted one, λ·δ >= 0), and the pass stops as
+/// soon as n are chosen. `pos(r)` is the row position of F's rank r.
+#[expect(clippy::too_many_arguments, reason = "an inlined helper of the token loop")]
 #[inline(always)]
 fn select_cache_aware(
-    f_ids: &[u16],
-    f_pos: &[u32],
+    f: &[u16],
+    pos: impl Fn(usize) -> usize,
     z_row: &[f32],
     n: usize,
     p: &Params<'_>,
     cache: &Cache,
+    pending: &mut Vec<u32>,
     chosen: &mut Vec<(u16, u32)>,
 ) {
     if n == 0 {
         return;
     }
-    let z = |r: usize| f64::from(z_row[f_pos[r] as usize]);
+    let z = |r: usize| f64::from(z_row[pos(r)]);
     let delta = if n <= 1 { 0.0 } else { z(0) - z(n - 1) };
     let bonus = p.lambda * delta;
-    let boosted = |r: usize| r < p.j || cache.contains(usize::from(f_ids[r]));
-    let len = f_ids.len();
-    let next_boosted = |mut r: usize| {
-        while r < len && !boosted(r) {
-            r += 1;
-        }
-        r
-    };
-    let next_plain = |mut r: usize| {
-        while r < len && boosted(r) {
-            r += 1;
-        }
-        r
-    };
-    let (mut a, mut b) = (next_boosted(0), next_plain(0));
-    while chosen.len() < n {
-        let take_a = if a >= len {
-            false
-        } else if b >= len {
-            true
+    pending.clear();
+    let mut head = 0;
+    for (r, &e) in f.iter().enumerate() {
+        if r < p.j || cache.contains(usize::from(e)) {
+            let s = z(r) + bonus;
+            while head < pending.len() && chosen.len() < n {
+                let b = pending[head] as usize;
+                if z(b) < s {
+                    break;
+                }
+                chosen.push((f[b], pos(b) as u32));
+                head += 1;
+            }
+            if chosen.len() == n {
+                return;
+            }
+            chosen.push((e, pos(r) as u32));
+            if chosen.len() == n {
+                return;
+            }
         } else {
-            let (za, zb) = (z(a) + bonus, z(b));
-            za > zb || (za == zb && a < b)
-        };
-        if take_a {
-            chosen.push((f_ids[a], f_pos[a]));
-            a = next_boosted(a + 1);
-        } else {
-            chosen.push((f_ids[b], f_pos[b]));
-            b = next_plain(b + 1);
+            pending.push(r as u32);
         }
+    }
+    while chosen.len() < n && head < pending.len() {
+        let b = pending[head] as usize;
+        chosen.push((f[b], pos(b) as u32));
+        head += 1;
     }
 }

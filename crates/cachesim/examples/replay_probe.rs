@@ -1,0 +1,50 @@
+//! Replays the benchmark's synthetic trace (8 layers x 8192 tokens, 512 experts, k = 10, m = 64)
+//! once with one policy on one thread and prints the counts and the picks per second: a target
+//! for profilers (`valgrind --tool=callgrind --toggle-collect='*engine::run*'`), whose
+//! instruction counts are stable on a loaded machine where wall time is not.
+//!
+//! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned]`
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::Instant;
+
+use cachesim::{Keep, Policy, ReplayConfig};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let policy: Policy = args.get(1).map_or("lru", String::as_str).parse().expect("a policy name");
+    let lambda: f64 = args.get(2).map_or(Ok(0.0), |s| s.parse()).expect("a number");
+    let cap: usize = args.get(3).map_or(Ok(128), |s| s.parse()).expect("a number");
+    let pruned = args.get(4).is_some_and(|s| s == "pruned");
+    let s = common::Synth {
+        layers: 8,
+        tokens: 8192,
+        num_experts: 512,
+        top_k: 10,
+        candidates: 64,
+        reuse: 0.3,
+        sequences: 1,
+        with_scores: true,
+    };
+    let trace = common::synth(42, s);
+    let view = trace.view();
+    let shape = view.shape();
+    let keep = if pruned {
+        Keep::from_layers(&shape, &common::random_keep(42, s.layers, s.num_experts, 0.6, 256)).expect("valid keep")
+    } else {
+        Keep::full(&shape)
+    };
+    let cfg = ReplayConfig { lambda, ..ReplayConfig::new(policy, cap) };
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
+    let start = Instant::now();
+    let counts = pool.install(|| cachesim::replay(&view, &keep, &cfg)).expect("valid config");
+    let secs = start.elapsed().as_secs_f64();
+    let picks = (s.layers * s.tokens * s.top_k) as f64;
+    #[expect(clippy::print_stdout, reason = "a developer tool")]
+    {
+        println!("{policy} lambda {lambda} cap {cap} pruned {pruned}: {counts:?}");
+        println!("hit rate {:.4}, {:.1} M picks/s", counts.hit_rate(), picks / secs / 1e6);
+    }
+}

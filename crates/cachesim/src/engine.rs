@@ -179,13 +179,19 @@ fn scan_lowest(
         if h > thr_hi {
             continue;
         }
-        let k = pack(h, lo(e));
-        if k < thr && prot[e] != stamp {
-            let at = out.partition_point(|&(x, _)| x < k);
-            if out.len() == q {
-                out.pop();
+        let key = pack(h, lo(e));
+        if key < thr && prot[e] != stamp {
+            // Insertion into the sorted buffer (q <= k_used: short).
+            if out.len() < q {
+                out.push((key, e as u16));
+            } else {
+                out[q - 1] = (key, e as u16);
             }
-            out.insert(at, (k, e as u16));
+            let mut i = out.len() - 1;
+            while i > 0 && out[i - 1].0 > key {
+                out.swap(i - 1, i);
+                i -= 1;
+            }
             if out.len() == q {
                 thr = out[q - 1].0;
                 thr_hi = (thr >> 64) as u64;
@@ -309,6 +315,25 @@ impl Evictor for Fifo {
 
 const NIL: u32 = u32::MAX;
 
+/// Per cached expert: neighbours in its group's list and its group (`NIL`: not cached).
+#[derive(Clone, Copy)]
+struct Item {
+    prev: u32,
+    next: u32,
+    group: u32,
+}
+
+/// A group node: key, first and last expert, neighbours in the group list, sortedness.
+#[derive(Clone, Copy)]
+struct Group {
+    key: u64,
+    head: u32,
+    tail: u32,
+    prev: u32,
+    next: u32,
+    sorted: bool,
+}
+
 /// Cached experts ordered by (group key, last access): a doubly-linked list of groups in
 /// increasing key order (sentinel `sentinel`), each holding an intrusive doubly-linked list of
 /// its experts, oldest access first. Group nodes come from a fixed pool (at most one per cached
@@ -318,17 +343,8 @@ const NIL: u32 = u32::MAX;
 /// sorts it by last access when it reaches it. Appending the most recently accessed expert
 /// keeps a sorted group sorted.
 struct Groups {
-    /// Per expert: neighbours in its group's list and its group (`NIL` when not cached).
-    iprev: Vec<u32>,
-    inext: Vec<u32>,
-    igroup: Vec<u32>,
-    /// Per group node: key, first and last expert, neighbours in the group list, sortedness.
-    gkey: Vec<u64>,
-    ghead: Vec<u32>,
-    gtail: Vec<u32>,
-    gprev: Vec<u32>,
-    gnext: Vec<u32>,
-    gsorted: Vec<bool>,
+    items: Vec<Item>,
+    groups: Vec<Group>,
     free: Vec<u32>,
     sentinel: u32,
     /// Sort buffer, capacity = the pool's.
@@ -340,15 +356,8 @@ impl Groups {
         let pool = cap.min(num_experts) + 2;
         let s = pool as u32;
         let mut g = Groups {
-            iprev: vec![NIL; num_experts],
-            inext: vec![NIL; num_experts],
-            igroup: vec![NIL; num_experts],
-            gkey: vec![0; pool + 1],
-            ghead: vec![NIL; pool + 1],
-            gtail: vec![NIL; pool + 1],
-            gprev: vec![s; pool + 1],
-            gnext: vec![s; pool + 1],
-            gsorted: vec![true; pool + 1],
+            items: vec![Item { prev: NIL, next: NIL, group: NIL }; num_experts],
+            groups: vec![Group { key: 0, head: NIL, tail: NIL, prev: s, next: s, sorted: true }; pool + 1],
             free: Vec::with_capacity(pool),
             sentinel: s,
             buf: Vec::with_capacity(pool),
@@ -359,92 +368,85 @@ impl Groups {
 
     fn clear(&mut self) {
         let s = self.sentinel as usize;
-        let mut g = self.gnext[s];
+        let mut g = self.groups[s].next;
         while g != self.sentinel {
-            let mut x = self.ghead[g as usize];
+            let mut x = self.groups[g as usize].head;
             while x != NIL {
-                self.igroup[x as usize] = NIL;
-                x = self.inext[x as usize];
+                self.items[x as usize].group = NIL;
+                x = self.items[x as usize].next;
             }
-            g = self.gnext[g as usize];
+            g = self.groups[g as usize].next;
         }
-        self.gnext[s] = self.sentinel;
-        self.gprev[s] = self.sentinel;
+        self.groups[s].next = self.sentinel;
+        self.groups[s].prev = self.sentinel;
         self.free.clear();
         self.free.extend((0..self.sentinel).rev());
     }
 
     #[inline(always)]
+    fn contains(&self, e: usize) -> bool {
+        self.items[e].group != NIL
+    }
+
+    #[inline(always)]
     fn first_group(&self) -> u32 {
-        self.gnext[self.sentinel as usize]
+        self.groups[self.sentinel as usize].next
     }
 
     #[inline(always)]
     fn last_group(&self) -> u32 {
-        self.gprev[self.sentinel as usize]
+        self.groups[self.sentinel as usize].prev
     }
 
     /// A new, empty group with `key`, linked after group `after` (the sentinel: at the front).
     #[inline(always)]
-    fn new_group_after(&mut self, after: u32, key: u64) -> u32 {
+    fn new_group_after(&mut self, after: u32, key: u64, sorted: bool) -> u32 {
         let g = self.free.pop().expect("the pool holds a group per cached expert plus one");
-        let (a, gi) = (after as usize, g as usize);
-        let n = self.gnext[a];
-        self.gkey[gi] = key;
-        self.ghead[gi] = NIL;
-        self.gtail[gi] = NIL;
-        self.gsorted[gi] = true;
-        self.gprev[gi] = after;
-        self.gnext[gi] = n;
-        self.gnext[a] = g;
-        self.gprev[n as usize] = g;
+        let n = self.groups[after as usize].next;
+        self.groups[g as usize] = Group { key, head: NIL, tail: NIL, prev: after, next: n, sorted };
+        self.groups[after as usize].next = g;
+        self.groups[n as usize].prev = g;
         g
     }
 
     /// Appends expert `e` (not in any group) at the end of group `g`.
     #[inline(always)]
     fn push_back(&mut self, g: u32, e: usize) {
-        let gi = g as usize;
-        let tail = self.gtail[gi];
-        self.iprev[e] = tail;
-        self.inext[e] = NIL;
+        let tail = self.groups[g as usize].tail;
+        self.items[e] = Item { prev: tail, next: NIL, group: g };
         if tail == NIL {
-            self.ghead[gi] = e as u32;
+            self.groups[g as usize].head = e as u32;
         } else {
-            self.inext[tail as usize] = e as u32;
+            self.items[tail as usize].next = e as u32;
         }
-        self.gtail[gi] = e as u32;
-        self.igroup[e] = g;
+        self.groups[g as usize].tail = e as u32;
     }
 
     /// Unlinks expert `e` from its group, leaving the group in place even when empty.
     #[inline(always)]
     fn unlink(&mut self, e: usize) -> u32 {
-        let g = self.igroup[e];
-        let gi = g as usize;
-        let (p, n) = (self.iprev[e], self.inext[e]);
-        if p == NIL {
-            self.ghead[gi] = n;
+        let Item { prev, next, group } = self.items[e];
+        if prev == NIL {
+            self.groups[group as usize].head = next;
         } else {
-            self.inext[p as usize] = n;
+            self.items[prev as usize].next = next;
         }
-        if n == NIL {
-            self.gtail[gi] = p;
+        if next == NIL {
+            self.groups[group as usize].tail = prev;
         } else {
-            self.iprev[n as usize] = p;
+            self.items[next as usize].prev = prev;
         }
-        self.igroup[e] = NIL;
-        g
+        self.items[e].group = NIL;
+        group
     }
 
     /// Frees group `g` when it is empty.
     #[inline(always)]
     fn drop_if_empty(&mut self, g: u32) {
-        let gi = g as usize;
-        if self.ghead[gi] == NIL {
-            let (p, n) = (self.gprev[gi], self.gnext[gi]);
-            self.gnext[p as usize] = n;
-            self.gprev[n as usize] = p;
+        let Group { head, prev, next, .. } = self.groups[g as usize];
+        if head == NIL {
+            self.groups[prev as usize].next = next;
+            self.groups[next as usize].prev = prev;
             self.free.push(g);
         }
     }
@@ -467,7 +469,7 @@ impl Groups {
     /// Moves cached expert `e` to the end of its own group (it was just accessed).
     #[inline(always)]
     fn touch(&mut self, e: usize) {
-        if self.inext[e] != NIL {
+        if self.items[e].next != NIL {
             let g = self.unlink(e);
             self.push_back(g, e);
         }
@@ -480,41 +482,48 @@ impl Groups {
         let (mut a, mut b) = (self.first_group(), self.last_group());
         loop {
             // Groups before `a` have keys < key, groups after `b` keys > key.
-            if a == s || self.gkey[a as usize] >= key {
-                if a != s && self.gkey[a as usize] == key {
+            let ga = self.groups[a as usize];
+            if a == s || ga.key >= key {
+                if a != s && ga.key == key {
                     return a;
                 }
-                let before = self.gprev[a as usize];
-                return self.new_group_after(before, key);
+                return self.new_group_after(ga.prev, key, true);
             }
-            if self.gkey[b as usize] <= key {
-                if self.gkey[b as usize] == key {
+            let gb = self.groups[b as usize];
+            if gb.key <= key {
+                if gb.key == key {
                     return b;
                 }
-                return self.new_group_after(b, key);
+                return self.new_group_after(b, key, true);
             }
-            a = self.gnext[a as usize];
-            b = self.gprev[b as usize];
+            a = ga.next;
+            b = gb.prev;
         }
     }
 
     /// Sorts group `g` by `last`.
     fn sort_group(&mut self, g: u32, last: &[u64]) {
-        let gi = g as usize;
         self.buf.clear();
-        let mut x = self.ghead[gi];
+        let mut x = self.groups[g as usize].head;
         while x != NIL {
             self.buf.push((last[x as usize], x));
-            x = self.inext[x as usize];
+            x = self.items[x as usize].next;
         }
         self.buf.sort_unstable();
-        self.ghead[gi] = NIL;
-        self.gtail[gi] = NIL;
-        for i in 0..self.buf.len() {
-            let e = self.buf[i].1 as usize;
-            self.push_back(g, e);
+        let mut prev = NIL;
+        for &(_, x) in &self.buf {
+            let it = &mut self.items[x as usize];
+            it.prev = prev;
+            it.next = NIL;
+            if prev != NIL {
+                self.items[prev as usize].next = x;
+            }
+            prev = x;
         }
-        self.gsorted[gi] = true;
+        let grp = &mut self.groups[g as usize];
+        grp.head = self.buf.first().map_or(NIL, |&(_, x)| x);
+        grp.tail = prev;
+        grp.sorted = true;
     }
 
     /// The first unprotected expert in (key, last access) order. Some cached expert is
@@ -523,111 +532,105 @@ impl Groups {
     fn first_unprotected(&mut self, prot: &[u64], stamp: u64, last: &[u64]) -> usize {
         let mut g = self.first_group();
         while g != self.sentinel {
-            if !self.gsorted[g as usize] {
+            if !self.groups[g as usize].sorted {
                 self.sort_group(g, last);
             }
-            let mut x = self.ghead[g as usize];
+            let mut x = self.groups[g as usize].head;
             while x != NIL {
                 if prot[x as usize] != stamp {
                     return x as usize;
                 }
-                x = self.inext[x as usize];
+                x = self.items[x as usize].next;
             }
-            g = self.gnext[g as usize];
+            g = self.groups[g as usize].next;
         }
         debug_assert!(false, "a full cache always holds an unprotected expert");
         usize::MAX
     }
 }
-/// An indexed binary min-heap over the cached experts with a `u64` key per expert (keys are
-/// unique: they end in the expert id). Fixed-size arrays, no allocation after construction.
+
+/// An indexed binary min-heap of `u64` keys whose low 16 bits are the expert id (so keys are
+/// unique and the heap needs no indirection to compare). Fixed-size arrays, no allocation after
+/// construction.
 struct KeyHeap {
-    heap: Vec<u16>,
+    heap: Vec<u64>,
     hpos: Vec<u32>,
-    key: Vec<u64>,
     /// DFS stack of `min_unprotected`, capacity = the heap's.
     stack: Vec<u32>,
 }
 
+const ID_MASK: u64 = (1 << ID_BITS) - 1;
+
 impl KeyHeap {
     fn new(num_experts: usize, cap: usize) -> KeyHeap {
         let cap = cap.min(num_experts);
-        KeyHeap {
-            heap: Vec::with_capacity(cap),
-            hpos: vec![ABSENT; num_experts],
-            key: vec![0; num_experts],
-            stack: Vec::with_capacity(cap),
-        }
+        KeyHeap { heap: Vec::with_capacity(cap), hpos: vec![ABSENT; num_experts], stack: Vec::with_capacity(cap) }
     }
 
     fn clear(&mut self) {
-        for &e in &self.heap {
-            self.hpos[usize::from(e)] = ABSENT;
+        for &k in &self.heap {
+            self.hpos[(k & ID_MASK) as usize] = ABSENT;
         }
         self.heap.clear();
     }
 
     #[inline(always)]
-    fn k(&self, i: usize) -> u64 {
-        self.key[usize::from(self.heap[i])]
-    }
-
-    #[inline(always)]
-    fn place(&mut self, i: usize, e: u16) {
-        self.heap[i] = e;
-        self.hpos[usize::from(e)] = i as u32;
+    fn place(heap: &mut [u64], hpos: &mut [u32], i: usize, k: u64) {
+        heap[i] = k;
+        hpos[(k & ID_MASK) as usize] = i as u32;
     }
 
     fn sift_up(&mut self, mut i: usize) {
-        let e = self.heap[i];
-        let k = self.key[usize::from(e)];
+        let (heap, hpos) = (&mut self.heap[..], &mut self.hpos[..]);
+        let k = heap[i];
         while i > 0 {
             let parent = (i - 1) / 2;
-            if self.k(parent) <= k {
+            let pk = heap[parent];
+            if pk <= k {
                 break;
             }
-            let pe = self.heap[parent];
-            self.place(i, pe);
+            Self::place(heap, hpos, i, pk);
             i = parent;
         }
-        self.place(i, e);
+        Self::place(heap, hpos, i, k);
     }
 
     fn sift_down(&mut self, mut i: usize) {
-        let n = self.heap.len();
-        let e = self.heap[i];
-        let k = self.key[usize::from(e)];
+        let (heap, hpos) = (&mut self.heap[..], &mut self.hpos[..]);
+        let n = heap.len();
+        let k = heap[i];
         loop {
             let l = 2 * i + 1;
             if l >= n {
                 break;
             }
             let r = l + 1;
-            let c = if r < n && self.k(r) < self.k(l) { r } else { l };
-            if self.k(c) >= k {
+            let (c, ck) = if r < n && heap[r] < heap[l] { (r, heap[r]) } else { (l, heap[l]) };
+            if ck >= k {
                 break;
             }
-            let ce = self.heap[c];
-            self.place(i, ce);
+            Self::place(heap, hpos, i, ck);
             i = c;
         }
-        self.place(i, e);
+        Self::place(heap, hpos, i, k);
     }
 
-    /// Inserts `e` or updates its key.
+    /// Inserts expert `key & ID_MASK` or updates its key.
     #[inline(always)]
-    fn set(&mut self, e: usize, key: u64) {
-        let old = self.key[e];
-        self.key[e] = key;
-        if self.hpos[e] != ABSENT {
-            let i = self.hpos[e] as usize;
+    fn set(&mut self, key: u64) {
+        let e = (key & ID_MASK) as usize;
+        let i = self.hpos[e];
+        if i != ABSENT {
+            let i = i as usize;
+            let old = self.heap[i];
+            self.heap[i] = key;
             if key < old {
                 self.sift_up(i);
             } else {
                 self.sift_down(i);
             }
         } else {
-            self.heap.push(e as u16);
+            self.heap.push(key);
             let i = self.heap.len() - 1;
             self.hpos[e] = i as u32;
             self.sift_up(i);
@@ -640,9 +643,10 @@ impl KeyHeap {
         self.hpos[e] = ABSENT;
         let Some(last) = self.heap.pop() else { return };
         if i < self.heap.len() {
-            self.place(i, last);
+            self.heap[i] = last;
+            self.hpos[(last & ID_MASK) as usize] = i as u32;
             self.sift_up(i);
-            let j = self.hpos[usize::from(last)] as usize;
+            let j = self.hpos[(last & ID_MASK) as usize] as usize;
             self.sift_down(j);
         }
     }
@@ -652,30 +656,28 @@ impl KeyHeap {
     /// nodes (at most k_used - 1) and their children.
     #[inline(always)]
     fn min_unprotected(&mut self, prot: &[u64], stamp: u64) -> usize {
-        let root = usize::from(self.heap[0]);
+        let root = (self.heap[0] & ID_MASK) as usize;
         if prot[root] != stamp {
             return root;
         }
-        let mut best = usize::MAX;
-        let mut best_k = u64::MAX;
+        let mut best = u64::MAX;
         self.stack.clear();
         self.stack.push(0);
         while let Some(i) = self.stack.pop() {
             let i = i as usize;
-            let e = usize::from(self.heap[i]);
-            if prot[e] == stamp {
+            let k = self.heap[i];
+            if prot[(k & ID_MASK) as usize] == stamp {
                 for c in [2 * i + 1, 2 * i + 2] {
                     if c < self.heap.len() {
                         self.stack.push(c as u32);
                     }
                 }
-            } else if self.key[e] < best_k {
-                best_k = self.key[e];
-                best = e;
+            } else if k < best {
+                best = k;
             }
         }
-        debug_assert!(best != usize::MAX, "a full cache always holds an unprotected expert");
-        best
+        debug_assert!(best != u64::MAX, "a full cache always holds an unprotected expert");
+        (best & ID_MASK) as usize
     }
 }
 
@@ -700,20 +702,20 @@ impl Evictor for Lfu {
         let g = &mut self.g;
         if inserted {
             let first = g.first_group();
-            let to = if first != g.sentinel && g.gkey[first as usize] == 1 {
+            let to = if first != g.sentinel && g.groups[first as usize].key == 1 {
                 first
             } else {
-                g.new_group_after(g.sentinel, 1)
+                g.new_group_after(g.sentinel, 1, true)
             };
             g.push_back(to, e);
         } else {
-            let from = g.igroup[e];
-            let count = g.gkey[from as usize] + 1;
-            let next = g.gnext[from as usize];
-            let to = if next != g.sentinel && g.gkey[next as usize] == count {
+            let from = g.items[e].group;
+            let count = g.groups[from as usize].key + 1;
+            let next = g.groups[from as usize].next;
+            let to = if next != g.sentinel && g.groups[next as usize].key == count {
                 next
             } else {
-                g.new_group_after(from, count)
+                g.new_group_after(from, count, true)
             };
             g.move_to(e, to);
         }
@@ -778,7 +780,7 @@ impl Evictor for Belady {
     fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, _inserted: bool) {
         let next = self.next_of[t * self.k_used + i];
         let hi = if next == NEVER { 0 } else { ((1u64 << 48) - 1) - next as u64 };
-        self.heap.set(e, (hi << ID_BITS) | e as u64);
+        self.heap.set((hi << ID_BITS) | e as u64);
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize) {
@@ -834,11 +836,10 @@ impl Evictor for NearPick {
         for &e in f.iter().take(self.n) {
             let e = usize::from(e);
             self.near[e] = key;
-            if self.g.igroup[e] != NIL {
+            if self.g.contains(e) {
                 if to == NIL {
                     let last = self.g.last_group();
-                    to = self.g.new_group_after(last, key);
-                    self.g.gsorted[to as usize] = false;
+                    to = self.g.new_group_after(last, key, false);
                 }
                 self.g.move_to(e, to);
             }

@@ -1,6 +1,7 @@
 //! `cargo xtask`: project automation for moe-offload.
 //!
 //! - `cargo xtask gen-data`: regenerates the embedded default traces in `data/`.
+//! - `cargo xtask gen-bench-traces`: writes the seed-scale synthetic pair to `target/bench-traces/`.
 //! - `cargo xtask fetch-real-data [--dir DIR]`: downloads the public real routing the docs use
 //!   (pinned commits, SHA-256 checked) into a directory outside the repository.
 //! - `cargo xtask audit`: the audit of SEMANTICS.md §8 on the embedded default (and on the real
@@ -10,6 +11,7 @@
 
 mod audit;
 mod fetch_real_data;
+mod gen_bench;
 mod gen_data;
 
 use std::path::PathBuf;
@@ -30,6 +32,12 @@ enum Cmd {
         /// Only check that the committed files equal a fresh generation.
         #[arg(long)]
         check: bool,
+    },
+    /// Write the seed-scale synthetic pair (48 x 512, top-10 of 64; 131,072 and 8,192 tokens).
+    GenBenchTraces {
+        /// Output directory (default: target/bench-traces).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Download the public real routing the docs use (pinned commits, SHA-256 verified) into a
     /// directory outside the repository, and print the commands that reproduce the docs' tables.
@@ -54,6 +62,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Cmd::GenData { check } => gen_data::run(check),
         Cmd::FetchRealData { dir } => fetch_real_data::run(dir.as_deref()),
+        Cmd::GenBenchTraces { out } => gen_bench::run(out.as_deref()),
         Cmd::Audit { dir: Some(dir), json } => {
             let report = audit::dir::audit_dir(&dir)?;
             println!("{}", audit::markdown(&report));

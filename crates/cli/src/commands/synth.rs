@@ -1,11 +1,12 @@
-//! `moe-offload synth`: a synthetic trace.
+//! `moe-offload synth`: a synthetic trace, streamed to disk.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
 use trace_io::synth::SynthConfig;
-use trace_io::write_trace;
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
@@ -24,18 +25,29 @@ pub struct SynthArgs {
     /// Tokens.
     #[arg(long, default_value_t = 4096)]
     pub tokens: usize,
-    /// Sequences.
+    /// Sequences (equal lengths).
     #[arg(long, default_value_t = 16)]
     pub sequences: usize,
     /// Token-stream seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Model seed (popularity); share it between a calibration and a held-out trace.
+    /// Model seed (popularity, norm scales); share it between a calibration and a held-out trace.
     #[arg(long, default_value_t = 0)]
     pub model_seed: u64,
-    /// Do not record output norms.
+    /// Record expert output norms (`out_norms`, needed by REAP).
     #[arg(long)]
+    pub norms: bool,
+    /// Accepted for compatibility (norms are now off unless `--norms`); does nothing.
+    #[arg(long, hide = true, conflicts_with = "norms")]
     pub no_norms: bool,
+    /// Routing-model parameters as JSON, over the defaults (see docs/synth.md), e.g.
+    /// '{"reuse": 0.3, "skew": 1.1}'. Shape, seeds and norms come from the flags above.
+    #[arg(long, value_name = "JSON")]
+    pub model: Option<String>,
+    /// Worker threads, one layer each (0 = RAYON_NUM_THREADS or all cores); the output does not
+    /// depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Output trace.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -43,6 +55,10 @@ pub struct SynthArgs {
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<()> {
+    let base: SynthConfig = match &a.model {
+        Some(json) => serde_json::from_str(json).map_err(|e| anyhow::anyhow!("--model: {e}"))?,
+        None => SynthConfig::default(),
+    };
     let cfg = SynthConfig {
         layers: a.layers,
         experts: a.experts,
@@ -52,11 +68,30 @@ pub fn run(a: &SynthArgs) -> Result<()> {
         sequences: a.sequences,
         seed: a.seed,
         model_seed: a.model_seed,
-        norms: !a.no_norms,
-        ..Default::default()
+        norms: a.norms,
+        ..base
     };
-    let t = trace_io::synth::generate(&cfg)?;
-    write_trace(&a.output, &t.view())?;
-    println!("wrote {}", a.output.display());
+    let threads = if a.threads == 0 { rayon::current_num_threads() } else { a.threads };
+    let start = Instant::now();
+    let done = AtomicUsize::new(0);
+    let progress = |_layer: usize| {
+        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+        if cfg.layers >= 8 && (n % (cfg.layers / 8) == 0 || n == cfg.layers) {
+            eprintln!("  {n}/{} layers ({:.1} s)", cfg.layers, start.elapsed().as_secs_f64());
+        }
+    };
+    trace_io::synth::write(&a.output, &cfg, threads, &progress)?;
+    let bytes = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "wrote {}: {} layers x {} tokens, {} experts, top-{} of {}, {:.1} MB in {:.1} s",
+        a.output.display(),
+        cfg.layers,
+        cfg.tokens,
+        cfg.experts,
+        cfg.top_k,
+        cfg.candidates,
+        bytes as f64 / 1e6,
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -190,12 +190,7 @@ struct Bases {
     ids: u64,
 }
 
-fn streamed_inner(
-    path: &Path,
-    t: &StreamedTrace<'_>,
-    threads: usize,
-    layer: &LayerFn<'_>,
-) -> Result<()> {
+fn streamed_inner(path: &Path, t: &StreamedTrace<'_>, threads: usize, layer: &LayerFn<'_>) -> Result<()> {
     let cfg = |reason: String| TraceError::Config { key: "rows", reason };
     let (l_n, tokens, m) = (t.meta.layer_ids.len(), t.tokens, t.candidates);
     let k = t.meta.top_k as usize;

@@ -126,7 +126,7 @@ fn report_plots_retention_tables_and_miss_ratio_curves_found_in_the_directory() 
     assert_self_contained(&html);
     assert!(html.contains("miss-ratio curve mrc-full: lru"));
     assert!(html.contains("frequency@12") && html.contains("gate_sum@4"));
-    assert!(html.contains("gate_retention mean"));
+    assert!(html.contains("reap_retention mean") || html.contains("gate_retention mean"));
     assert!(!html.contains("No retention table found"));
 }
 
@@ -278,4 +278,36 @@ fn report_renders_in_headless_chromium() {
         colors.insert((p[0], p[1], p[2]));
     }
     assert!(colors.len() >= 16, "only {} colours on the page: the plots did not render", colors.len());
+}
+
+/// The subcommand names listed in a `--help` text.
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_command_help_shows_an_example() {
+    let mut todo: Vec<Vec<String>> = subcommands(&ok(&["--help"])).into_iter().map(|c| vec![c]).collect();
+    assert!(todo.len() >= 10, "{todo:?}");
+    let mut checked = 0;
+    while let Some(cmd) = todo.pop() {
+        let mut args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        args.push("--help");
+        let help = ok(&args);
+        assert!(help.contains("Example"), "`moe-offload {}` has no example in its help", cmd.join(" "));
+        for sub in subcommands(&help) {
+            let mut c = cmd.clone();
+            c.push(sub);
+            todo.push(c);
+        }
+        checked += 1;
+    }
+    assert!(checked >= 15, "only {checked} commands checked");
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use trace_io::TraceFile;
 use trace_io::summary::{SHUFFLE_SEED, SizeSummary, layer_usage, shuffled_order, span_sizes};
@@ -19,7 +19,13 @@ pub struct InspectArgs {
 
 /// Runs `inspect`.
 pub fn run(a: &InspectArgs) -> Result<()> {
-    let f = TraceFile::open(&a.trace)?;
+    let f = TraceFile::open(&a.trace).with_context(|| {
+        format!(
+            "{} is not a readable moe-offload trace (convert routing logs with `moe-offload import`, or write one as \
+             docs/trace-format.md shows)",
+            a.trace.display()
+        )
+    })?;
     let v = f.view();
     let s = v.shape();
     let m = v.meta();

@@ -58,7 +58,12 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     let shape = v.shape();
     let keep = match &a.keep {
         Some(p) => {
-            let map = KeepMap::read_json(p)?;
+            let map = KeepMap::read_json(p).with_context(|| {
+                format!(
+                    "--keep {} is not a keep map (write one with `moe-offload keep STATS --metric frequency --k K -o keep.json`)",
+                    p.display()
+                )
+            })?;
             check_map_fits(&map, &v, p)?;
             Keep::from_layers(&shape, &map.layers).with_context(|| format!("keep map {}", p.display()))?
         }
@@ -75,7 +80,15 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         reset_at_sequence: a.reset_at_sequence,
         ..ReplayConfig::new(a.policy, a.cap)
     };
-    let c = cachesim::replay(&v, &keep, &cfg)?;
+    let c = cachesim::replay(&v, &keep, &cfg).map_err(|e| match e {
+        cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
+            anyhow::anyhow!("{e}: use --k-used {candidates} or less")
+        }
+        cachesim::CacheSimError::BeladyWithLambda { .. } => {
+            anyhow::anyhow!("{e}: drop --lambda, or use an online policy such as lru with --lambda")
+        }
+        e => e.into(),
+    })?;
     let mut out = std::io::stdout().lock();
     if a.json {
         let j = serde_json::json!({
@@ -106,7 +119,8 @@ pub fn check_map_fits(map: &KeepMap, v: &TraceView<'_>, path: &Path) -> Result<(
     let m = v.meta();
     if map.num_experts != m.num_experts || map.layer_ids != m.layer_ids {
         bail!(
-            "keep map {} is for E = {} and layers {:?}; the trace has E = {} and layers {:?}",
+            "keep map {} is for E = {} and layers {:?}; the trace has E = {} and layers {:?}: build the map from \
+             statistics of a trace of the same model (`moe-offload stats` then `moe-offload keep`)",
             path.display(),
             map.num_experts,
             map.layer_ids,

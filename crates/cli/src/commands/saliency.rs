@@ -120,7 +120,7 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
             return Ok(());
         }
         let Some(corpus) = &a.corpus else { bail!("--reap-agg needs --corpus NAME (see --list-corpora)") };
-        let output = a.output.as_ref().context("--output is required")?;
+        let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
         let opts = ReapAggOptions { top_k: a.top_k.unwrap_or(1), non_finite_reap: a.non_finite_reap };
         let mut stats = Stats::from_reap_agg_with(agg, corpus, &opts)?;
         if a.top_k.is_none() {
@@ -151,7 +151,7 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
         return Ok(());
     }
     let trace = a.trace.as_ref().context("a trace or --reap-agg is required")?;
-    let output = a.output.as_ref().context("--output is required")?;
+    let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
     let f = TraceFile::open(trace)?;
     let sha = trace_io::sha256_file(trace)?;
     let stats = Stats::from_trace(&f.view(), trace.display().to_string(), sha);
@@ -174,10 +174,10 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
         allow_short_layers: a.allow_short_layers,
     };
     if !a.hybrid_base.is_empty() && a.metric != Metric::Hybrid {
-        bail!("--hybrid-base applies to --metric hybrid only");
+        bail!("--hybrid-base applies to --metric hybrid only: drop --hybrid-base or use --metric hybrid");
     }
     let mut maps = if a.budget.is_empty() {
-        KeepMap::build_many(&stats, a.metric, &a.k, &cfg)?
+        KeepMap::build_many(&stats, a.metric, &a.k, &cfg).map_err(keep_hint)?
     } else {
         let mut maps = Vec::with_capacity(a.budget.len());
         for &total in &a.budget {
@@ -188,7 +188,7 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
             if let Some(s) = a.budget_scale {
                 b.scale = s;
             }
-            maps.push(KeepMap::build_budget(&stats, a.metric, &b, &cfg)?);
+            maps.push(KeepMap::build_budget(&stats, a.metric, &b, &cfg).map_err(keep_hint)?);
         }
         maps
     };
@@ -215,6 +215,23 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     Ok(())
 }
 
+/// Adds the fix to a keep-map error that does not state one.
+fn keep_hint(e: saliency::SaliencyError) -> anyhow::Error {
+    use saliency::SaliencyError as E;
+    let hint = match &e {
+        E::KTooLarge { num_experts, .. } => format!("use --k {num_experts} or less"),
+        E::MissingStatistic { .. } => "use a metric these statistics support (frequency or gate_sum need no output \
+            norms), or record output norms (python/capture_routing.py does)"
+            .to_string(),
+        E::ShortLayer { .. } => "pass --allow-short-layers, or use a smaller --k".to_string(),
+        E::PartialStatistic { .. } => {
+            "rank with statistics whose reap_sum is complete (--non-finite-reap drop keeps frequency)".to_string()
+        }
+        _ => return e.into(),
+    };
+    anyhow::anyhow!("{e}: {hint}")
+}
+
 /// Held-out data as given on the command line.
 enum Heldout {
     Trace(Box<TraceFile>),
@@ -236,7 +253,12 @@ fn open_heldout(path: &Path) -> Result<Heldout> {
         }
     };
     Ok(if is_json {
-        Heldout::Stats(Stats::read_json(path).with_context(|| format!("held-out statistics {}", path.display()))?)
+        Heldout::Stats(Stats::read_json(path).with_context(|| {
+            format!(
+                "held-out statistics {} (--heldout takes a trace or the output of `moe-offload stats TRACE -o FILE`)",
+                path.display()
+            )
+        })?)
     } else {
         Heldout::Trace(Box::new(TraceFile::open(path).with_context(|| format!("held-out trace {}", path.display()))?))
     })

@@ -3,6 +3,7 @@
 mod export;
 mod import;
 mod inspect;
+mod plan;
 mod replay;
 mod report;
 mod saliency;
@@ -69,6 +70,16 @@ enum Command {
     /// Export keep maps for other tools (REAP-style JSON, a llama.cpp-friendly listing).
     #[command(subcommand, after_help = "Example:\n  moe-offload export keep keep.json --format reap -o keep-reap.json")]
     Export(export::ExportCmd),
+    /// Misses of every cache size per layer: one pass for lru, one replay per cap otherwise.
+    #[command(
+        after_help = "Examples:\n  moe-offload mrc translation.safetensors -o mrc.json            # lru, caps k_used..E\n  moe-offload mrc translation.safetensors --policy lfu --caps 8..32 --keep keep.json -o mrc-lfu.json"
+    )]
+    Mrc(plan::MrcArgs),
+    /// Per-layer cache sizes (and keep map) with the fewest misses for a memory budget.
+    #[command(
+        after_help = "Example:\n  moe-offload plan --in-sample calib.safetensors --out-of-sample translation.safetensors \\\n      --variants full,frequency@48 --budget-gb 8 --profile dsv2-lite-bf16 --max-slot-replacement 0.2 -o plan.json"
+    )]
+    Plan(plan::PlanArgs),
 }
 
 /// Runs the parsed command.
@@ -82,6 +93,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Retention(a) => saliency::retention_cmd(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Sweep(a) => sweep::run(&a),
+        Command::Mrc(a) => plan::mrc(&a),
+        Command::Plan(a) => plan::plan(&a),
         Command::Report(a) => report::run(&a),
         Command::Export(c) => export::run(&c),
     }

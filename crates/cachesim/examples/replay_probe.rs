@@ -3,7 +3,8 @@
 //! for profilers (`valgrind --tool=callgrind --toggle-collect='*engine::run*'`), whose
 //! instruction counts are stable on a loaded machine where wall time is not.
 //!
-//! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned]`
+//! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned|full] [reps]`
+//! (with reps > 1 it prints the median throughput of the repetitions after the first).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -18,6 +19,7 @@ fn main() {
     let lambda: f64 = args.get(2).map_or(Ok(0.0), |s| s.parse()).expect("a number");
     let cap: usize = args.get(3).map_or(Ok(128), |s| s.parse()).expect("a number");
     let pruned = args.get(4).is_some_and(|s| s == "pruned");
+    let reps: usize = args.get(5).map_or(Ok(1), |s| s.parse()).expect("a number");
     let s = common::Synth {
         layers: 8,
         tokens: 8192,
@@ -38,13 +40,21 @@ fn main() {
     };
     let cfg = ReplayConfig { lambda, ..ReplayConfig::new(policy, cap) };
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
-    let start = Instant::now();
-    let counts = pool.install(|| cachesim::replay(&view, &keep, &cfg)).expect("valid config");
-    let secs = start.elapsed().as_secs_f64();
     let picks = (s.layers * s.tokens * s.top_k) as f64;
+    let mut rates = Vec::new();
+    let mut counts = None;
+    for _ in 0..reps.max(1) {
+        let start = Instant::now();
+        counts = Some(pool.install(|| cachesim::replay(&view, &keep, &cfg)).expect("valid config"));
+        rates.push(picks / start.elapsed().as_secs_f64() / 1e6);
+    }
+    let counts = counts.expect("at least one run");
+    let timed = if rates.len() > 1 { &mut rates[1..] } else { &mut rates[..] };
+    timed.sort_by(f64::total_cmp);
+    let median = timed[timed.len() / 2];
     #[expect(clippy::print_stdout, reason = "a developer tool")]
     {
         println!("{policy} lambda {lambda} cap {cap} pruned {pruned}: {counts:?}");
-        println!("hit rate {:.4}, {:.1} M picks/s", counts.hit_rate(), picks / secs / 1e6);
+        println!("hit rate {:.4}, {median:.1} M picks/s (median of {} runs)", counts.hit_rate(), timed.len());
     }
 }

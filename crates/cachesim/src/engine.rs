@@ -86,7 +86,13 @@ pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts 
             run(p, inp, NearPickEma { s: vec![0.0; e], last: vec![0; e], n: p.near_n, decay: p.decay })
         }
         Policy::InvRouter => {
-            let pol = InvRouter { s: vec![0.0; e], last: vec![0; e], decay: p.decay, exps: vec![0.0; p.m] };
+            let pol = InvRouter {
+                s: vec![0.0; e],
+                last: vec![0; e],
+                decay: p.decay,
+                exps: vec![0.0; p.m],
+                memo: ExpMemo::new(),
+            };
             run(p, inp, pol)
         }
     }
@@ -847,6 +853,21 @@ impl Evictor for NearPick {
     }
 }
 
+/// s <- d*s for every expert, in chunks the compiler vectorizes (each product rounded alone:
+/// the same values as the reference's scalar loop).
+#[inline(always)]
+fn decay_all(s: &mut [f64], d: f64) {
+    let mut chunks = s.chunks_exact_mut(8);
+    for c in &mut chunks {
+        for x in c {
+            *x *= d;
+        }
+    }
+    for x in chunks.into_remainder() {
+        *x *= d;
+    }
+}
+
 struct NearPickEma {
     s: Vec<f64>,
     last: Vec<u64>,
@@ -879,10 +900,7 @@ impl Evictor for NearPickEma {
     fn end_token(&mut self, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
         // s <- d*s + x, eagerly: d*s for every expert, then + 1 where x = 1 (adding 0 elsewhere
         // is exact, so this equals the reference's d*s + x bit for bit).
-        let d = self.decay;
-        for s in &mut self.s {
-            *s *= d;
-        }
+        decay_all(&mut self.s, self.decay);
         for &e in f.iter().take(self.n) {
             self.s[usize::from(e)] += 1.0;
         }
@@ -895,6 +913,37 @@ struct InvRouter {
     decay: f64,
     /// exp(z - max) per candidate of the current row, `[m]`.
     exps: Vec<f64>,
+    memo: ExpMemo,
+}
+
+/// A direct-mapped memo of `f64::exp`: exact (the same function on the same argument), and a
+/// saving when router scores are quantized (bf16 logits, rounded probabilities), so that the
+/// same differences z − max recur. A miss costs one hash and one store on top of the `exp`.
+struct ExpMemo {
+    /// Argument bits per entry; a NaN pattern (never an argument: scores are finite) when empty.
+    keys: Vec<u64>,
+    vals: Vec<f64>,
+}
+
+const MEMO_BITS: u32 = 10;
+
+impl ExpMemo {
+    fn new() -> ExpMemo {
+        ExpMemo { keys: vec![u64::MAX; 1 << MEMO_BITS], vals: vec![0.0; 1 << MEMO_BITS] }
+    }
+
+    #[inline(always)]
+    fn exp(&mut self, x: f64) -> f64 {
+        let bits = x.to_bits();
+        let i = ((bits ^ (bits >> 31)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MEMO_BITS)) as usize;
+        if self.keys[i] == bits {
+            return self.vals[i];
+        }
+        let v = x.exp();
+        self.keys[i] = bits;
+        self.vals[i] = v;
+        v
+    }
 }
 
 impl Evictor for InvRouter {
@@ -917,17 +966,14 @@ impl Evictor for InvRouter {
     }
     #[inline(always)]
     fn end_token(&mut self, _t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
-        let d = self.decay;
-        for s in &mut self.s {
-            *s *= d;
-        }
+        decay_all(&mut self.s, self.decay);
         // validate() guarantees scores for inv_router; without them there is nothing to credit.
         let Some(z) = scores else { return };
         // Scores are non-increasing along a row, so z[0] is the maximum.
         let max = f64::from(z[0]);
         let mut sum = 0.0;
         for (x, &zi) in self.exps.iter_mut().zip(z) {
-            *x = (f64::from(zi) - max).exp();
+            *x = self.memo.exp(f64::from(zi) - max);
             sum += *x;
         }
         for x in &mut self.exps {

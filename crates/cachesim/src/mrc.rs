@@ -189,10 +189,10 @@ fn lru_depths(ids: &[u16], keep: &[bool], m: usize, k_used: usize, cfg: &CurveCo
     for (t, row) in ids.chunks_exact(m).enumerate() {
         if next_seq < seq.len() && seq[next_seq] == t as u64 {
             next_seq += 1;
-            for e in 0..e_n {
-                if last[e] != 0 {
-                    tree.add(last[e], -1);
-                    last[e] = 0;
+            for l in last.iter_mut().take(e_n) {
+                if *l != 0 {
+                    tree.add(*l, -1);
+                    *l = 0;
                 }
             }
             live = 0;

@@ -165,3 +165,46 @@ fn thread_count_does_not_change_results() {
     };
     assert_eq!(run(1), run(4));
 }
+
+/// Corner cases of the fast replayer's structures: decays that tie every score (d = 1: integer
+/// counts), that underflow to 0 within a few tokens (ties broken by last access only), ordinary
+/// decays; caps at k_used, one above, and E (no eviction); sequence resets; λ > 0 over the group
+/// lists and the per-token victim scan; full and pruned keep sets (F = the row, or built).
+#[test]
+fn fast_equals_reference_on_ties_underflow_and_edge_caps() {
+    let s = Synth { num_experts: 16, top_k: 4, candidates: 8, reuse: 0.7, sequences: 3, tokens: 240, ..SMALL };
+    for seed in [21u64, 22] {
+        let trace = synth(seed, s);
+        let view = trace.view();
+        let shape = view.shape();
+        for (keep_name, keep) in keeps(&shape, seed) {
+            for policy in Policy::ALL {
+                for decay in [1.0, 0.5, 1e-200, 0.9] {
+                    for lambda in [0.0, 0.12] {
+                        if policy == Policy::Belady && lambda > 0.0 {
+                            continue;
+                        }
+                        for cap in [4, 5, 16] {
+                            for semantics in [Semantics::KWay, Semantics::Sequential] {
+                                for (reset, near_pick_n) in [(false, 2), (true, 5), (false, 8)] {
+                                    let cfg = ReplayConfig {
+                                        lambda,
+                                        decay,
+                                        semantics,
+                                        warmup: 3,
+                                        near_pick_n,
+                                        reset_at_sequence: reset,
+                                        ..ReplayConfig::new(policy, cap)
+                                    };
+                                    let fast = cachesim::replay(&view, &keep, &cfg).expect("valid config");
+                                    let slow = reference::replay(&view, &keep, &cfg).expect("valid config");
+                                    assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

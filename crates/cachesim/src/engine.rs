@@ -158,48 +158,51 @@ trait Evictor {
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize;
     /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`.
-    fn victims(&mut self, _cache: &Cache, _prot: &[u64], _stamp: u64, _q: usize, _out: &mut Vec<(u128, u16)>) {}
+    fn victims(&mut self, _cache: &Cache, _prot: &[u64], _stamp: u64, _q: usize, _out: &mut Vec<u128>) {}
     /// Credits after token `t`: `f` is a prefix (at least `f_needed` long, or all) of F.
     fn end_token(&mut self, _t: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {}
 }
 
-/// The `q` unprotected cached experts of lowest `(hi(e), lo(e))`, ascending, into `out`
-/// (capacity >= q). Keys are unique (`lo` is a last-access time). `hi` is read for every cached
-/// expert, `lo` only when `hi` does not already exclude it.
+/// The `q` unprotected cached experts of lowest `(hi(e), lo(e))` into `out` (capacity >= q),
+/// each as the key `hi << 64 | lo << 16 | e`. `lo` is a last-access time, unique and below
+/// 2^48 (a pick count: tokens · m < 2^47 for any trace that fits in an address space), so keys
+/// are unique. `hi` is read for every cached expert, `lo` only when `hi` does not already
+/// exclude it.
 #[inline(always)]
 fn scan_lowest(
     cache: &Cache,
     prot: &[u64],
     stamp: u64,
     q: usize,
-    out: &mut Vec<(u128, u16)>,
+    out: &mut Vec<u128>,
     hi: impl Fn(usize) -> u64,
     lo: impl Fn(usize) -> u64,
 ) {
     out.clear();
     let mut thr = u128::MAX;
     let mut thr_hi = u64::MAX;
-    for &e in &cache.slots {
+    // Newest slots first: recently inserted experts tend to have the lowest scores, so the
+    // threshold drops early and few later keys pass it.
+    for &e in cache.slots.iter().rev() {
         let e = usize::from(e);
         let h = hi(e);
         if h > thr_hi {
             continue;
         }
-        let key = pack(h, lo(e));
+        let key = pack(h, (lo(e) << 16) | e as u64);
         if key < thr && prot[e] != stamp {
-            // Insertion into the sorted buffer (q <= k_used: short).
+            // Insertion into the sorted buffer (q <= k_used: short): shift the larger keys up.
             if out.len() < q {
-                out.push((key, e as u16));
-            } else {
-                out[q - 1] = (key, e as u16);
+                out.push(key);
             }
             let mut i = out.len() - 1;
-            while i > 0 && out[i - 1].0 > key {
-                out.swap(i - 1, i);
+            while i > 0 && out[i - 1] > key {
+                out[i] = out[i - 1];
                 i -= 1;
             }
+            out[i] = key;
             if out.len() == q {
-                thr = out[q - 1].0;
+                thr = out[q - 1];
                 thr_hi = (thr >> 64) as u64;
             }
         }
@@ -892,7 +895,7 @@ impl Evictor for NearPickEma {
         scan_scored(cache, prot, stamp, &self.s, &self.last)
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<(u128, u16)>) {
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
         let (s, last) = (&self.s, &self.last);
         scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
@@ -960,7 +963,7 @@ impl Evictor for InvRouter {
         scan_scored(cache, prot, stamp, &self.s, &self.last)
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<(u128, u16)>) {
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
         let (s, last) = (&self.s, &self.last);
         scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
@@ -1001,7 +1004,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
     let mut chosen_buf: Vec<(u16, u32)> = Vec::with_capacity(k);
     let mut chosen_ids: Vec<u16> = Vec::with_capacity(k);
     let mut pending: Vec<u32> = Vec::with_capacity(m);
-    let mut victims: Vec<(u128, u16)> = Vec::with_capacity(k);
+    let mut victims: Vec<u128> = Vec::with_capacity(k);
     let cache_aware = p.lambda > 0.0;
     let batch = P::BATCH && !p.sequential;
     let f_limit = if cache_aware { m } else { k.max(pol.f_needed()).min(m) };
@@ -1080,9 +1083,10 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             let q = (cache.slots.len() + missing).saturating_sub(cap);
             if q > 0 {
                 pol.victims(&cache, &prot, stamp, q, &mut victims);
-                for &(_, v) in &victims {
-                    cache.remove(usize::from(v));
-                    pol.evicted(usize::from(v));
+                for &key in &victims {
+                    let v = (key & 0xFFFF) as usize;
+                    cache.remove(v);
+                    pol.evicted(v);
                 }
             }
         }

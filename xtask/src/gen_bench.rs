@@ -49,7 +49,7 @@ pub fn run(out: Option<&Path>) -> Result<()> {
         let done = std::sync::atomic::AtomicUsize::new(0);
         let progress = |_layer: usize| {
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if n % 12 == 0 {
+            if n.is_multiple_of(12) {
                 println!("  {name}: {n}/{} layers ({:.1} s)", cfg.layers, start.elapsed().as_secs_f64());
             }
         };

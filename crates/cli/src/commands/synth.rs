@@ -76,7 +76,7 @@ pub fn run(a: &SynthArgs) -> Result<()> {
     let done = AtomicUsize::new(0);
     let progress = |_layer: usize| {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if cfg.layers >= 8 && (n % (cfg.layers / 8) == 0 || n == cfg.layers) {
+        if cfg.layers >= 8 && (n.is_multiple_of(cfg.layers / 8) || n == cfg.layers) {
             eprintln!("  {n}/{} layers ({:.1} s)", cfg.layers, start.elapsed().as_secs_f64());
         }
     };

@@ -116,7 +116,6 @@ fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
         "100",
         "--sequences",
         "1",
-        "--no-norms",
         "-o",
         s(&trace),
     ]);

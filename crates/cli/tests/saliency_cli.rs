@@ -46,6 +46,7 @@ fn synth(dir: &Path, name: &str, seed: &str) -> (PathBuf, PathBuf) {
         "600",
         "--seed",
         seed,
+        "--norms",
         "-o",
         s(&trace),
     ]);

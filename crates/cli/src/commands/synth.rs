@@ -37,9 +37,6 @@ pub struct SynthArgs {
     /// Record expert output norms (`out_norms`, needed by REAP).
     #[arg(long)]
     pub norms: bool,
-    /// Accepted for compatibility (norms are now off unless `--norms`); does nothing.
-    #[arg(long, hide = true, conflicts_with = "norms")]
-    pub no_norms: bool,
     /// Routing-model parameters as JSON, over the defaults (see docs/synth.md), e.g.
     /// '{"reuse": 0.3, "skew": 1.1}'. Shape, seeds and norms come from the flags above.
     #[arg(long, value_name = "JSON")]

@@ -132,6 +132,10 @@ pub struct ReplayConfig {
     pub policy: Policy,
     /// Cache capacity in experts, per layer (each layer has its own cache). Must be >= `k_used`.
     pub cap: usize,
+    /// Per-layer capacities, one per trace layer, overriding `cap` (for plans that give layers
+    /// different cache sizes). Each must be >= `k_used`. `None` = `cap` for every layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_caps: Option<Vec<usize>>,
     /// Experts used per token; `None` = the trace's `top_k`. Must be in `1..=m`.
     pub k_used: Option<usize>,
     /// λ >= 0: strength of cache-aware routing; 0 = plain routing.
@@ -158,6 +162,7 @@ impl ReplayConfig {
         ReplayConfig {
             policy,
             cap,
+            layer_caps: None,
             k_used: None,
             lambda: 0.0,
             j: 2,
@@ -167,6 +172,11 @@ impl ReplayConfig {
             semantics: Semantics::KWay,
             reset_at_sequence: false,
         }
+    }
+
+    /// The cache capacity of layer index `l`: `layer_caps[l]` when set, else `cap`.
+    pub fn cap_of(&self, l: usize) -> usize {
+        self.layer_caps.as_ref().and_then(|c| c.get(l).copied()).unwrap_or(self.cap)
     }
 
     /// The experts used per token on a trace whose top-k is `top_k`.

@@ -174,6 +174,14 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     if cfg.cap < k_used {
         return Err(CacheSimError::CapBelowKUsed { cap: cfg.cap, k_used });
     }
+    if let Some(caps) = &cfg.layer_caps {
+        if caps.len() != shape.layers {
+            return invalid("layer_caps", format!("{} values", caps.len()), "need one cap per trace layer");
+        }
+        if let Some(&cap) = caps.iter().find(|&&c| c < k_used) {
+            return Err(CacheSimError::CapBelowKUsed { cap, k_used });
+        }
+    }
     if cfg.policy == Policy::Belady && cfg.lambda > 0.0 {
         return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });
     }
@@ -201,10 +209,11 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
     let shape = trace.shape();
     validate(&shape, trace.parts().scores.is_some(), cfg)?;
     keep.check_shape(&shape)?;
-    let params = engine::Params::new(&shape, cfg, trace.seq_offsets());
     let layers: Vec<LayerCounts> = (0..shape.layers)
         .into_par_iter()
         .map(|l| {
+            let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
+            params.cap = cfg.cap_of(l);
             let input =
                 engine::LayerInput { ids: trace.layer_ids(l), scores: trace.layer_scores(l), keep: keep.layer_mask(l) };
             engine::replay_layer(&params, &input)

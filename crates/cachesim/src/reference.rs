@@ -118,7 +118,7 @@ fn replay_layer(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, l: usize
                 if counted {
                     counts.misses += 1;
                 }
-                if cache.len() >= cfg.cap {
+                if cache.len() >= cfg.cap_of(l) {
                     // Lowest priority among the cached experts, skipping this token's chosen set
                     // in k-way mode; the BTreeMap iterates in id order and only a strictly lower
                     // priority replaces the candidate, so ties go to the lowest id.

@@ -114,3 +114,33 @@ fn one_pass_equals_replays_on_real_esft() {
         check_equal(&v, &keep, &CurveConfig { k_used: Some(4), ..Default::default() });
     }
 }
+
+#[test]
+fn per_layer_caps_replay_each_layer_at_its_own_cap() {
+    let t =
+        generate(&SynthConfig { layers: 3, experts: 20, top_k: 3, candidates: 5, tokens: 500, ..Default::default() })
+            .unwrap();
+    let v = t.view();
+    let keep = Keep::full(&v.shape());
+    let caps = vec![3, 9, 14];
+    let curve = lru_curve(&v, &keep, &CurveConfig::default()).unwrap();
+    for policy in Policy::ALL {
+        let cfg = ReplayConfig { layer_caps: Some(caps.clone()), ..ReplayConfig::new(policy, 3) };
+        let fast = cachesim::replay(&v, &keep, &cfg).unwrap();
+        assert_eq!(fast, cachesim::reference::replay(&v, &keep, &cfg).unwrap(), "{policy}");
+        for (l, &cap) in caps.iter().enumerate() {
+            let uniform = cachesim::replay(&v, &keep, &ReplayConfig::new(policy, cap)).unwrap();
+            assert_eq!(fast.layer_misses[l], uniform.layer_misses[l], "{policy} layer {l}");
+            if policy == Policy::Lru {
+                assert_eq!(fast.layer_misses[l], curve.layer_misses(l, cap));
+            }
+        }
+    }
+    let bad = ReplayConfig { layer_caps: Some(vec![3, 2, 5]), ..ReplayConfig::new(Policy::Lru, 3) };
+    assert!(matches!(
+        cachesim::replay(&v, &keep, &bad),
+        Err(cachesim::CacheSimError::CapBelowKUsed { cap: 2, k_used: 3 })
+    ));
+    let bad = ReplayConfig { layer_caps: Some(vec![3, 4]), ..ReplayConfig::new(Policy::Lru, 3) };
+    assert!(cachesim::replay(&v, &keep, &bad).is_err());
+}

@@ -265,6 +265,29 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let Some((chosen_c, chosen_e)) = chosen else {
         bail!("no variant fits the budget: {slots} expert slots of {:.3} MB", profile.expert_mb);
     };
+    // Verify by replay: the chosen variant with its per-layer caps, on both traces.
+    let spec = a.variants.iter().find(|s| {
+        sweep::variant_keep_map(s, &stats, &KeepConfig::default(), cm).map(|m| m.label()).ok().as_deref()
+            == Some(chosen_c.variant.as_str())
+    });
+    let map =
+        sweep::variant_keep_map(spec.expect("the chosen variant is a candidate"), &stats, &KeepConfig::default(), cm)?;
+    let keep = Keep::from_layers(&cv.shape(), &map.layers)?;
+    let cfg = ReplayConfig {
+        k_used: a.k_used,
+        warmup: a.warmup,
+        layer_caps: Some(chosen_e.caps.clone()),
+        ..ReplayConfig::new(a.policy, chosen_e.caps.iter().copied().min().unwrap_or(1))
+    };
+    let replayed_in = cachesim::replay(&cv, &keep, &cfg)?.misses_per_token();
+    let replayed_out = cachesim::replay(&hv, &keep, &cfg)?.misses_per_token();
+    if replayed_in != chosen_e.in_sample_misses_per_token || replayed_out != chosen_e.out_of_sample_misses_per_token {
+        bail!(
+            "internal error: the plan predicts {} / {} misses per token but its replay gives {replayed_in} / {replayed_out}",
+            chosen_e.in_sample_misses_per_token,
+            chosen_e.out_of_sample_misses_per_token
+        );
+    }
     let report = serde_json::json!({
         "budget_gb": a.budget_gb,
         "pinned_gb": a.pinned_gb,
@@ -273,7 +296,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         "policy": a.policy,
         "in_sample": a.in_sample.display().to_string(),
         "out_of_sample": a.out_of_sample.display().to_string(),
-        "chosen": { "variant": chosen_c.variant, "plan": chosen_e },
+        "chosen": { "variant": chosen_c.variant, "plan": chosen_e,
+                    "replayed": { "in_sample_misses_per_token": replayed_in, "out_of_sample_misses_per_token": replayed_out } },
         "uniform_best": uniform_best.map(|(c, e)| serde_json::json!({ "variant": c.variant, "plan": e })),
         "candidates": candidates,
     });
@@ -324,5 +348,9 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     }
     writeln!(out, "{t}")?;
     writeln!(out, "chosen: {} with per-layer caps {:?}", chosen_c.variant, chosen_e.caps)?;
+    writeln!(
+        out,
+        "verified by replay with these caps: {replayed_in:.4} misses/token in sample, {replayed_out:.4} out of sample (equal to the prediction)"
+    )?;
     Ok(())
 }

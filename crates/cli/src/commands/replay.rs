@@ -19,6 +19,10 @@ pub struct ReplayArgs {
     /// Cache capacity per layer, in experts (>= k_used).
     #[arg(long)]
     pub cap: usize,
+    /// Per-layer caps, one per trace layer (comma-separated, or a JSON file such as a plan's
+    /// `chosen.plan.caps` list), overriding --cap per layer.
+    #[arg(long)]
+    pub layer_caps: Option<String>,
     /// Keep map JSON (default: every expert kept).
     #[arg(long)]
     pub keep: Option<PathBuf>,
@@ -78,6 +82,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         near_pick_n: a.near_pick_n,
         semantics: a.semantics,
         reset_at_sequence: a.reset_at_sequence,
+        layer_caps: a.layer_caps.as_deref().map(parse_layer_caps).transpose()?,
         ..ReplayConfig::new(a.policy, a.cap)
     };
     let c = cachesim::replay(&v, &keep, &cfg).map_err(|e| match e {
@@ -129,4 +134,22 @@ pub fn check_map_fits(map: &KeepMap, v: &TraceView<'_>, path: &Path) -> Result<(
         );
     }
     Ok(())
+}
+
+/// `8,6,16` or a JSON file holding a list, or a plan JSON (`chosen.plan.caps`).
+fn parse_layer_caps(s: &str) -> Result<Vec<usize>> {
+    if std::path::Path::new(s).is_file() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(s)?).with_context(|| format!("reading {s}"))?;
+        let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
+        return serde_json::from_value(list.clone())
+            .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"));
+    }
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .with_context(|| format!("--layer-caps: {x:?} is not a whole number (expected e.g. 8,6,16)"))
+        })
+        .collect()
 }

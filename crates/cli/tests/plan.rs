@@ -1,0 +1,105 @@
+//! `moe-offload mrc` and `moe-offload plan` end to end on small synthetic traces.
+
+use std::path::Path;
+use std::process::Command;
+
+fn ok(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+#[test]
+fn mrc_and_a_verified_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let (calib, held) = (dir.path().join("c.safetensors"), dir.path().join("h.safetensors"));
+    for (p, seed) in [(&calib, "1"), (&held, "2")] {
+        ok(&[
+            "synth",
+            "--layers",
+            "4",
+            "--experts",
+            "24",
+            "--top-k",
+            "3",
+            "--candidates",
+            "6",
+            "--tokens",
+            "800",
+            "--seed",
+            seed,
+            "-o",
+            s(p),
+        ]);
+    }
+    // LRU curve in one pass, a policy curve by replays; both non-increasing, CSV beside.
+    let mrc = dir.path().join("mrc.json");
+    ok(&["mrc", s(&calib), "-o", s(&mrc)]);
+    let c = json(&mrc);
+    assert_eq!((c["min_cap"].as_u64(), c["max_cap"].as_u64()), (Some(3), Some(24)));
+    for l in c["layers"].as_array().unwrap() {
+        let m: Vec<u64> = l["misses"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(m.len(), 22);
+        assert!(m.windows(2).all(|w| w[0] >= w[1]));
+    }
+    assert!(dir.path().join("mrc.csv").is_file());
+    let lfu = dir.path().join("lfu.json");
+    ok(&["mrc", s(&calib), "--policy", "lfu", "--caps", "4..8", "-o", s(&lfu)]);
+    assert_eq!(json(&lfu)["layers"][0]["misses"].as_array().unwrap().len(), 5);
+
+    // 40 slots of 1 MB within a 0.04 GB budget.
+    let plan = dir.path().join("plan.json");
+    let out = ok(&[
+        "plan",
+        "--in-sample",
+        s(&calib),
+        "--out-of-sample",
+        s(&held),
+        "--variants",
+        "full,frequency@16",
+        "--budget-gb",
+        "0.04",
+        "--expert-mb",
+        "1",
+        "-o",
+        s(&plan),
+    ]);
+    assert!(out.contains("verified by replay"), "{out}");
+    let p = json(&plan);
+    assert_eq!(p["slots"], 40);
+    let chosen = &p["chosen"]["plan"];
+    let caps: Vec<u64> = chosen["caps"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    assert_eq!(caps.len(), 4);
+    assert!(caps.iter().sum::<u64>() <= 40 && caps.iter().all(|&c| c >= 3));
+    assert_eq!(p["chosen"]["replayed"]["in_sample_misses_per_token"], chosen["in_sample_misses_per_token"]);
+    // The exact plan is never worse than the uniform one in sample.
+    for cand in p["candidates"].as_array().unwrap() {
+        let (pl, un) = (&cand["per_layer"], &cand["uniform"]);
+        assert!(pl["in_sample_misses_per_token"].as_f64() <= un["in_sample_misses_per_token"].as_f64());
+        assert_eq!(un["caps"], serde_json::json!([10, 10, 10, 10]));
+    }
+    // The plan's caps replay through `replay --layer-caps`.
+    let r: serde_json::Value = serde_json::from_str(&ok(&[
+        "replay",
+        s(&held),
+        "--policy",
+        "lru",
+        "--cap",
+        "3",
+        "--layer-caps",
+        s(&plan),
+        "--json",
+    ]))
+    .unwrap();
+    if p["chosen"]["variant"] == "full" {
+        assert_eq!(r["misses_per_token"], chosen["out_of_sample_misses_per_token"]);
+    }
+}

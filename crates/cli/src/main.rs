@@ -22,8 +22,24 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", render(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error chain joined with `: `, skipping a cause whose text the message before it already
+/// contains (the library errors print their source inside their own message).
+fn render(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }

@@ -92,7 +92,12 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             )
         }
         Some(path) => {
-            let mut grid = Grid::read(path)?;
+            let mut grid = Grid::read(path).with_context(|| {
+                format!(
+                    "cannot use grid {} (see docs/grid-format.md and data/grids/; `moe-offload sweep` alone runs the embedded default)",
+                    path.display()
+                )
+            })?;
             if let Some(p) = &a.in_sample {
                 grid.traces.in_sample = p.clone();
             }

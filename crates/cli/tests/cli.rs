@@ -1,36 +1,8 @@
 //! The `moe-offload` binary end to end: the spellings of the README, bad input, real data.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_moe-offload"))
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("the binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Runs a command that must fail; returns its stderr.
-fn fails(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(!out.status.success(), "{args:?} unexpectedly succeeded");
-    String::from_utf8(out.stderr).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn real_data() -> Option<PathBuf> {
-    trace_io::real_data::dir_or_skip()
-}
+use common::{fails, ok, real_data, s};
 
 fn replay_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(args)).unwrap()

@@ -1,21 +1,10 @@
 //! `moe-offload import vllm-routelog | mixtral-jsonl` and `inspect`, end to end through the binary.
 
+mod common;
+
+use common::{ok, run, s};
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().expect("the binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// A one-layer route log: a warm-up step of 3 identical rows, then steps of 2 and 1 rows.
 fn route_log(dir: &Path, layer: u32) -> std::path::PathBuf {

@@ -1,17 +1,10 @@
 //! `moe-offload mrc` and `moe-offload plan` end to end on small synthetic traces.
 
+mod common;
+
+use common::{ok, s};
+
 use std::path::Path;
-use std::process::Command;
-
-fn ok(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn json(p: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()

@@ -1,32 +1,16 @@
 //! `moe-offload report` and `moe-offload export` end to end; the report is rendered in headless
 //! Chromium when it is installed (required when `MOE_OFFLOAD_REQUIRE_CHROMIUM` is set).
 
+mod common;
+
+use common::{fails, ok, s};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Set (to anything) to make the Chromium test fail instead of skipping when Chromium is missing.
 const REQUIRE_CHROMIUM: &str = "MOE_OFFLOAD_REQUIRE_CHROMIUM";
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().expect("the binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(!out.status.success(), "{args:?} unexpectedly succeeded");
-    String::from_utf8(out.stderr).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// The embedded default sweep, written to `dir/sweep`.
 fn default_sweep(dir: &Path) -> PathBuf {

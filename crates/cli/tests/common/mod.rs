@@ -1,0 +1,35 @@
+//! Helpers shared by the binary's integration tests: run `moe-offload`, expect success or failure.
+
+#![allow(dead_code, reason = "each test file uses a different subset")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs `moe-offload` with `args`.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().expect("the binary runs")
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// Runs a command that must fail; returns its stderr.
+pub fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(!out.status.success(), "{args:?} unexpectedly succeeded");
+    String::from_utf8(out.stderr).expect("stderr is UTF-8")
+}
+
+/// A path as a command-line argument.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+/// The real-data directory, or `None` (with a note) when `MOE_OFFLOAD_REAL_DATA` is unset.
+pub fn real_data() -> Option<PathBuf> {
+    trace_io::real_data::dir_or_skip()
+}

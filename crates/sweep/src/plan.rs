@@ -119,7 +119,11 @@ mod tests {
             max_cap,
             tokens: 100,
             picks_per_layer: 100 * min_cap as u64,
-            layers: layers.into_iter().enumerate().map(|(i, misses)| LayerCurve { layer_id: i as u32, misses }).collect(),
+            layers: layers
+                .into_iter()
+                .enumerate()
+                .map(|(i, misses)| LayerCurve { layer_id: i as u32, misses })
+                .collect(),
         }
     }
 

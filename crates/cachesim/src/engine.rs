@@ -100,15 +100,20 @@ pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts 
 
 const ABSENT: u32 = u32::MAX;
 
-/// The cached experts of one layer: dense slots plus a position index.
+/// The cached experts of one layer: a position index per expert plus, for the policies that
+/// scan the cache (`slots` true), the dense slot array; the others only need membership and
+/// the count.
 struct Cache {
     slots: Vec<u16>,
     pos: Vec<u32>,
+    len: usize,
+    keep_slots: bool,
 }
 
 impl Cache {
-    fn new(num_experts: usize, cap: usize) -> Cache {
-        Cache { slots: Vec::with_capacity(cap.min(num_experts)), pos: vec![ABSENT; num_experts] }
+    fn new(num_experts: usize, cap: usize, keep_slots: bool) -> Cache {
+        let slots = Vec::with_capacity(if keep_slots { cap.min(num_experts) } else { 0 });
+        Cache { slots, pos: vec![ABSENT; num_experts], len: 0, keep_slots }
     }
 
     #[inline(always)]
@@ -118,25 +123,38 @@ impl Cache {
 
     #[inline(always)]
     fn insert(&mut self, e: usize) {
-        self.pos[e] = self.slots.len() as u32;
-        self.slots.push(e as u16);
+        if self.keep_slots {
+            self.pos[e] = self.slots.len() as u32;
+            self.slots.push(e as u16);
+        } else {
+            self.pos[e] = 0;
+        }
+        self.len += 1;
     }
 
     #[inline(always)]
     fn remove(&mut self, e: usize) {
-        let i = self.pos[e] as usize;
-        self.slots.swap_remove(i);
-        if let Some(&moved) = self.slots.get(i) {
-            self.pos[usize::from(moved)] = i as u32;
+        if self.keep_slots {
+            let i = self.pos[e] as usize;
+            self.slots.swap_remove(i);
+            if let Some(&moved) = self.slots.get(i) {
+                self.pos[usize::from(moved)] = i as u32;
+            }
         }
         self.pos[e] = ABSENT;
+        self.len -= 1;
     }
 
     fn clear(&mut self) {
-        for &e in &self.slots {
-            self.pos[usize::from(e)] = ABSENT;
+        if self.keep_slots {
+            for &e in &self.slots {
+                self.pos[usize::from(e)] = ABSENT;
+            }
+            self.slots.clear();
+        } else {
+            self.pos.fill(ABSENT);
         }
-        self.slots.clear();
+        self.len = 0;
     }
 }
 
@@ -145,6 +163,8 @@ impl Cache {
 trait Evictor {
     /// k-way mode selects all of a token's victims at once with [`Evictor::victims`].
     const BATCH: bool = false;
+    /// The policy reads `Cache::slots` (scans the cached experts).
+    const SLOTS: bool = false;
     /// How many leading candidates of F the credits read (F is built at least this long).
     fn f_needed(&self) -> usize {
         0
@@ -880,6 +900,7 @@ struct NearPickEma {
 
 impl Evictor for NearPickEma {
     const BATCH: bool = true;
+    const SLOTS: bool = true;
     fn f_needed(&self) -> usize {
         self.n
     }
@@ -951,6 +972,7 @@ impl ExpMemo {
 
 impl Evictor for InvRouter {
     const BATCH: bool = true;
+    const SLOTS: bool = true;
     fn reset(&mut self) {
         self.s.fill(0.0);
     }
@@ -992,7 +1014,7 @@ impl Evictor for InvRouter {
 #[inline(never)]
 fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCounts {
     let (m, k, cap) = (p.m, p.k_used, p.cap);
-    let mut cache = Cache::new(p.num_experts, cap);
+    let mut cache = Cache::new(p.num_experts, cap, P::SLOTS);
     // prot[e] == t + 1: e is chosen for token t (k-way protection); never written in sequential.
     let mut prot = vec![0u64; p.num_experts];
     // With a full keep set F is the row itself; otherwise F (expert, position in the row) is
@@ -1080,7 +1102,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             // The token's misses evict the q lowest unprotected keys, which the token's own
             // accesses do not change (only chosen, protected experts are touched).
             let missing = chosen.iter().filter(|&&e| !cache.contains(usize::from(e))).count();
-            let q = (cache.slots.len() + missing).saturating_sub(cap);
+            let q = (cache.len + missing).saturating_sub(cap);
             if q > 0 {
                 pol.victims(&cache, &prot, stamp, q, &mut victims);
                 for &key in &victims {
@@ -1098,7 +1120,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                 pol.access(e, now, t, i, false);
             } else {
                 c.misses += u64::from(counted);
-                if cache.slots.len() >= cap {
+                if cache.len >= cap {
                     let v = pol.victim(&cache, &prot, stamp);
                     cache.remove(v);
                     pol.evicted(v);

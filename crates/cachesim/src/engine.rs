@@ -5,7 +5,8 @@
 //! are F's prefix and the counts of step 3 need no per-slot work; at λ > 0 one pass over F
 //! merges the boosted and the plain candidates and stops once n are chosen.
 //!
-//! Cache: a dense slot array plus a position index per expert (O(1) lookup, insert, remove).
+//! Cache: a position index per expert (O(1) lookup, insert, remove), plus a dense slot array
+//! for the policies that scan the cached experts.
 //! Priority structures, per policy:
 //! - `lru`, `fifo`: an intrusive doubly-linked list in priority order; a victim is found by
 //!   walking from the oldest end past at most `k_used - 1` protected experts.

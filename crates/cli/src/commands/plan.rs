@@ -202,7 +202,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     if !(usable_mb > 0.0 && profile.expert_mb > 0.0) {
         bail!("budget {} GB minus pinned {} GB leaves no memory for experts", a.budget_gb, a.pinned_gb);
     }
-    let slots = (usable_mb / profile.expert_mb).floor() as usize;
+    // A hair of tolerance so that a budget of exactly n experts is n slots despite decimal rounding.
+    let slots = (usable_mb / profile.expert_mb + 1e-9).floor() as usize;
     let stats = Stats::from_trace(&cv, a.in_sample.display().to_string(), String::new());
     let held_stats = Stats::from_trace(&hv, a.out_of_sample.display().to_string(), String::new());
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: Semantics::KWay, reset_at_sequence: false };

@@ -80,8 +80,14 @@ pub struct Block {
     /// j values (default `[0]`).
     #[serde(default = "zero_u")]
     pub j: Vec<usize>,
-    /// Cache capacities, experts per layer.
+    /// Cache capacities, experts per layer (the same for every layer).
+    #[serde(default)]
     pub cap: Vec<usize>,
+    /// Per-layer capacities: JSON files holding one cap per trace layer, either a list or a plan
+    /// written by `moe-offload plan` (its `chosen.plan.caps`). Each file is one more "cap" of the
+    /// block, named by its file stem in keys (`caps:NAME`).
+    #[serde(default)]
+    pub layer_caps: Vec<PathBuf>,
     /// k_used values; `null` means the trace's top-k (default `[null]`).
     #[serde(default = "null_k")]
     pub k_used: Vec<Option<usize>>,
@@ -111,10 +117,22 @@ pub struct ConfigKey {
     pub lambda: f64,
     /// j: ranks always boosted by cache-aware routing.
     pub j: usize,
-    /// Cache capacity per layer.
+    /// Cache capacity per layer; with `layer_caps`, the largest of them.
     pub cap: usize,
+    /// Per-layer capacities from a `layer_caps` file of the block: its name and one cap per layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_caps: Option<NamedCaps>,
     /// Experts used per token (resolved: never `null` here).
     pub k_used: usize,
+}
+
+/// Per-layer cache capacities with the name they carry in keys.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct NamedCaps {
+    /// The file stem of the `layer_caps` file.
+    pub name: String,
+    /// One capacity per trace layer.
+    pub caps: Vec<usize>,
 }
 
 impl Eq for ConfigKey {}
@@ -128,6 +146,7 @@ impl Ord for ConfigKey {
             .then_with(|| self.j.cmp(&o.j))
             .then_with(|| self.cap.cmp(&o.cap))
             .then_with(|| self.k_used.cmp(&o.k_used))
+            .then_with(|| self.layer_caps.cmp(&o.layer_caps))
     }
 }
 
@@ -139,7 +158,14 @@ impl PartialOrd for ConfigKey {
 
 impl fmt::Display for ConfigKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}/{}/{}/{}", self.variant, self.policy, self.lambda, self.j, self.cap, self.k_used)
+        match &self.layer_caps {
+            None => {
+                write!(f, "{}/{}/{}/{}/{}/{}", self.variant, self.policy, self.lambda, self.j, self.cap, self.k_used)
+            }
+            Some(c) => {
+                write!(f, "{}/{}/{}/{}/caps:{}/{}", self.variant, self.policy, self.lambda, self.j, c.name, self.k_used)
+            }
+        }
     }
 }
 
@@ -167,6 +193,9 @@ impl Grid {
         };
         resolve(&mut g.traces.in_sample);
         resolve(&mut g.traces.out_of_sample);
+        for b in &mut g.blocks {
+            b.layer_caps.iter_mut().for_each(&resolve);
+        }
         for v in &mut g.variants {
             if let Some(rest) = v.strip_prefix("file:") {
                 let p = Path::new(rest);
@@ -221,6 +250,21 @@ impl Grid {
     pub fn expand(&self, labels: &[(String, String)], top_k: usize) -> Result<Vec<ConfigKey>> {
         let mut out = Vec::new();
         for (bi, b) in self.blocks.iter().enumerate() {
+            if b.cap.is_empty() && b.layer_caps.is_empty() {
+                return Err(SweepError::Grid {
+                    key: format!("blocks[{bi}]"),
+                    reason: "give `cap` or `layer_caps`".into(),
+                });
+            }
+            // Each entry: (cap, per-layer caps).
+            let mut caps: Vec<(usize, Option<NamedCaps>)> = b.cap.iter().map(|&c| (c, None)).collect();
+            for path in &b.layer_caps {
+                let named = read_layer_caps(path).map_err(|reason| SweepError::Grid {
+                    key: format!("blocks[{bi}].layer_caps: {}", path.display()),
+                    reason,
+                })?;
+                caps.push((named.caps.iter().copied().max().unwrap_or(0), Some(named)));
+            }
             let specs: Vec<&String> = match &b.variants {
                 Some(v) => v.iter().collect(),
                 None => self.variants.iter().collect(),
@@ -237,15 +281,16 @@ impl Grid {
                     })?;
                     for &lambda in &b.lambda {
                         for &j in &b.j {
-                            for &cap in &b.cap {
+                            for (cap, layer_caps) in &caps {
                                 for &k in &b.k_used {
                                     out.push(ConfigKey {
                                         variant: label.clone(),
                                         policy,
                                         lambda,
                                         j,
-                                        cap,
+                                        cap: *cap,
                                         k_used: k.unwrap_or(top_k),
+                                        layer_caps: layer_caps.clone(),
                                     });
                                 }
                             }
@@ -258,4 +303,15 @@ impl Grid {
         out.dedup();
         Ok(out)
     }
+}
+
+/// Reads a `layer_caps` file: a JSON list of caps, or a plan written by `moe-offload plan`.
+fn read_layer_caps(path: &Path) -> std::result::Result<NamedCaps, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
+    let caps: Vec<usize> = serde_json::from_value(list.clone())
+        .map_err(|_| "expected a JSON list of caps or a plan written by `moe-offload plan`".to_string())?;
+    let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    Ok(NamedCaps { name, caps })
 }

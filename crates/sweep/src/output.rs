@@ -53,14 +53,15 @@ pub struct SweepOutput {
 
 /// [`BestOf`] for every (variant, cap, k_used) of `rows`, sorted by them. Ties: the smaller key.
 pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
-    let mut groups: BTreeMap<(&str, usize, usize), Vec<&Row>> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, usize, usize, Option<&str>), Vec<&Row>> = BTreeMap::new();
     for r in rows {
-        groups.entry((&r.config.variant, r.config.cap, r.config.k_used)).or_default().push(r);
+        let named = r.config.layer_caps.as_ref().map(|c| c.name.as_str());
+        groups.entry((&r.config.variant, r.config.cap, r.config.k_used, named)).or_default().push(r);
     }
     let short = |r: &Row| format!("{}/{}/{}", r.config.policy, r.config.lambda, r.config.j);
     groups
         .into_iter()
-        .filter_map(|((variant, cap, k_used), rows)| {
+        .filter_map(|((variant, cap, k_used, named), rows)| {
             let best = |s: Sample| {
                 rows.iter()
                     .filter(|r| r.sample == s && r.config.policy != cachesim::Policy::Belady)
@@ -77,6 +78,7 @@ pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
             Some(BestOf {
                 variant: variant.to_string(),
                 cap,
+                layer_caps: named.map(str::to_string),
                 k_used,
                 in_sample_best: short(ins),
                 in_sample_misses_per_token: ins.misses_per_token,
@@ -143,8 +145,10 @@ impl SweepOutput {
 pub struct BestOf {
     /// Variant label.
     pub variant: String,
-    /// Cache capacity.
+    /// Cache capacity (with `layer_caps`, the largest per-layer cap).
     pub cap: usize,
+    /// Name of the per-layer caps file, when the configuration has one.
+    pub layer_caps: Option<String>,
     /// Experts used per token.
     pub k_used: usize,
     /// Best online configuration in sample: `policy/lambda/j`.
@@ -188,7 +192,7 @@ impl SweepOutput {
             s += &format!(
                 "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {} | {:.4} | {} |\n",
                 b.variant,
-                b.cap,
+                b.layer_caps.as_ref().map_or_else(|| b.cap.to_string(), |n| format!("caps:{n}")),
                 b.in_sample_best,
                 b.in_sample_misses_per_token,
                 b.chosen_out_of_sample,
@@ -225,6 +229,7 @@ impl SweepOutput {
             "lambda",
             "j",
             "cap",
+            "layer_caps",
             "k_used",
             "tokens",
             "picks",
@@ -256,6 +261,7 @@ impl SweepOutput {
                 r.config.lambda.to_string(),
                 r.config.j.to_string(),
                 r.config.cap.to_string(),
+                r.config.layer_caps.as_ref().map_or_else(String::new, |c| c.name.clone()),
                 r.config.k_used.to_string(),
                 c.tokens.to_string(),
                 c.picks.to_string(),

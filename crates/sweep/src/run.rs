@@ -188,6 +188,7 @@ pub fn variant_keep_map(spec: &str, stats: &Stats, cfg: &KeepConfig, meta: &trac
 /// The replay configuration of a key under the grid's shared settings.
 pub fn replay_config(grid: &Grid, key: &ConfigKey) -> ReplayConfig {
     ReplayConfig {
+        layer_caps: key.layer_caps.as_ref().map(|c| c.caps.clone()),
         k_used: Some(key.k_used),
         lambda: key.lambda,
         j: key.j,

@@ -204,3 +204,57 @@ fn the_reference_grid_expands_to_120_configurations() {
     assert!(keys.iter().all(|k| k.cap == 128 && k.k_used == 10));
     assert_eq!(g.device_profiles().unwrap()[0].expert_mb, 1.3824);
 }
+
+#[test]
+fn per_layer_caps_from_files_replay_each_layer_at_its_cap() {
+    let (a, b) = traces();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("uneven.json"), "[2, 5, 8]").unwrap();
+    std::fs::write(dir.path().join("plan.json"), r#"{"chosen": {"plan": {"caps": [4, 4, 3]}}}"#).unwrap();
+    std::fs::write(dir.path().join("short.json"), "[2, 5]").unwrap();
+    let text = GRID.replace(
+        r#"{"policies": ["lru", "fifo", "lfu", "belady"], "cap": [2, 4, 8]}"#,
+        r#"{"policies": ["lru", "belady"], "cap": [4], "layer_caps": ["uneven.json", "plan.json"]}"#,
+    );
+    let g = Grid::from_json(&text, dir.path()).unwrap();
+    let p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
+    let keys: Vec<String> =
+        p.configs.iter().filter(|k| k.variant == "full" && k.lambda == 0.0).map(ConfigKey::to_string).collect();
+    assert_eq!(
+        keys,
+        [
+            "full/belady/0/0/4/2",
+            "full/belady/0/0/caps:plan/2",
+            "full/belady/0/0/caps:uneven/2",
+            "full/lru/0/0/4/2",
+            "full/lru/0/0/caps:plan/2",
+            "full/lru/0/0/caps:uneven/2"
+        ]
+    );
+    let rows = p.run(&a.view(), &b.view(), &|| {});
+    let keep = cachesim::Keep::full(&a.view().shape());
+    let r = rows.iter().find(|r| r.key == "full/lru/0/0/caps:uneven/2" && r.sample == Sample::InSample).unwrap();
+    for (l, cap) in [2, 5, 8].into_iter().enumerate() {
+        let cfg = cachesim::ReplayConfig { warmup: 16, ..cachesim::ReplayConfig::new(cachesim::Policy::Lru, cap) };
+        assert_eq!(r.counts.layer_misses[l], cachesim::replay(&a.view(), &keep, &cfg).unwrap().layer_misses[l]);
+    }
+    let out = sweep::SweepOutput {
+        provenance: sweep::Provenance {
+            tool_version: "t".into(),
+            grid: g.clone(),
+            in_sample: sweep::InputRef { source: "a".into(), sha256: "0".into() },
+            out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
+            stats_sha256: "s".into(),
+        },
+        shard: None,
+        rows,
+    };
+    assert!(out.summary_markdown().contains("| full | caps:uneven |"));
+    // A file with the wrong number of layers is refused before any work, naming the key.
+    let bad = Grid::from_json(&text.replace("plan.json", "short.json"), dir.path()).unwrap();
+    let e = prepare(&bad, &input(&a, "a"), &input(&b, "b")).unwrap_err();
+    assert!(e.to_string().contains("caps:short") && e.to_string().contains("layer_caps"), "{e}");
+    let missing = Grid::from_json(&text.replace("plan.json", "nope.json"), dir.path()).unwrap();
+    let e = prepare(&missing, &input(&a, "a"), &input(&b, "b")).unwrap_err();
+    assert!(e.to_string().contains("nope.json"), "{e}");
+}

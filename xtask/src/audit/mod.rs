@@ -250,6 +250,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], rows: &[Row]) -> Vec<Check> {
                 && r.sample == b.sample
                 && r.config.variant == b.config.variant
                 && r.config.cap == b.config.cap
+                && r.config.layer_caps == b.config.layer_caps
                 && r.config.k_used == b.config.k_used
         }) {
             pairs += 1;
@@ -274,7 +275,16 @@ pub fn sweep_checks(profiles: &[DeviceProfile], rows: &[Row]) -> Vec<Check> {
     for r in rows.iter().filter(|r| r.config.lambda > 0.0) {
         let c = &r.config;
         groups
-            .entry(format!("{}/{}/{}/j={}/cap={}/k={}", r.sample.as_str(), c.variant, c.policy, c.j, c.cap, c.k_used))
+            .entry(format!(
+                "{}/{}/{}/j={}/cap={}{}/k={}",
+                r.sample.as_str(),
+                c.variant,
+                c.policy,
+                c.j,
+                c.cap,
+                c.layer_caps.as_ref().map_or_else(String::new, |n| format!(" caps:{}", n.name)),
+                c.k_used
+            ))
             .or_default()
             .push(r);
     }
@@ -288,6 +298,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], rows: &[Row]) -> Vec<Check> {
                 && r.config.variant == c0.variant
                 && r.config.policy == c0.policy
                 && r.config.cap == c0.cap
+                && r.config.layer_caps == c0.layer_caps
                 && r.config.k_used == c0.k_used
         }) {
             rs.push(zero);
@@ -353,6 +364,7 @@ fn refusals(grid: &Grid, ins: &TraceInput<'_>, oos: &TraceInput<'_>) -> Check {
         lambda: vec![lambda],
         j: vec![2],
         cap: vec![cap],
+        layer_caps: Vec::new(),
         k_used: vec![k_used],
     };
     let cases: Vec<(&str, &str, Grid)> = vec![

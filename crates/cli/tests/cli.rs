@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{fails, ok, real_data, s};
+use common::{fails, ok, real_data, s, synth};
 
 fn replay_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(args)).unwrap()
@@ -12,23 +12,7 @@ fn replay_json(args: &[&str]) -> serde_json::Value {
 fn synth_stats_keep_replay_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.safetensors");
-    ok(&[
-        "synth",
-        "--layers",
-        "2",
-        "--experts",
-        "16",
-        "--top-k",
-        "2",
-        "--candidates",
-        "4",
-        "--tokens",
-        "500",
-        "--sequences",
-        "2",
-        "-o",
-        s(&trace),
-    ]);
+    synth(&trace, [2, 16, 2, 4, 500], &["--sequences", "2"]);
     let stats = dir.path().join("stats.json");
     ok(&["stats", s(&trace), "-o", s(&stats)]);
     let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
@@ -74,23 +58,7 @@ fn synth_stats_keep_replay_pipeline() {
 fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.safetensors");
-    ok(&[
-        "synth",
-        "--layers",
-        "1",
-        "--experts",
-        "8",
-        "--top-k",
-        "2",
-        "--candidates",
-        "3",
-        "--tokens",
-        "100",
-        "--sequences",
-        "1",
-        "-o",
-        s(&trace),
-    ]);
+    synth(&trace, [1, 8, 2, 3, 100], &["--sequences", "1"]);
     let bytes = std::fs::read(&trace).unwrap();
 
     // Truncated trace.

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{ok, s};
+use common::{ok, s, synth};
 
 use std::path::Path;
 
@@ -15,23 +15,7 @@ fn mrc_and_a_verified_plan() {
     let dir = tempfile::tempdir().unwrap();
     let (calib, held) = (dir.path().join("c.safetensors"), dir.path().join("h.safetensors"));
     for (p, seed) in [(&calib, "1"), (&held, "2")] {
-        ok(&[
-            "synth",
-            "--layers",
-            "4",
-            "--experts",
-            "24",
-            "--top-k",
-            "3",
-            "--candidates",
-            "6",
-            "--tokens",
-            "800",
-            "--seed",
-            seed,
-            "-o",
-            s(p),
-        ]);
+        synth(p, [4, 24, 3, 6, 800], &["--seed", seed]);
     }
     // LRU curve in one pass, a policy curve by replays; both non-increasing, CSV beside.
     let mrc = dir.path().join("mrc.json");

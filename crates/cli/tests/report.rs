@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fails, ok, s};
+use common::{fails, ok, s, synth};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -63,23 +63,7 @@ fn report_plots_retention_tables_and_miss_ratio_curves_found_in_the_directory() 
     let trace = dir.path().join("t.safetensors");
     let held = dir.path().join("h.safetensors");
     for (path, seed) in [(&trace, "1"), (&held, "2")] {
-        ok(&[
-            "synth",
-            "--layers",
-            "3",
-            "--experts",
-            "16",
-            "--top-k",
-            "2",
-            "--candidates",
-            "4",
-            "--tokens",
-            "800",
-            "--seed",
-            seed,
-            "-o",
-            s(path),
-        ]);
+        synth(path, [3, 16, 2, 4, 800], &["--seed", seed]);
     }
     let stats = dir.path().join("stats.json");
     ok(&["stats", s(&trace), "-o", s(&stats)]);
@@ -130,21 +114,7 @@ fn report_errors_say_how_to_fix() {
 fn export_keep_in_every_format() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.safetensors");
-    ok(&[
-        "synth",
-        "--layers",
-        "2",
-        "--experts",
-        "8",
-        "--top-k",
-        "2",
-        "--candidates",
-        "4",
-        "--tokens",
-        "300",
-        "-o",
-        s(&trace),
-    ]);
+    synth(&trace, [2, 8, 2, 4, 300], &[]);
     let stats = dir.path().join("stats.json");
     ok(&["stats", s(&trace), "-o", s(&stats)]);
     let keep = dir.path().join("keep.json");

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fails, ok, s};
+use common::{fails, ok, s, synth};
 
 use std::path::{Path, PathBuf};
 
@@ -12,27 +12,10 @@ fn json(args: &[&str]) -> serde_json::Value {
 }
 
 /// A synthetic trace (2 layers, 16 experts, top-2, gates and norms) and its statistics.
-fn synth(dir: &Path, name: &str, seed: &str) -> (PathBuf, PathBuf) {
+fn synth_with_stats(dir: &Path, name: &str, seed: &str) -> (PathBuf, PathBuf) {
     let trace = dir.join(format!("{name}.safetensors"));
     let stats = dir.join(format!("{name}.json"));
-    ok(&[
-        "synth",
-        "--layers",
-        "2",
-        "--experts",
-        "16",
-        "--top-k",
-        "2",
-        "--candidates",
-        "4",
-        "--tokens",
-        "600",
-        "--seed",
-        seed,
-        "--norms",
-        "-o",
-        s(&trace),
-    ]);
+    synth(&trace, [2, 16, 2, 4, 600], &["--seed", seed, "--norms"]);
     ok(&["stats", s(&trace), "-o", s(&stats)]);
     (trace, stats)
 }
@@ -40,8 +23,8 @@ fn synth(dir: &Path, name: &str, seed: &str) -> (PathBuf, PathBuf) {
 #[test]
 fn multi_k_budget_and_retention() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, calib) = synth(dir.path(), "calib", "1");
-    let (held_trace, held_stats) = synth(dir.path(), "held", "2");
+    let (_, calib) = synth_with_stats(dir.path(), "calib", "1");
+    let (held_trace, held_stats) = synth_with_stats(dir.path(), "held", "2");
 
     // several K: a directory of `<label>.json`
     let maps = dir.path().join("maps");
@@ -107,7 +90,7 @@ fn multi_k_budget_and_retention() {
 #[test]
 fn refusals_leave_no_output() {
     let dir = tempfile::tempdir().unwrap();
-    let (trace, calib) = synth(dir.path(), "calib", "3");
+    let (trace, calib) = synth_with_stats(dir.path(), "calib", "3");
     let maps = dir.path().join("maps");
     // K = 99 > E: nothing written, not even the K = 4 map before it
     let err = fails(&["keep", s(&calib), "--metric", "frequency", "--k", "4,99", "-o", s(&maps)]);
@@ -121,21 +104,7 @@ fn refusals_leave_no_output() {
     assert!(err.contains("--hybrid-base"), "{err}");
     // a map for another shape
     let other = dir.path().join("other.safetensors");
-    ok(&[
-        "synth",
-        "--layers",
-        "3",
-        "--experts",
-        "16",
-        "--top-k",
-        "2",
-        "--candidates",
-        "4",
-        "--tokens",
-        "50",
-        "-o",
-        s(&other),
-    ]);
+    synth(&other, [3, 16, 2, 4, 50], &[]);
     let m = dir.path().join("m.json");
     ok(&["keep", s(&calib), "--metric", "frequency", "--k", "4", "-o", s(&m)]);
     let err = fails(&["retention", s(&m), "--heldout", s(&other)]);

@@ -33,3 +33,14 @@ pub fn s(p: &Path) -> &str {
 pub fn real_data() -> Option<PathBuf> {
     trace_io::real_data::dir_or_skip()
 }
+
+/// `moe-offload synth` into `out`: `shape` is `[layers, experts, top_k, candidates, tokens]`, then
+/// the `extra` flags (`--seed`, `--sequences`, `--norms`, ...).
+pub fn synth(out: &Path, shape: [usize; 5], extra: &[&str]) {
+    let [layers, experts, top_k, candidates, tokens] = shape.map(|n| n.to_string());
+    let mut args = vec!["synth", "--layers", &layers, "--experts", &experts, "--top-k", &top_k];
+    args.extend(["--candidates", &candidates, "--tokens", &tokens]);
+    args.extend(extra);
+    args.extend(["-o", s(out)]);
+    ok(&args);
+}

@@ -17,22 +17,13 @@ use cachesim::{Keep, Policy, ReplayConfig};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn bench_replay(c: &mut Criterion) {
-    let s = common::Synth {
-        layers: 8,
-        tokens: 8192,
-        num_experts: 512,
-        top_k: 10,
-        candidates: 64,
-        reuse: 0.3,
-        sequences: 1,
-        with_scores: true,
-    };
-    let trace = common::synth(42, s);
+    let s = common::BENCH_TRACE;
+    let trace = common::synth(common::BENCH_SEED, s);
     let view = trace.view();
     let shape = view.shape();
     let full = Keep::full(&shape);
-    let pruned =
-        Keep::from_layers(&shape, &common::random_keep(42, s.layers, s.num_experts, 0.6, 256)).expect("valid keep");
+    let pruned = Keep::from_layers(&shape, &common::random_keep(common::BENCH_SEED, s.layers, s.num_experts, 0.6, 256))
+        .expect("valid keep");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
     let mut group = c.benchmark_group("replay");
     group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));

@@ -20,21 +20,13 @@ fn main() {
     let cap: usize = args.get(3).map_or(Ok(128), |s| s.parse()).expect("a number");
     let pruned = args.get(4).is_some_and(|s| s == "pruned");
     let reps: usize = args.get(5).map_or(Ok(1), |s| s.parse()).expect("a number");
-    let s = common::Synth {
-        layers: 8,
-        tokens: 8192,
-        num_experts: 512,
-        top_k: 10,
-        candidates: 64,
-        reuse: 0.3,
-        sequences: 1,
-        with_scores: true,
-    };
-    let trace = common::synth(42, s);
+    let s = common::BENCH_TRACE;
+    let trace = common::synth(common::BENCH_SEED, s);
     let view = trace.view();
     let shape = view.shape();
     let keep = if pruned {
-        Keep::from_layers(&shape, &common::random_keep(42, s.layers, s.num_experts, 0.6, 256)).expect("valid keep")
+        Keep::from_layers(&shape, &common::random_keep(common::BENCH_SEED, s.layers, s.num_experts, 0.6, 256))
+            .expect("valid keep")
     } else {
         Keep::full(&shape)
     };

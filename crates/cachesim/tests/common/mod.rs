@@ -45,6 +45,22 @@ pub struct Synth {
     pub with_scores: bool,
 }
 
+/// The trace of the replay benchmark and of the `replay_probe` example (seed [`BENCH_SEED`]): the
+/// study's per-layer shape (512 experts, k = 10, m = 64), 8 layers x 8192 tokens.
+pub const BENCH_TRACE: Synth = Synth {
+    layers: 8,
+    tokens: 8192,
+    num_experts: 512,
+    top_k: 10,
+    candidates: 64,
+    reuse: 0.3,
+    sequences: 1,
+    with_scores: true,
+};
+
+/// Seed of [`BENCH_TRACE`] and of its pruned keep set.
+pub const BENCH_SEED: u64 = 42;
+
 /// A seeded random trace with temporal locality, quantized (so sometimes tied) scores and
 /// optional sequence starts.
 pub fn synth(seed: u64, s: Synth) -> TraceData {

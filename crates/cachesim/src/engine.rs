@@ -2,27 +2,29 @@
 //! all state allocated before the token loop, no `Result`, no dynamic dispatch inside it.
 //!
 //! Token loop: with a full keep set F is the row itself (no copy); at λ = 0 the chosen experts
-//! are F's prefix and the counts of step 3 need no per-slot work; at λ > 0 one pass over F
-//! merges the boosted and the plain candidates and stops once n are chosen.
+//! are F's prefix and the counts of step 3 need no per-slot work; at λ > 0 F is read only up to
+//! the cut past which no candidate can be chosen (its score plus the bonus below z(F[n−1])), and
+//! one pass over it merges the boosted and the plain candidates and stops once n are chosen.
 //!
 //! Cache: a position index per expert (O(1) lookup, insert, remove), plus a dense slot array
 //! for the policies that scan the cached experts.
-//! Priority structures, per policy:
+//! In k-way mode the victims of a token can be chosen all at once before its accesses (`BATCH`):
+//! the keys of unchosen experts do not change within a token and chosen ones are protected, so
+//! the token's q misses evict exactly the q lowest unprotected keys. Sequential mode selects one
+//! victim per miss. Priority structures, per policy:
 //! - `lru`, `fifo`: an intrusive doubly-linked list in priority order; a victim is found by
 //!   walking from the oldest end past at most `k_used - 1` protected experts.
-//! - `lfu`, `near_pick`: [`Groups`], a list of groups of equal first key (access count, resp.
-//!   last near-pick token) in increasing order, each an intrusive list ordered by last access.
-//!   Every update is O(1) (`near_pick`'s insertion searches its group from both ends), except
-//!   that the group `near_pick` creates at the end of a token is filled in F order and sorted by
-//!   last access only if a victim search reaches it.
-//! - `belady`: an indexed binary heap with `u64` keys, updated on every access.
-//! - `near_pick_ema`, `inv_router` (every score decays every token): in k-way mode one scan of
-//!   the cached experts per token selects all the victims the token needs (the keys of unchosen
-//!   experts do not change within a token and chosen ones are protected, so the q misses evict
-//!   exactly the q lowest unprotected keys); in sequential mode one scan per miss. Decays are
-//!   eager (the same arithmetic, in the same order, as the reference) over a contiguous array,
-//!   so both replayers compare identical f64 values: a lazy multiplier would round differently
-//!   and could flip near-ties, which the counts must not.
+//! - `lfu`: [`Groups`], a list of groups of equal access count in increasing order, each an
+//!   intrusive list ordered by last access; O(1) per pick.
+//! - `near_pick`, `belady`: the first key is a token index (the last near pick; the next use),
+//!   so the cached experts are counted per value ([`ValueCounts`]), updated without branches;
+//!   a walk over the values in use finds the bound of the q victims and one pass over the cached
+//!   experts collects them ([`pick_counted`]).
+//! - `near_pick_ema`, `inv_router` (every score decays every token): one scan of the cached
+//!   experts per token ([`scan_lowest`]). Decays are eager (the same arithmetic, in the same
+//!   order, as the reference) over a contiguous array, so both replayers compare identical f64
+//!   values: a lazy multiplier would round differently and could flip near-ties, which the
+//!   counts must not.
 
 use trace_io::Shape;
 
@@ -76,15 +78,16 @@ pub(crate) struct LayerInput<'a> {
 /// Replays one layer with the configured policy.
 pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts {
     let e = p.num_experts;
-    let groups = || Groups::new(e, p.cap);
+    let buf = || Vec::with_capacity(1);
     match p.policy {
         Policy::Lru => run(p, inp, Lru(List::new(e))),
         Policy::Fifo => run(p, inp, Fifo(List::new(e))),
-        Policy::Lfu => run(p, inp, Lfu { g: groups() }),
+        Policy::Lfu => run(p, inp, Lfu { g: Groups::new(e, p.cap) }),
         Policy::Belady => run(p, inp, Belady::new(p, inp)),
-        Policy::NearPick => run(p, inp, NearPick { g: groups(), near: vec![0; e], last: vec![0; e], n: p.near_n }),
+        Policy::NearPick => run(p, inp, NearPick::new(p)),
         Policy::NearPickEma => {
-            run(p, inp, NearPickEma { s: vec![0.0; e], last: vec![0; e], n: p.near_n, decay: p.decay })
+            let pol = NearPickEma { s: vec![0.0; e], last: vec![0; e], n: p.near_n, decay: p.decay, buf: buf() };
+            run(p, inp, pol)
         }
         Policy::InvRouter => {
             let pol = InvRouter {
@@ -93,6 +96,7 @@ pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts 
                 decay: p.decay,
                 exps: vec![0.0; p.m],
                 memo: ExpMemo::new(),
+                buf: buf(),
             };
             run(p, inp, pol)
         }
@@ -122,21 +126,33 @@ impl Cache {
         self.pos[e] != ABSENT
     }
 
+    /// The slot of cached expert `e` (0 when slots are not kept).
     #[inline(always)]
-    fn insert(&mut self, e: usize) {
-        if self.keep_slots {
-            self.pos[e] = self.slots.len() as u32;
-            self.slots.push(e as u16);
-        } else {
-            self.pos[e] = 0;
-        }
-        self.len += 1;
+    fn slot(&self, e: usize) -> usize {
+        self.pos[e] as usize
     }
 
+    /// Inserts `e` (not cached) and returns its slot: the last one (0 when slots are not kept).
     #[inline(always)]
-    fn remove(&mut self, e: usize) {
+    fn insert(&mut self, e: usize) -> usize {
+        let slot = if self.keep_slots {
+            let i = self.slots.len();
+            self.slots.push(e as u16);
+            i
+        } else {
+            0
+        };
+        self.pos[e] = slot as u32;
+        self.len += 1;
+        slot
+    }
+
+    /// Removes cached `e` and returns its slot, which the last slot's expert now fills
+    /// (`swap_remove`: policies that keep per-slot data mirror it).
+    #[inline(always)]
+    fn remove(&mut self, e: usize) -> usize {
+        let i = self.pos[e] as usize;
         if self.keep_slots {
-            let i = self.pos[e] as usize;
             self.slots.swap_remove(i);
             if let Some(&moved) = self.slots.get(i) {
                 self.pos[usize::from(moved)] = i as u32;
@@ -144,6 +160,7 @@ impl Cache {
         }
         self.pos[e] = ABSENT;
         self.len -= 1;
+        i
     }
 
     fn clear(&mut self) {
@@ -164,24 +181,38 @@ impl Cache {
 trait Evictor {
     /// k-way mode selects all of a token's victims at once with [`Evictor::victims`].
     const BATCH: bool = false;
-    /// The policy reads `Cache::slots` (scans the cached experts).
+    /// The policy reads `Cache::slots` (scans the cached experts) and may keep per-slot data,
+    /// mirroring the cache's slot moves: a push on insertion, a `swap_remove` on eviction.
     const SLOTS: bool = false;
     /// How many leading candidates of F the credits read (F is built at least this long).
     fn f_needed(&self) -> usize {
         0
     }
-    /// Forgets all state (the cache was emptied at a sequence start).
-    fn reset(&mut self);
-    /// Expert `e`, the `i`-th chosen of token `t`, was accessed at pick time `now`.
-    fn access(&mut self, e: usize, now: u64, t: usize, i: usize, inserted: bool);
-    /// Expert `e` was evicted.
-    fn evicted(&mut self, _e: usize) {}
+    /// Forgets all state: the cache (still holding its experts) is about to be emptied at a
+    /// sequence start.
+    fn reset(&mut self, cache: &Cache);
+    /// Expert `e`, the `i`-th chosen of token `t`, in cache slot `slot` (with `SLOTS`), was
+    /// accessed at pick time `now`; `inserted`: it was just inserted (into the last slot).
+    fn access(&mut self, e: usize, now: u64, t: usize, i: usize, slot: usize, inserted: bool);
+    /// Expert `e` was evicted from slot `slot` (with `SLOTS`: the last slot moved into it).
+    fn evicted(&mut self, _e: usize, _slot: usize) {}
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize;
-    /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`.
-    fn victims(&mut self, _cache: &Cache, _prot: &[u64], _stamp: u64, _q: usize, _out: &mut Vec<u128>) {}
+    /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`, each
+    /// as a key whose low 16 bits are the expert id; `chosen` are the token's chosen experts
+    /// (the protected ones are those of them that are cached).
+    fn victims(
+        &mut self,
+        _cache: &Cache,
+        _prot: &[u64],
+        _stamp: u64,
+        _q: usize,
+        _chosen: &[u16],
+        _out: &mut Vec<u128>,
+    ) {
+    }
     /// Credits after token `t`: `f` is a prefix (at least `f_needed` long, or all) of F.
-    fn end_token(&mut self, _t: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {}
+    fn end_token(&mut self, _t: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>, _cache: &Cache) {}
 }
 
 /// The `q` unprotected cached experts of lowest `(hi(e), lo(e))` into `out` (capacity >= q),
@@ -216,12 +247,12 @@ fn scan_lowest(
             if out.len() < q {
                 out.push(key);
             }
-            let mut i = out.len() - 1;
-            while i > 0 && out[i - 1] > key {
-                out[i] = out[i - 1];
-                i -= 1;
+            let mut j = out.len() - 1;
+            while j > 0 && out[j - 1] > key {
+                out[j] = out[j - 1];
+                j -= 1;
             }
-            out[i] = key;
+            out[j] = key;
             if out.len() == q {
                 thr = out[q - 1];
                 thr_hi = (thr >> 64) as u64;
@@ -231,24 +262,20 @@ fn scan_lowest(
     debug_assert!(out.len() == q, "a full cache holds enough unprotected experts");
 }
 
-/// The unprotected cached expert of lowest (s, last access) for the decayed-score policies.
-/// Scores are finite and >= +0.0, so their bit patterns order like the values; last-access
-/// times are unique, so keys never tie.
+/// [`scan_lowest`] for one victim (sequential mode, or a policy without `BATCH`).
 #[inline(always)]
-fn scan_scored(cache: &Cache, prot: &[u64], stamp: u64, s: &[f64], last: &[u64]) -> usize {
-    let mut best_e = usize::MAX;
-    let mut best_k = u128::MAX;
-    for &e in &cache.slots {
-        let e = usize::from(e);
-        let k = pack(s[e].to_bits(), last[e]);
-        if prot[e] != stamp && k < best_k {
-            best_k = k;
-            best_e = e;
-        }
-    }
-    debug_assert!(best_e != usize::MAX, "a full cache always holds an unprotected expert");
-    best_e
+fn scan_one(
+    cache: &Cache,
+    prot: &[u64],
+    stamp: u64,
+    out: &mut Vec<u128>,
+    hi: impl Fn(usize) -> u64,
+    lo: impl Fn(usize) -> u64,
+) -> usize {
+    scan_lowest(cache, prot, stamp, 1, out, hi, lo);
+    (out[0] & 0xFFFF) as usize
 }
+
 /// Intrusive doubly-linked list over expert ids with a sentinel at index E; front = oldest.
 struct List {
     prev: Vec<u32>,
@@ -301,18 +328,18 @@ impl List {
 struct Lru(List);
 
 impl Evictor for Lru {
-    fn reset(&mut self) {
+    fn reset(&mut self, _cache: &Cache) {
         self.0.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
         if !inserted {
             self.0.unlink(e);
         }
         self.0.push_back(e);
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
+    fn evicted(&mut self, e: usize, _slot: usize) {
         self.0.unlink(e);
     }
     #[inline(always)]
@@ -324,17 +351,17 @@ impl Evictor for Lru {
 struct Fifo(List);
 
 impl Evictor for Fifo {
-    fn reset(&mut self) {
+    fn reset(&mut self, _cache: &Cache) {
         self.0.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
         if inserted {
             self.0.push_back(e);
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
+    fn evicted(&mut self, e: usize, _slot: usize) {
         self.0.unlink(e);
     }
     #[inline(always)]
@@ -353,7 +380,7 @@ struct Item {
     group: u32,
 }
 
-/// A group node: key, first and last expert, neighbours in the group list, sortedness.
+/// A group node: key, first and last expert, neighbours in the group list.
 #[derive(Clone, Copy)]
 struct Group {
     key: u64,
@@ -361,24 +388,18 @@ struct Group {
     tail: u32,
     prev: u32,
     next: u32,
-    sorted: bool,
 }
 
 /// Cached experts ordered by (group key, last access): a doubly-linked list of groups in
 /// increasing key order (sentinel `sentinel`), each holding an intrusive doubly-linked list of
-/// its experts, oldest access first. Group nodes come from a fixed pool (at most one per cached
-/// expert, plus one transiently), so nothing allocates after construction.
-///
-/// A group may be marked unsorted (filled out of access order); [`Groups::first_unprotected`]
-/// sorts it by last access when it reaches it. Appending the most recently accessed expert
-/// keeps a sorted group sorted.
+/// its experts, oldest access first (appending the latest access keeps it ordered). Group
+/// nodes come from a fixed pool (at most one per cached expert, plus one transiently), so
+/// nothing allocates after construction.
 struct Groups {
     items: Vec<Item>,
     groups: Vec<Group>,
     free: Vec<u32>,
     sentinel: u32,
-    /// Sort buffer, capacity = the pool's.
-    buf: Vec<(u64, u32)>,
 }
 
 impl Groups {
@@ -387,10 +408,9 @@ impl Groups {
         let s = pool as u32;
         let mut g = Groups {
             items: vec![Item { prev: NIL, next: NIL, group: NIL }; num_experts],
-            groups: vec![Group { key: 0, head: NIL, tail: NIL, prev: s, next: s, sorted: true }; pool + 1],
+            groups: vec![Group { key: 0, head: NIL, tail: NIL, prev: s, next: s }; pool + 1],
             free: Vec::with_capacity(pool),
             sentinel: s,
-            buf: Vec::with_capacity(pool),
         };
         g.clear();
         g
@@ -414,26 +434,16 @@ impl Groups {
     }
 
     #[inline(always)]
-    fn contains(&self, e: usize) -> bool {
-        self.items[e].group != NIL
-    }
-
-    #[inline(always)]
     fn first_group(&self) -> u32 {
         self.groups[self.sentinel as usize].next
     }
 
-    #[inline(always)]
-    fn last_group(&self) -> u32 {
-        self.groups[self.sentinel as usize].prev
-    }
-
     /// A new, empty group with `key`, linked after group `after` (the sentinel: at the front).
     #[inline(always)]
-    fn new_group_after(&mut self, after: u32, key: u64, sorted: bool) -> u32 {
+    fn new_group_after(&mut self, after: u32, key: u64) -> u32 {
         let g = self.free.pop().expect("the pool holds a group per cached expert plus one");
         let n = self.groups[after as usize].next;
-        self.groups[g as usize] = Group { key, head: NIL, tail: NIL, prev: after, next: n, sorted };
+        self.groups[g as usize] = Group { key, head: NIL, tail: NIL, prev: after, next: n };
         self.groups[after as usize].next = g;
         self.groups[n as usize].prev = g;
         g
@@ -496,75 +506,12 @@ impl Groups {
         self.push_back(to, e);
     }
 
-    /// Moves cached expert `e` to the end of its own group (it was just accessed).
-    #[inline(always)]
-    fn touch(&mut self, e: usize) {
-        if self.items[e].next != NIL {
-            let g = self.unlink(e);
-            self.push_back(g, e);
-        }
-    }
-
-    /// The group with `key`, created in order when missing. Searches from both ends at once.
-    #[inline(always)]
-    fn group_with_key(&mut self, key: u64) -> u32 {
-        let s = self.sentinel;
-        let (mut a, mut b) = (self.first_group(), self.last_group());
-        loop {
-            // Groups before `a` have keys < key, groups after `b` keys > key.
-            let ga = self.groups[a as usize];
-            if a == s || ga.key >= key {
-                if a != s && ga.key == key {
-                    return a;
-                }
-                return self.new_group_after(ga.prev, key, true);
-            }
-            let gb = self.groups[b as usize];
-            if gb.key <= key {
-                if gb.key == key {
-                    return b;
-                }
-                return self.new_group_after(b, key, true);
-            }
-            a = ga.next;
-            b = gb.prev;
-        }
-    }
-
-    /// Sorts group `g` by `last`.
-    fn sort_group(&mut self, g: u32, last: &[u64]) {
-        self.buf.clear();
-        let mut x = self.groups[g as usize].head;
-        while x != NIL {
-            self.buf.push((last[x as usize], x));
-            x = self.items[x as usize].next;
-        }
-        self.buf.sort_unstable();
-        let mut prev = NIL;
-        for &(_, x) in &self.buf {
-            let it = &mut self.items[x as usize];
-            it.prev = prev;
-            it.next = NIL;
-            if prev != NIL {
-                self.items[prev as usize].next = x;
-            }
-            prev = x;
-        }
-        let grp = &mut self.groups[g as usize];
-        grp.head = self.buf.first().map_or(NIL, |&(_, x)| x);
-        grp.tail = prev;
-        grp.sorted = true;
-    }
-
     /// The first unprotected expert in (key, last access) order. Some cached expert is
     /// unprotected.
     #[inline(always)]
-    fn first_unprotected(&mut self, prot: &[u64], stamp: u64, last: &[u64]) -> usize {
+    fn first_unprotected(&self, prot: &[u64], stamp: u64) -> usize {
         let mut g = self.first_group();
         while g != self.sentinel {
-            if !self.groups[g as usize].sorted {
-                self.sort_group(g, last);
-            }
             let mut x = self.groups[g as usize].head;
             while x != NIL {
                 if prot[x as usize] != stamp {
@@ -576,138 +523,6 @@ impl Groups {
         }
         debug_assert!(false, "a full cache always holds an unprotected expert");
         usize::MAX
-    }
-}
-
-/// An indexed binary min-heap of `u64` keys whose low 16 bits are the expert id (so keys are
-/// unique and the heap needs no indirection to compare). Fixed-size arrays, no allocation after
-/// construction.
-struct KeyHeap {
-    heap: Vec<u64>,
-    hpos: Vec<u32>,
-    /// DFS stack of `min_unprotected`, capacity = the heap's.
-    stack: Vec<u32>,
-}
-
-const ID_MASK: u64 = (1 << ID_BITS) - 1;
-
-impl KeyHeap {
-    fn new(num_experts: usize, cap: usize) -> KeyHeap {
-        let cap = cap.min(num_experts);
-        KeyHeap { heap: Vec::with_capacity(cap), hpos: vec![ABSENT; num_experts], stack: Vec::with_capacity(cap) }
-    }
-
-    fn clear(&mut self) {
-        for &k in &self.heap {
-            self.hpos[(k & ID_MASK) as usize] = ABSENT;
-        }
-        self.heap.clear();
-    }
-
-    #[inline(always)]
-    fn place(heap: &mut [u64], hpos: &mut [u32], i: usize, k: u64) {
-        heap[i] = k;
-        hpos[(k & ID_MASK) as usize] = i as u32;
-    }
-
-    fn sift_up(&mut self, mut i: usize) {
-        let (heap, hpos) = (&mut self.heap[..], &mut self.hpos[..]);
-        let k = heap[i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            let pk = heap[parent];
-            if pk <= k {
-                break;
-            }
-            Self::place(heap, hpos, i, pk);
-            i = parent;
-        }
-        Self::place(heap, hpos, i, k);
-    }
-
-    fn sift_down(&mut self, mut i: usize) {
-        let (heap, hpos) = (&mut self.heap[..], &mut self.hpos[..]);
-        let n = heap.len();
-        let k = heap[i];
-        loop {
-            let l = 2 * i + 1;
-            if l >= n {
-                break;
-            }
-            let r = l + 1;
-            let (c, ck) = if r < n && heap[r] < heap[l] { (r, heap[r]) } else { (l, heap[l]) };
-            if ck >= k {
-                break;
-            }
-            Self::place(heap, hpos, i, ck);
-            i = c;
-        }
-        Self::place(heap, hpos, i, k);
-    }
-
-    /// Inserts expert `key & ID_MASK` or updates its key.
-    #[inline(always)]
-    fn set(&mut self, key: u64) {
-        let e = (key & ID_MASK) as usize;
-        let i = self.hpos[e];
-        if i != ABSENT {
-            let i = i as usize;
-            let old = self.heap[i];
-            self.heap[i] = key;
-            if key < old {
-                self.sift_up(i);
-            } else {
-                self.sift_down(i);
-            }
-        } else {
-            self.heap.push(key);
-            let i = self.heap.len() - 1;
-            self.hpos[e] = i as u32;
-            self.sift_up(i);
-        }
-    }
-
-    #[inline(always)]
-    fn remove(&mut self, e: usize) {
-        let i = self.hpos[e] as usize;
-        self.hpos[e] = ABSENT;
-        let Some(last) = self.heap.pop() else { return };
-        if i < self.heap.len() {
-            self.heap[i] = last;
-            self.hpos[(last & ID_MASK) as usize] = i as u32;
-            self.sift_up(i);
-            let j = self.hpos[(last & ID_MASK) as usize] as usize;
-            self.sift_down(j);
-        }
-    }
-
-    /// The expert of lowest key that is not protected. A protected node's subtree may hold the
-    /// answer, an unprotected node's subtree cannot beat it: the search visits the protected
-    /// nodes (at most k_used - 1) and their children.
-    #[inline(always)]
-    fn min_unprotected(&mut self, prot: &[u64], stamp: u64) -> usize {
-        let root = (self.heap[0] & ID_MASK) as usize;
-        if prot[root] != stamp {
-            return root;
-        }
-        let mut best = u64::MAX;
-        self.stack.clear();
-        self.stack.push(0);
-        while let Some(i) = self.stack.pop() {
-            let i = i as usize;
-            let k = self.heap[i];
-            if prot[(k & ID_MASK) as usize] == stamp {
-                for c in [2 * i + 1, 2 * i + 2] {
-                    if c < self.heap.len() {
-                        self.stack.push(c as u32);
-                    }
-                }
-            } else if k < best {
-                best = k;
-            }
-        }
-        debug_assert!(best != u64::MAX, "a full cache always holds an unprotected expert");
-        (best & ID_MASK) as usize
     }
 }
 
@@ -724,18 +539,18 @@ struct Lfu {
 }
 
 impl Evictor for Lfu {
-    fn reset(&mut self) {
+    fn reset(&mut self, _cache: &Cache) {
         self.g.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
         let g = &mut self.g;
         if inserted {
             let first = g.first_group();
             let to = if first != g.sentinel && g.groups[first as usize].key == 1 {
                 first
             } else {
-                g.new_group_after(g.sentinel, 1, true)
+                g.new_group_after(g.sentinel, 1)
             };
             g.push_back(to, e);
         } else {
@@ -745,135 +560,389 @@ impl Evictor for Lfu {
             let to = if next != g.sentinel && g.groups[next as usize].key == count {
                 next
             } else {
-                g.new_group_after(from, count, true)
+                g.new_group_after(from, count)
             };
             g.move_to(e, to);
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
+    fn evicted(&mut self, e: usize, _slot: usize) {
         self.g.remove(e);
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        // lfu groups are never unsorted: every append is the latest access.
-        self.g.first_unprotected(prot, stamp, &[])
+        self.g.first_unprotected(prot, stamp)
     }
 }
 
-/// Sentinel "never chosen again".
-const NEVER: usize = usize::MAX;
+/// Cached experts counted per integer key value (a near token, a next-use token) in `0..values`,
+/// with a two-level bitmap of the values in use. Updates do not branch: a bit stays set when its
+/// count drops to 0, and the walks clear the ones they pass.
+struct ValueCounts {
+    count: Vec<u32>,
+    /// Bit v: count[v] may be > 0 (every positive count has its bit set).
+    bits: Vec<u64>,
+    /// Bit w: bits[w] may be != 0.
+    summary: Vec<u64>,
+}
 
-/// Bits of a belady key below the next-use part: the expert id (ids are u16).
-const ID_BITS: u32 = 16;
+impl ValueCounts {
+    fn new(values: usize) -> ValueCounts {
+        let words = values.div_ceil(64);
+        ValueCounts { count: vec![0; values], bits: vec![0; words], summary: vec![0; words.div_ceil(64)] }
+    }
 
-/// belady: key ((2^48 − 1 − next use) << 16 | expert id), 0 in the high part for never-again:
-/// never-again first, then farthest, ties to the lowest id. A next use is a token index, below
-/// 2^47 for any trace that fits in an address space (its ids alone take 2·m bytes per token).
+    #[inline(always)]
+    fn add(&mut self, v: usize, c: u32) {
+        self.count[v] += c;
+        let w = v >> 6;
+        self.bits[w] |= u64::from(c != 0) << (v & 63);
+        self.summary[w >> 6] |= u64::from(c != 0) << (w & 63);
+    }
+
+    #[inline(always)]
+    fn sub(&mut self, v: usize, c: u32) {
+        self.count[v] -= c;
+    }
+
+    /// Empties every count, given the values of all counted experts.
+    fn clear(&mut self, values: impl Iterator<Item = usize>) {
+        for v in values {
+            self.count[v] = 0;
+            self.bits[v >> 6] = 0;
+            self.summary[v >> 12] = 0;
+        }
+    }
+
+    /// The count of value v, clearing v's stale bits when it is 0.
+    #[inline(always)]
+    fn visit(&mut self, v: usize) -> usize {
+        let c = self.count[v] as usize;
+        if c == 0 {
+            let w = v >> 6;
+            self.bits[w] &= !(1 << (v & 63));
+            if self.bits[w] == 0 {
+                self.summary[w >> 6] &= !(1 << (w & 63));
+            }
+        }
+        c
+    }
+
+    /// The smallest v with at least `need` counted at or below it (the largest value in use
+    /// when fewer are counted).
+    #[inline(always)]
+    fn bound_from_low(&mut self, need: usize) -> usize {
+        let (mut seen, mut last) = (0, 0);
+        for sw in 0..self.summary.len() {
+            let mut sword = self.summary[sw];
+            while sword != 0 {
+                let w = sw * 64 + sword.trailing_zeros() as usize;
+                sword &= sword - 1;
+                let mut word = self.bits[w];
+                while word != 0 {
+                    let v = w * 64 + word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    let c = self.visit(v);
+                    if c > 0 {
+                        seen += c;
+                        last = v;
+                        if seen >= need {
+                            return v;
+                        }
+                    }
+                }
+            }
+        }
+        last
+    }
+
+    /// The largest v with at least `need` counted at or above it (the smallest value in use
+    /// when fewer are counted).
+    #[inline(always)]
+    fn bound_from_high(&mut self, need: usize) -> usize {
+        let (mut seen, mut last) = (0, 0);
+        for sw in (0..self.summary.len()).rev() {
+            let mut sword = self.summary[sw];
+            while sword != 0 {
+                let top = 63 - sword.leading_zeros() as usize;
+                sword &= !(1 << top);
+                let w = sw * 64 + top;
+                let mut word = self.bits[w];
+                while word != 0 {
+                    let b = 63 - word.leading_zeros() as usize;
+                    word &= !(1 << b);
+                    let v = w * 64 + b;
+                    let c = self.visit(v);
+                    if c > 0 {
+                        seen += c;
+                        last = v;
+                        if seen >= need {
+                            return v;
+                        }
+                    }
+                }
+            }
+        }
+        last
+    }
+}
+
+/// Victim selection of the policies whose first key is an integer value counted in
+/// [`ValueCounts`]: with a bound from a walk that covers the `q` victims, `class(e).0` experts
+/// (strictly past the bound) are all victims (fewer than `q`), and the rest are the lowest
+/// `tie(e)` keys (unique, the id in the low 16 bits) of those at the bound (`class(e).1`),
+/// taken by repeated minimum. One pass over the cached experts; its branch is taken about as
+/// often as there are victims. `below`, `at_buf`: buffers of length > cached count.
+#[expect(clippy::too_many_arguments, reason = "an inlined helper of two policies")]
+#[inline(always)]
+fn pick_counted(
+    cache: &Cache,
+    prot: &[u64],
+    stamp: u64,
+    q: usize,
+    below: &mut [u16],
+    at_buf: &mut [u64],
+    out: &mut Vec<u128>,
+    class: impl Fn(usize) -> (bool, bool),
+    tie: impl Fn(usize) -> u64,
+) {
+    let (mut nb, mut na) = (0, 0);
+    for &e in &cache.slots {
+        let eu = usize::from(e);
+        let (beyond, at) = class(eu);
+        if (beyond || at) && prot[eu] != stamp {
+            below[nb] = e;
+            nb += usize::from(beyond);
+            at_buf[na] = tie(eu);
+            na += usize::from(at);
+        }
+    }
+    debug_assert!(nb < q && nb + na >= q, "the counts cover q unprotected experts");
+    out.clear();
+    out.extend(below[..nb].iter().map(|&e| u128::from(e)));
+    for _ in nb..q {
+        let (mut best, mut bi) = (u64::MAX, 0);
+        for (i, &x) in at_buf[..na].iter().enumerate() {
+            if x < best {
+                best = x;
+                bi = i;
+            }
+        }
+        out.push(u128::from(best));
+        na -= 1;
+        at_buf[bi] = at_buf[na];
+    }
+}
+
+/// belady: priority = the next token at which the expert is chosen again (within the sequence
+/// when resets are on), never-again first, then farthest, ties to the lowest id. The cached
+/// experts are counted per next use ([`ValueCounts`], `[T + 1]`, value T = never); a token's
+/// victims come from a walk down from the farthest next use and [`pick_counted`]. Protected
+/// experts need no exclusion: they are chosen at this token, the nearest next use there is,
+/// and the walk stops before it (at least `q` unprotected experts lie beyond).
 struct Belady {
-    /// Next token (within the sequence when resets are on) at which the `i`-th chosen expert of
-    /// token `t` is chosen again: `next_of[t * k_used + i]`.
-    next_of: Vec<usize>,
+    /// Next use of the `i`-th chosen expert of token `t`: `next_of[t * k_used + i]`, T = never.
+    next_of: Vec<u32>,
     k_used: usize,
-    heap: KeyHeap,
+    /// Next use per expert (while cached).
+    next: Vec<u32>,
+    counts: ValueCounts,
+    buf: Vec<u128>,
+    below: Vec<u16>,
+    at: Vec<u64>,
 }
 
 impl Belady {
     /// Backward pass over the λ = 0 selections (F[0..n]) of the layer.
     fn new(p: &Params<'_>, inp: &LayerInput<'_>) -> Belady {
         let (m, k) = (p.m, p.k_used);
-        debug_assert!((p.tokens as u64) < (1 << 47), "next-use keys hold 48 bits");
-        let mut next_of = vec![NEVER; p.tokens * k];
-        let mut upcoming = vec![NEVER; p.num_experts];
+        let never = u32::try_from(p.tokens).expect("a layer of fewer than 2^32 tokens");
+        let mut next_of = vec![never; p.tokens * k];
+        let mut upcoming = vec![never; p.num_experts];
         let mut ri = p.resets.len();
         for t in (0..p.tokens).rev() {
             let row = &inp.ids[t * m..(t + 1) * m];
             let chosen = row.iter().map(|&e| usize::from(e)).filter(|&e| inp.keep[e]).take(k);
             for (i, e) in chosen.enumerate() {
                 next_of[t * k + i] = upcoming[e];
-                upcoming[e] = t;
+                upcoming[e] = t as u32;
             }
             if ri > 0 && p.resets[ri - 1] == t as u64 {
-                upcoming.fill(NEVER);
+                upcoming.fill(never);
                 ri -= 1;
             }
         }
-        Belady { next_of, k_used: k, heap: KeyHeap::new(p.num_experts, p.cap) }
+        let slots = p.cap.min(p.num_experts);
+        Belady {
+            next_of,
+            k_used: k,
+            next: vec![never; p.num_experts],
+            counts: ValueCounts::new(p.tokens + 1),
+            buf: Vec::with_capacity(slots),
+            below: vec![0; slots + 1],
+            at: vec![0; slots + 1],
+        }
+    }
+
+    /// The `q` unprotected cached experts of farthest next use (ties: lowest id) into `out`.
+    #[inline(always)]
+    fn farthest(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
+        let bound = self.counts.bound_from_high(q) as u32;
+        let next = &self.next;
+        pick_counted(
+            cache,
+            prot,
+            stamp,
+            q,
+            &mut self.below,
+            &mut self.at,
+            out,
+            |e| (next[e] > bound, next[e] == bound),
+            |e| e as u64,
+        );
     }
 }
 
 impl Evictor for Belady {
-    fn reset(&mut self) {
-        self.heap.clear();
+    const BATCH: bool = true;
+    const SLOTS: bool = true;
+    fn reset(&mut self, cache: &Cache) {
+        let next = &self.next;
+        self.counts.clear(cache.slots.iter().map(|&e| next[usize::from(e)] as usize));
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, _inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, _slot: usize, inserted: bool) {
+        if !inserted {
+            self.counts.sub(self.next[e] as usize, 1);
+        }
         let next = self.next_of[t * self.k_used + i];
-        let hi = if next == NEVER { 0 } else { ((1u64 << 48) - 1) - next as u64 };
-        self.heap.set((hi << ID_BITS) | e as u64);
+        self.next[e] = next;
+        self.counts.add(next as usize, 1);
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
-        self.heap.remove(e);
+    fn evicted(&mut self, e: usize, _slot: usize) {
+        self.counts.sub(self.next[e] as usize, 1);
     }
     #[inline(always)]
-    fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        self.heap.min_unprotected(prot, stamp)
+    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+        let mut out = std::mem::take(&mut self.buf);
+        self.farthest(cache, prot, stamp, 1, &mut out);
+        let v = (out[0] & 0xFFFF) as usize;
+        self.buf = out;
+        v
+    }
+    #[inline(always)]
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, _chosen: &[u16], out: &mut Vec<u128>) {
+        self.farthest(cache, prot, stamp, q, out);
     }
 }
 
-/// near_pick: groups keyed by near = 1 + the last token at which the expert stood in F at rank
-/// < N (0 = never), ordered by last access within a group. After token t every cached expert
-/// of F's first N moves to the new last group t + 1, in F order; that group is sorted by last
-/// access only if a victim search reaches it (most of its experts have left it by then).
+/// near_pick: priority (near, last access), near = 1 + the last token at which the expert stood
+/// in F at rank < N (0 = never), both per expert. Instead of keeping the cached experts in
+/// order, it counts them per near value ([`ValueCounts`], `[T + 1]`): after token t every
+/// cached expert of F's first N moves from its count to count t + 1, without branches. The
+/// victims of a token: walk the near values from the oldest until the counts (without the
+/// protected experts) cover `q`, then [`pick_counted`] (ties at the bound by last access).
 struct NearPick {
-    g: Groups,
     near: Vec<u64>,
     last: Vec<u64>,
+    counts: ValueCounts,
     n: usize,
+    buf: Vec<u128>,
+    /// Buffers of [`pick_counted`], `[cached + 1]`.
+    below: Vec<u16>,
+    at: Vec<u64>,
+}
+
+impl NearPick {
+    fn new(p: &Params<'_>) -> NearPick {
+        let slots = p.cap.min(p.num_experts);
+        NearPick {
+            near: vec![0; p.num_experts],
+            last: vec![0; p.num_experts],
+            counts: ValueCounts::new(p.tokens + 1),
+            n: p.near_n,
+            buf: Vec::with_capacity(slots),
+            below: vec![0; slots + 1],
+            at: vec![0; slots + 1],
+        }
+    }
+
+    /// The `q` unprotected cached experts of lowest (near, last, id) into `out`; the counts
+    /// must leave the protected ones out.
+    #[inline(always)]
+    fn lowest(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
+        let bound = self.counts.bound_from_low(q) as u64;
+        let (near, last) = (&self.near, &self.last);
+        pick_counted(
+            cache,
+            prot,
+            stamp,
+            q,
+            &mut self.below,
+            &mut self.at,
+            out,
+            |e| (near[e] < bound, near[e] == bound),
+            |e| (last[e] << 16) | e as u64,
+        );
+    }
 }
 
 impl Evictor for NearPick {
+    const BATCH: bool = true;
+    const SLOTS: bool = true;
     fn f_needed(&self) -> usize {
         self.n
     }
-    fn reset(&mut self) {
-        self.g.clear();
+    fn reset(&mut self, cache: &Cache) {
+        let near = &self.near;
+        self.counts.clear(cache.slots.iter().map(|&e| near[usize::from(e)] as usize));
         self.near.fill(0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
         self.last[e] = now;
         if inserted {
-            let to = self.g.group_with_key(self.near[e]);
-            self.g.push_back(to, e);
-        } else {
-            self.g.touch(e);
+            self.counts.add(self.near[e] as usize, 1);
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
-        self.g.remove(e);
+    fn evicted(&mut self, e: usize, _slot: usize) {
+        self.counts.sub(self.near[e] as usize, 1);
     }
     #[inline(always)]
-    fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        self.g.first_unprotected(prot, stamp, &self.last)
+    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+        let mut out = std::mem::take(&mut self.buf);
+        self.lowest(cache, prot, stamp, 1, &mut out);
+        let v = (out[0] & 0xFFFF) as usize;
+        self.buf = out;
+        v
     }
     #[inline(always)]
-    fn end_token(&mut self, t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        let key = t as u64 + 1;
-        let mut to = NIL;
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, chosen: &[u16], out: &mut Vec<u128>) {
+        // Protected experts are not eligible: leave them out of the counts while walking.
+        for &e in chosen {
+            let e = usize::from(e);
+            self.counts.sub(self.near[e] as usize, u32::from(cache.contains(e)));
+        }
+        self.lowest(cache, prot, stamp, q, out);
+        for &e in chosen {
+            let e = usize::from(e);
+            self.counts.add(self.near[e] as usize, u32::from(cache.contains(e)));
+        }
+    }
+    #[inline(always)]
+    fn end_token(&mut self, t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, cache: &Cache) {
+        let key = t + 1;
+        let mut moved = 0;
         for &e in f.iter().take(self.n) {
             let e = usize::from(e);
-            self.near[e] = key;
-            if self.g.contains(e) {
-                if to == NIL {
-                    let last = self.g.last_group();
-                    to = self.g.new_group_after(last, key, false);
-                }
-                self.g.move_to(e, to);
-            }
+            let c = u32::from(cache.contains(e));
+            self.counts.sub(self.near[e] as usize, c);
+            moved += c;
+            self.near[e] = key as u64;
         }
+        self.counts.add(key, moved);
     }
 }
 
@@ -897,6 +966,7 @@ struct NearPickEma {
     last: Vec<u64>,
     n: usize,
     decay: f64,
+    buf: Vec<u128>,
 }
 
 impl Evictor for NearPickEma {
@@ -905,24 +975,25 @@ impl Evictor for NearPickEma {
     fn f_needed(&self) -> usize {
         self.n
     }
-    fn reset(&mut self) {
+    fn reset(&mut self, _cache: &Cache) {
         self.s.fill(0.0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _slot: usize, _inserted: bool) {
         self.last[e] = now;
     }
     #[inline(always)]
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        scan_scored(cache, prot, stamp, &self.s, &self.last)
+        let (s, last) = (&self.s, &self.last);
+        scan_one(cache, prot, stamp, &mut self.buf, |e| s[e].to_bits(), |e| last[e])
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, _chosen: &[u16], out: &mut Vec<u128>) {
         let (s, last) = (&self.s, &self.last);
         scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
     #[inline(always)]
-    fn end_token(&mut self, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+    fn end_token(&mut self, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, _cache: &Cache) {
         // s <- d*s + x, eagerly: d*s for every expert, then + 1 where x = 1 (adding 0 elsewhere
         // is exact, so this equals the reference's d*s + x bit for bit).
         decay_all(&mut self.s, self.decay);
@@ -939,6 +1010,7 @@ struct InvRouter {
     /// exp(z - max) per candidate of the current row, `[m]`.
     exps: Vec<f64>,
     memo: ExpMemo,
+    buf: Vec<u128>,
 }
 
 /// A direct-mapped memo of `f64::exp`: exact (the same function on the same argument), and a
@@ -974,24 +1046,25 @@ impl ExpMemo {
 impl Evictor for InvRouter {
     const BATCH: bool = true;
     const SLOTS: bool = true;
-    fn reset(&mut self) {
+    fn reset(&mut self, _cache: &Cache) {
         self.s.fill(0.0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _slot: usize, _inserted: bool) {
         self.last[e] = now;
     }
     #[inline(always)]
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        scan_scored(cache, prot, stamp, &self.s, &self.last)
+        let (s, last) = (&self.s, &self.last);
+        scan_one(cache, prot, stamp, &mut self.buf, |e| s[e].to_bits(), |e| last[e])
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
+    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, _chosen: &[u16], out: &mut Vec<u128>) {
         let (s, last) = (&self.s, &self.last);
         scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
     #[inline(always)]
-    fn end_token(&mut self, _t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
+    fn end_token(&mut self, _t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, _cache: &Cache) {
         decay_all(&mut self.s, self.decay);
         // validate() guarantees scores for inv_router; without them there is nothing to credit.
         let Some(z) = scores else { return };
@@ -1019,58 +1092,95 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
     // prot[e] == t + 1: e is chosen for token t (k-way protection); never written in sequential.
     let mut prot = vec![0u64; p.num_experts];
     // With a full keep set F is the row itself; otherwise F (expert, position in the row) is
-    // built up to f_limit long.
+    // built along the row, only as far as steps 2 and 5 read it.
     let keep_all = inp.keep.iter().all(|&kept| kept);
-    let mut f_ids: Vec<u16> = Vec::with_capacity(m);
-    let mut f_pos: Vec<u32> = Vec::with_capacity(m);
+    let mut f_ids: Vec<u16> = vec![0; m];
+    let mut f_pos: Vec<u32> = vec![0; m];
     // λ > 0: chosen (expert, position in the row) in processing order, and the merge's queue.
     let mut chosen_buf: Vec<(u16, u32)> = Vec::with_capacity(k);
     let mut chosen_ids: Vec<u16> = Vec::with_capacity(k);
     let mut pending: Vec<u32> = Vec::with_capacity(m);
-    let mut victims: Vec<u128> = Vec::with_capacity(k);
+    let mut victims: Vec<u128> = Vec::with_capacity(cap.min(p.num_experts));
     let cache_aware = p.lambda > 0.0;
     let batch = P::BATCH && !p.sequential;
-    let f_limit = if cache_aware { m } else { k.max(pol.f_needed()).min(m) };
+    // The part of F that the λ = 0 selection and the credits read.
+    let f_base = k.max(pol.f_needed()).min(m);
     let mut c = LayerCounts::default();
     let mut now = 0u64;
     let mut ri = 0;
 
     for t in 0..p.tokens {
         if ri < p.resets.len() && p.resets[ri] == t as u64 {
+            pol.reset(&cache);
             cache.clear();
-            pol.reset();
             ri += 1;
         }
         let row = &inp.ids[t * m..(t + 1) * m];
         let row_scores = inp.scores.map(|s| &s[t * m..(t + 1) * m]);
 
-        // Step 1: F and n; pruned slots (of the row's first k_used ids, the ones not kept).
-        let (f, n, pruned): (&[u16], usize, usize) = if keep_all {
-            (&row[..f_limit], k, 0)
-        } else {
-            f_ids.clear();
-            f_pos.clear();
-            for (i, &e) in row.iter().enumerate() {
+        // Step 1: F (its first f_base entries) and n; pruned slots (of the row's first k_used
+        // ids, the ones not kept). `scanned`: row positions examined so far.
+        let (mut f_len, mut scanned) = (f_base, f_base);
+        let mut pruned = 0;
+        if !keep_all {
+            (f_len, scanned) = (0, 0);
+            while f_len < f_base && scanned < m {
+                let e = row[scanned];
                 if inp.keep[usize::from(e)] {
-                    f_ids.push(e);
-                    f_pos.push(i as u32);
-                    if f_ids.len() == f_limit {
-                        break;
-                    }
+                    f_ids[f_len] = e;
+                    f_pos[f_len] = scanned as u32;
+                    f_len += 1;
                 }
+                scanned += 1;
             }
-            let pruned = row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count();
-            (&f_ids, k.min(f_ids.len()), pruned)
-        };
+            pruned = row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count();
+        }
+        let n = k.min(f_len);
 
         // Step 2: selection; substituted = chosen experts outside the row's first k_used.
         let (chosen, substituted): (&[u16], usize) = match row_scores {
-            Some(z) if cache_aware => {
+            Some(z) if cache_aware && n > 0 => {
+                let pos = |r: usize| if keep_all { r } else { f_pos[r] as usize };
+                // Only row positions before `end` can be chosen: a candidate at rank >= n whose
+                // score plus the bonus stays below z(F[n-1]) is beaten by all of F[0..n] (and
+                // scores are non-increasing along the row, so all later ones are too).
+                let z_last = f64::from(z[pos(n - 1)]);
+                let bonus = if n <= 1 { 0.0 } else { p.lambda * (f64::from(z[pos(0)]) - z_last) };
+                let mut end = pos(n - 1) + 1;
+                while end < m && f64::from(z[end]) + bonus >= z_last {
+                    end += 1;
+                }
+                let sel_len = if keep_all {
+                    f_len = f_len.max(end);
+                    end
+                } else {
+                    while scanned < end {
+                        let e = row[scanned];
+                        if inp.keep[usize::from(e)] {
+                            f_ids[f_len] = e;
+                            f_pos[f_len] = scanned as u32;
+                            f_len += 1;
+                        }
+                        scanned += 1;
+                    }
+                    f_pos[..f_len].partition_point(|&i| (i as usize) < end)
+                };
                 chosen_buf.clear();
                 if keep_all {
-                    select_cache_aware(f, |r| r, z, n, p, &cache, &mut pending, &mut chosen_buf);
+                    select_cache_aware(&row[..sel_len], |r| r, z, n, bonus, p.j, &cache, &mut pending, &mut chosen_buf);
                 } else {
-                    select_cache_aware(f, |r| f_pos[r] as usize, z, n, p, &cache, &mut pending, &mut chosen_buf);
+                    let f = &f_ids[..sel_len];
+                    select_cache_aware(
+                        f,
+                        |r| f_pos[r] as usize,
+                        z,
+                        n,
+                        bonus,
+                        p.j,
+                        &cache,
+                        &mut pending,
+                        &mut chosen_buf,
+                    );
                 }
                 chosen_ids.clear();
                 chosen_ids.extend(chosen_buf.iter().map(|&(e, _)| e));
@@ -1078,7 +1188,10 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             }
             // F's first n: the kept ids among the row's first k_used (k_used − pruned of them)
             // come first, the rest lie beyond.
-            _ => (&f[..n], n - (k - pruned)),
+            _ => {
+                let f = if keep_all { &row[..n] } else { &f_ids[..n] };
+                (f, n - (k - pruned))
+            }
         };
 
         // Step 3: counts from token W on.
@@ -1105,11 +1218,11 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             let missing = chosen.iter().filter(|&&e| !cache.contains(usize::from(e))).count();
             let q = (cache.len + missing).saturating_sub(cap);
             if q > 0 {
-                pol.victims(&cache, &prot, stamp, q, &mut victims);
+                pol.victims(&cache, &prot, stamp, q, chosen, &mut victims);
                 for &key in &victims {
                     let v = (key & 0xFFFF) as usize;
-                    cache.remove(v);
-                    pol.evicted(v);
+                    let slot = cache.remove(v);
+                    pol.evicted(v, slot);
                 }
             }
         }
@@ -1118,21 +1231,22 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             now += 1;
             if cache.contains(e) {
                 c.hits += u64::from(counted);
-                pol.access(e, now, t, i, false);
+                pol.access(e, now, t, i, cache.slot(e), false);
             } else {
                 c.misses += u64::from(counted);
                 if cache.len >= cap {
                     let v = pol.victim(&cache, &prot, stamp);
-                    cache.remove(v);
-                    pol.evicted(v);
+                    let slot = cache.remove(v);
+                    pol.evicted(v, slot);
                 }
-                cache.insert(e);
-                pol.access(e, now, t, i, true);
+                let slot = cache.insert(e);
+                pol.access(e, now, t, i, slot, true);
             }
         }
 
         // Step 5: credits.
-        pol.end_token(t, f, row, row_scores);
+        let f = if keep_all { &row[..f_len] } else { &f_ids[..f_len] };
+        pol.end_token(t, f, row, row_scores, &cache);
     }
     c
 }
@@ -1141,7 +1255,8 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
 /// or already cached get z + λ·δ. F's scores are non-increasing, so one pass in rank order
 /// suffices: a plain candidate waits in `pending` until a boosted one scores strictly above it
 /// (a later plain candidate never scores above a boosted one, λ·δ >= 0), and the pass stops as
-/// soon as n are chosen. `pos(r)` is the row position of F's rank r.
+/// soon as n are chosen. `pos(r)` is the row position of F's rank r; `f` may stop early (at
+/// the cut of the token loop); `bonus` = λ·δ with δ = z(F[0]) − z(F[n−1]) (0 if n <= 1).
 #[expect(clippy::too_many_arguments, reason = "an inlined helper of the token loop")]
 #[inline(always)]
 fn select_cache_aware(
@@ -1149,7 +1264,8 @@ fn select_cache_aware(
     pos: impl Fn(usize) -> usize,
     z_row: &[f32],
     n: usize,
-    p: &Params<'_>,
+    bonus: f64,
+    j: usize,
     cache: &Cache,
     pending: &mut Vec<u32>,
     chosen: &mut Vec<(u16, u32)>,
@@ -1158,12 +1274,10 @@ fn select_cache_aware(
         return;
     }
     let z = |r: usize| f64::from(z_row[pos(r)]);
-    let delta = if n <= 1 { 0.0 } else { z(0) - z(n - 1) };
-    let bonus = p.lambda * delta;
     pending.clear();
     let mut head = 0;
     for (r, &e) in f.iter().enumerate() {
-        if r < p.j || cache.contains(usize::from(e)) {
+        if r < j || cache.contains(usize::from(e)) {
             let s = z(r) + bonus;
             while head < pending.len() && chosen.len() < n {
                 let b = pending[head] as usize;

@@ -169,7 +169,9 @@ fn thread_count_does_not_change_results() {
 /// Corner cases of the fast replayer's structures: decays that tie every score (d = 1: integer
 /// counts), that underflow to 0 within a few tokens (ties broken by last access only), ordinary
 /// decays; caps at k_used, one above, and E (no eviction); sequence resets; λ > 0 over the group
-/// lists and the per-token victim scan; full and pruned keep sets (F = the row, or built).
+/// lists and the per-token victim scan, and λ = 1 (the bonus is δ itself, a multiple of the
+/// scores' quantum, so boosted scores tie plain ones exactly, also at the cut where the fast
+/// replayer stops reading F); full and pruned keep sets (F = the row, or built).
 #[test]
 fn fast_equals_reference_on_ties_underflow_and_edge_caps() {
     let s = Synth { num_experts: 16, top_k: 4, candidates: 8, reuse: 0.7, sequences: 3, tokens: 240, ..SMALL };
@@ -180,7 +182,7 @@ fn fast_equals_reference_on_ties_underflow_and_edge_caps() {
         for (keep_name, keep) in keeps(&shape, seed) {
             for policy in Policy::ALL {
                 for decay in [1.0, 0.5, 1e-200, 0.9] {
-                    for lambda in [0.0, 0.12] {
+                    for lambda in [0.0, 0.12, 1.0] {
                         if policy == Policy::Belady && lambda > 0.0 {
                             continue;
                         }

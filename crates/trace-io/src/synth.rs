@@ -25,6 +25,12 @@
 //! heavy tail. `dead_experts` (layer, expert) pairs, spread evenly over the layers (the highest ids
 //! of a layer), are never routed.
 //!
+//! # Presets
+//!
+//! The routing defaults are fitted to one real trace (DeepSeek-V2-Lite on ESFT translation);
+//! [`SynthPreset`] names them and the parameters fitted to other real traces (Qwen1.5-MoE served
+//! by vLLM). The fits, their tolerances and the grid searches are in `docs/synth.md`.
+//!
 //! # Determinism and memory
 //!
 //! Layer l is generated from its own ChaCha8 streams seeded by `(model_seed, l)` (popularity, norm
@@ -46,7 +52,9 @@ use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMe
 pub const BLOCK_ROWS: usize = 8192;
 
 /// Parameters of a synthetic trace. The shape defaults make a small 4-layer, 32-expert, top-4
-/// trace; the routing defaults are fitted to the real DeepSeek-V2-Lite ESFT traces (`docs/synth.md`).
+/// trace; the routing defaults are the [`SynthPreset::Dsv2Lite`] preset, fitted to the real
+/// DeepSeek-V2-Lite ESFT translation trace (`docs/synth.md`). [`SynthPreset`] names other fitted
+/// routing parameters.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct SynthConfig {
@@ -234,6 +242,83 @@ impl SynthConfig {
             source: format!("moe-offload synth model_seed {} seed {}", self.model_seed, self.seed),
             extra,
         }
+    }
+}
+
+/// A named set of routing parameters (the fields `skew` to `outlier_tail` of [`SynthConfig`]),
+/// each fitted to one real trace by the grid search of `docs/synth.md` ("Fit to real routing").
+/// Shape, seeds and `norms` are not part of a preset: [`SynthPreset::config`] gives the default
+/// shape, to be overridden by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SynthPreset {
+    /// `dsv2-lite`: exactly [`SynthConfig::default`]'s routing, fitted to DeepSeek-V2-Lite (ESFT)
+    /// on the translation corpus (teacher-forced prefill): next-token reuse 0.27, top-10% share 0.42.
+    #[default]
+    Dsv2Lite,
+    /// `qwen15-moe`: fitted to Qwen1.5-MoE-A2.7B-Chat served by vLLM (25 GSM8K requests, prefill and
+    /// batched decode, the 5 logged layers): next-token reuse 0.12 against a shuffled control of
+    /// 0.07, nearly flat popularity (top-10% share 0.13), every expert routed.
+    Qwen15Moe,
+}
+
+impl SynthPreset {
+    /// Every preset, in declaration order.
+    pub const ALL: [SynthPreset; 2] = [SynthPreset::Dsv2Lite, SynthPreset::Qwen15Moe];
+
+    /// The preset's name on the command line (`moe-offload synth --preset NAME`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SynthPreset::Dsv2Lite => "dsv2-lite",
+            SynthPreset::Qwen15Moe => "qwen15-moe",
+        }
+    }
+
+    /// The preset named `name`.
+    ///
+    /// # Errors
+    /// [`TraceError::Config`] with key `preset` for an unknown name (the message lists the known
+    /// ones).
+    pub fn from_name(name: &str) -> Result<SynthPreset> {
+        SynthPreset::ALL.into_iter().find(|p| p.as_str() == name).ok_or_else(|| TraceError::Config {
+            key: "preset",
+            reason: format!(
+                "unknown preset {name:?}; expected one of: {}",
+                SynthPreset::ALL.map(SynthPreset::as_str).join(", ")
+            ),
+        })
+    }
+
+    /// The default shape, seeds and norms of [`SynthConfig::default`] with this preset's routing
+    /// parameters; set the shape with struct update syntax:
+    /// `SynthConfig { layers: 5, experts: 60, ..SynthPreset::Qwen15Moe.config() }`.
+    pub fn config(self) -> SynthConfig {
+        let dsv2_lite = SynthConfig::default();
+        match self {
+            SynthPreset::Dsv2Lite => dsv2_lite,
+            SynthPreset::Qwen15Moe => SynthConfig {
+                skew: 0.125,
+                reuse: 0.117,
+                window_reuse: 0.1,
+                window: 16,
+                drift: 0.2,
+                spacing: 0.556,
+                dead_experts: 0,
+                ..dsv2_lite
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for SynthPreset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for SynthPreset {
+    type Err = TraceError;
+    fn from_str(s: &str) -> Result<SynthPreset> {
+        SynthPreset::from_name(s)
     }
 }
 
@@ -750,6 +835,27 @@ mod tests {
         mean_norms.sort_by(f64::total_cmp);
         let median = mean_norms[mean_norms.len() / 2];
         assert!(*mean_norms.last().unwrap() > 3.0 * median, "no outlier: {mean_norms:?}");
+    }
+
+    #[test]
+    fn presets_by_name() {
+        // The default preset is exactly the defaults (the embedded data/ files depend on them).
+        assert_eq!(SynthPreset::default(), SynthPreset::Dsv2Lite);
+        assert_eq!(SynthPreset::Dsv2Lite.config(), SynthConfig::default());
+        for p in SynthPreset::ALL {
+            assert_eq!(SynthPreset::from_name(p.as_str()).unwrap(), p);
+            assert_eq!(p.to_string().parse::<SynthPreset>().unwrap(), p);
+            // A preset sets routing parameters only: the shape, seeds and norms are the defaults'.
+            let (c, d) = (p.config(), SynthConfig::default());
+            assert_eq!(
+                (c.layers, c.experts, c.top_k, c.candidates, c.tokens, c.sequences, c.seed, c.model_seed, c.norms),
+                (d.layers, d.experts, d.top_k, d.candidates, d.tokens, d.sequences, d.seed, d.model_seed, d.norms)
+            );
+            c.validate().unwrap();
+        }
+        let e = SynthPreset::from_name("qwen").unwrap_err();
+        assert!(matches!(e, TraceError::Config { key: "preset", .. }), "{e}");
+        assert!(e.to_string().contains("dsv2-lite, qwen15-moe"), "{e}");
     }
 
     #[test]

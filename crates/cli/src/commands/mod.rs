@@ -31,7 +31,7 @@ enum Command {
     Import(import::ImportCmd),
     /// Generate a synthetic trace (for fixtures and benchmarks).
     #[command(
-        after_help = "Example:\n  moe-offload synth --layers 4 --experts 32 --top-k 4 --candidates 8 --tokens 4096 --seed 1 -o calib.safetensors"
+        after_help = "Examples:\n  moe-offload synth --layers 4 --experts 32 --top-k 4 --candidates 8 --tokens 4096 --seed 1 -o calib.safetensors\n  moe-offload synth --preset qwen15-moe --layers 5 --experts 60 --top-k 4 --candidates 4 --tokens 4357 --sequences 25 -o qwen-like.safetensors"
     )]
     Synth(synth::SynthArgs),
     /// Print a trace's shape, metadata and per-layer expert usage.

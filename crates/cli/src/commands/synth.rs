@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Result, anyhow, bail};
 use clap::Args;
-use trace_io::synth::SynthConfig;
+use trace_io::synth::{SynthConfig, SynthPreset};
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
@@ -37,7 +37,11 @@ pub struct SynthArgs {
     /// Record expert output norms (`out_norms`, needed by REAP).
     #[arg(long)]
     pub norms: bool,
-    /// Routing-model parameters as JSON, over the defaults (see docs/synth.md), e.g.
+    /// Routing parameters fitted to a real trace (docs/synth.md): dsv2-lite (DeepSeek-V2-Lite, ESFT
+    /// translation; the defaults) or qwen15-moe (Qwen1.5-MoE-A2.7B-Chat served by vLLM).
+    #[arg(long, value_name = "NAME", default_value_t = SynthPreset::Dsv2Lite)]
+    pub preset: SynthPreset,
+    /// Routing-model parameters as JSON, over the preset's (see docs/synth.md), e.g.
     /// '{"reuse": 0.3, "skew": 1.1}'. Shape, seeds and norms come from the flags above.
     #[arg(long, value_name = "JSON")]
     pub model: Option<String>,
@@ -50,12 +54,20 @@ pub struct SynthArgs {
     pub output: PathBuf,
 }
 
+/// The preset's configuration with the fields of the `--model` JSON object (if any) replaced.
+fn routing(preset: SynthPreset, model: Option<&str>) -> Result<SynthConfig> {
+    let base = preset.config();
+    let Some(json) = model else { return Ok(base) };
+    let over: serde_json::Value = serde_json::from_str(json).map_err(|e| anyhow!("--model: {e}"))?;
+    let serde_json::Value::Object(over) = over else { bail!("--model: expected a JSON object, got {over}") };
+    let mut merged = serde_json::to_value(&base)?;
+    merged.as_object_mut().expect("SynthConfig serializes to an object").extend(over);
+    serde_json::from_value(merged).map_err(|e| anyhow!("--model: {e}"))
+}
+
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<()> {
-    let base: SynthConfig = match &a.model {
-        Some(json) => serde_json::from_str(json).map_err(|e| anyhow::anyhow!("--model: {e}"))?,
-        None => SynthConfig::default(),
-    };
+    let base = routing(a.preset, a.model.as_deref())?;
     let cfg = SynthConfig {
         layers: a.layers,
         experts: a.experts,

@@ -1,0 +1,164 @@
+//! `moe-offload synth --preset`, and each preset against the real routing it was fitted to
+//! (`docs/synth.md`, "Fit to real routing"): a synthetic trace at the real trace's shape, measured
+//! with the library functions behind `inspect` and `replay`, lands within [`TOL`] of the real
+//! figures. With `MOE_OFFLOAD_REAL_DATA` set, the real figures are recomputed live from the logs.
+
+mod common;
+
+use std::path::Path;
+
+use cachesim::{Keep, Policy, ReplayConfig};
+use common::{fails, ok, real_data, s, synth};
+use trace_io::import::esft::{EsftOptions, import_esft};
+use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog};
+use trace_io::summary::{SHUFFLE_SEED, layer_usage, shuffled_order};
+use trace_io::synth::{SynthConfig, SynthPreset, generate};
+use trace_io::{TraceData, TraceView};
+
+/// Largest absolute difference allowed between a synthetic and a real figure (docs/synth.md
+/// states what the fits reach: within 0.005 on the seed used here).
+const TOL: f64 = 0.01;
+
+/// Names of the figures, in the order of [`figures`].
+const NAMES: [&str; 6] = ["next-token reuse", "shuffled control", "top-10% share", "LRU E/8", "LRU E/4", "LRU E/2"];
+
+/// Next-token reuse, its shuffled-order control and the top-10% share (means over layers, as
+/// `inspect` prints them), then the LRU hit rate at caps E/8, E/4 and E/2 (warm-up 64, as
+/// `replay --policy lru --cap C` prints it).
+fn figures(v: &TraceView<'_>) -> [f64; 6] {
+    let s = v.shape();
+    let perm = shuffled_order(s.tokens, SHUFFLE_SEED);
+    let usage: Vec<_> = (0..s.layers).map(|l| layer_usage(v, l, &perm)).collect();
+    let mean = |f: fn(&trace_io::summary::LayerUsage) -> f64| usage.iter().map(f).sum::<f64>() / usage.len() as f64;
+    let lru = |cap: usize| {
+        let cfg = ReplayConfig::new(Policy::Lru, cap);
+        assert_eq!(cfg.warmup, 64);
+        cachesim::replay(v, &Keep::full(&s), &cfg).unwrap().hit_rate()
+    };
+    let e = s.num_experts;
+    [
+        mean(|u| u.next_token_reuse),
+        mean(|u| u.shuffled_reuse),
+        mean(|u| u.top10pct_share),
+        lru(e / 8),
+        lru(e / 4),
+        lru(e / 2),
+    ]
+}
+
+/// Asserts that every figure of `got` is within `tol` of `want`.
+fn assert_close(what: &str, got: [f64; 6], want: [f64; 6], tol: f64) {
+    for ((name, g), w) in NAMES.iter().zip(got).zip(want) {
+        assert!((g - w).abs() <= tol, "{what}: {name} {g:.4}, expected {w:.3} ± {tol}\n  all: {got:.4?}");
+    }
+}
+
+/// One fit: a preset, the real trace's shape, and the real figures quoted in docs/synth.md.
+struct Fit {
+    preset: SynthPreset,
+    shape: SynthConfig,
+    real: [f64; 6],
+    load_real: fn(&Path) -> TraceData,
+}
+
+/// Generates the preset at the real shape (seed 1, model seed 7, as docs/synth.md) and checks it
+/// against the quoted real figures; with real data, recomputes those figures live.
+fn check(fit: &Fit) {
+    let cfg = SynthConfig { seed: 1, model_seed: 7, norms: false, ..fit.shape.clone() };
+    let synth = figures(&generate(&cfg).unwrap().view());
+    assert_close(&format!("synth --preset {}", fit.preset), synth, fit.real, TOL);
+    let Some(real) = real_data() else { return };
+    let live = figures(&(fit.load_real)(&real).view());
+    // The quoted figures are the live ones rounded to 3 decimals.
+    assert_close("real trace against docs/synth.md", live, fit.real, 0.0005);
+    assert_close(&format!("synth --preset {} against the live real trace", fit.preset), synth, live, TOL);
+}
+
+#[test]
+fn qwen15_moe_preset_fits_the_served_qwen_trace() {
+    let preset = SynthPreset::Qwen15Moe;
+    check(&Fit {
+        preset,
+        // The imported vLLM trace: 5 logged layers, E = 60, top-4 of 4, 4,357 tokens; 25 requests.
+        shape: SynthConfig {
+            layers: 5,
+            experts: 60,
+            top_k: 4,
+            candidates: 4,
+            tokens: 4357,
+            sequences: 25,
+            ..preset.config()
+        },
+        real: [0.117, 0.067, 0.133, 0.175, 0.320, 0.578],
+        load_real: |real| {
+            let files: Vec<_> = [0, 8, 12, 18, 23]
+                .iter()
+                .map(|l| real.join(format!("vllm-routelog-qwen15moe/moe_layer{l}.jsonl")))
+                .collect();
+            let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
+            import_vllm_routelog(&files, &opts).unwrap().trace
+        },
+    });
+}
+
+#[test]
+fn dsv2_lite_preset_fits_esft_translation() {
+    let preset = SynthPreset::Dsv2Lite;
+    check(&Fit {
+        preset,
+        // ESFT translation: 26 layers, E = 64, top-6 of 6, 8,251 tokens in 40 sequences.
+        shape: SynthConfig {
+            layers: 26,
+            experts: 64,
+            top_k: 6,
+            candidates: 6,
+            tokens: 8251,
+            sequences: 40,
+            ..preset.config()
+        },
+        real: [0.271, 0.227, 0.417, 0.316, 0.612, 0.850],
+        load_real: |real| {
+            let opts = EsftOptions { domains: vec!["translation".into()], ..EsftOptions::default() };
+            import_esft(real.join("esft-dsv2lite"), &opts).unwrap()
+        },
+    });
+}
+
+#[test]
+fn synth_preset_flag_and_model_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |p: &Path| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", s(p)])).unwrap();
+        serde_json::from_str(v["meta"]["extra"]["synth_config"].as_str().unwrap()).unwrap()
+    };
+    let shape = [2, 60, 4, 4, 300];
+    // No --preset is --preset dsv2-lite, byte for byte.
+    let (plain, dsv2) = (dir.path().join("plain.safetensors"), dir.path().join("dsv2.safetensors"));
+    synth(&plain, shape, &["--seed", "3"]);
+    synth(&dsv2, shape, &["--seed", "3", "--preset", "dsv2-lite"]);
+    assert_eq!(std::fs::read(&plain).unwrap(), std::fs::read(&dsv2).unwrap());
+    // The preset's routing parameters, the flags' shape.
+    let qwen = dir.path().join("qwen.safetensors");
+    synth(&qwen, shape, &["--seed", "3", "--preset", "qwen15-moe"]);
+    let c = config(&qwen);
+    let preset = serde_json::to_value(SynthPreset::Qwen15Moe.config()).unwrap();
+    for key in ["skew", "reuse", "window_reuse", "window", "drift", "spacing", "dead_experts", "outlier_tail"] {
+        assert_eq!(c[key], preset[key], "{key}");
+    }
+    assert_eq!((c["layers"].as_u64(), c["experts"].as_u64(), c["seed"].as_u64()), (Some(2), Some(60), Some(3)));
+    // --model replaces only the fields it names, on top of the preset.
+    let over = dir.path().join("over.safetensors");
+    synth(&over, shape, &["--preset", "qwen15-moe", "--model", r#"{"reuse": 0.3, "window": 4}"#]);
+    let c = config(&over);
+    assert_eq!((c["reuse"].as_f64(), c["window"].as_u64()), (Some(0.3), Some(4)));
+    assert_eq!((c["skew"].clone(), c["drift"].clone()), (preset["skew"].clone(), preset["drift"].clone()));
+    // Refusals name the problem and leave no file.
+    let bad = dir.path().join("bad.safetensors");
+    let err = fails(&["synth", "--preset", "qwen", "-o", s(&bad)]);
+    assert!(err.contains("unknown preset \"qwen\"; expected one of: dsv2-lite, qwen15-moe"), "{err}");
+    let err = fails(&["synth", "--model", "[0.3]", "-o", s(&bad)]);
+    assert!(err.contains("--model: expected a JSON object"), "{err}");
+    let err = fails(&["synth", "--preset", "qwen15-moe", "--model", r#"{"reuse": 0.95}"#, "-o", s(&bad)]);
+    assert!(err.contains("window_reuse"), "{err}");
+    assert!(!bad.exists());
+}

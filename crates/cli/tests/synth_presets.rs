@@ -1,7 +1,7 @@
 //! `moe-offload synth --preset`, and each preset against the real routing it was fitted to
 //! (`docs/synth.md`, "Fit to real routing"): a synthetic trace at the real trace's shape, measured
-//! with the library functions behind `inspect` and `replay`, lands within [`TOL`] of the real
-//! figures. With `MOE_OFFLOAD_REAL_DATA` set, the real figures are recomputed live from the logs.
+//! with the library functions behind `inspect` and `replay`, lands within [`TOL`] ([`TOL_FLAT`]
+//! for `dsv2-lite-flat`) of the real figures. With `MOE_OFFLOAD_REAL_DATA` set, the real figures are recomputed live from the logs.
 
 mod common;
 
@@ -15,9 +15,14 @@ use trace_io::summary::{SHUFFLE_SEED, layer_usage, shuffled_order};
 use trace_io::synth::{SynthConfig, SynthPreset, generate};
 use trace_io::{TraceData, TraceView};
 
-/// Largest absolute difference allowed between a synthetic and a real figure (docs/synth.md
-/// states what the fits reach: within 0.005 on the seed used here).
+/// Largest absolute difference allowed between a synthetic and a real figure, for the presets
+/// fitted to one trace (docs/synth.md states what the fits reach: within 0.005 on the seed used
+/// here).
 const TOL: f64 = 0.01;
+
+/// The same for `dsv2-lite-flat`, one parameter set for three domains that disagree with each
+/// other (top-10% share 0.249 to 0.301): the fit reaches 0.026.
+const TOL_FLAT: f64 = 0.03;
 
 /// Names of the figures, in the order of [`figures`].
 const NAMES: [&str; 6] = ["next-token reuse", "shuffled control", "top-10% share", "LRU E/8", "LRU E/4", "LRU E/2"];
@@ -58,7 +63,19 @@ struct Fit {
     preset: SynthPreset,
     shape: SynthConfig,
     real: [f64; 6],
+    tol: f64,
     load_real: fn(&Path) -> TraceData,
+}
+
+/// An ESFT domain's shape (26 layers, E = 64, top-6 of 6) with `preset`'s routing.
+fn esft_shape(preset: SynthPreset, tokens: usize, sequences: usize) -> SynthConfig {
+    SynthConfig { layers: 26, experts: 64, top_k: 6, candidates: 6, tokens, sequences, ..preset.config() }
+}
+
+/// Imports one ESFT domain.
+fn esft_domain(real: &Path, domain: &str) -> TraceData {
+    let opts = EsftOptions { domains: vec![domain.into()], ..EsftOptions::default() };
+    import_esft(real.join("esft-dsv2lite"), &opts).unwrap()
 }
 
 /// Generates the preset at the real shape (seed 1, model seed 7, as docs/synth.md) and checks it
@@ -66,12 +83,12 @@ struct Fit {
 fn check(fit: &Fit) {
     let cfg = SynthConfig { seed: 1, model_seed: 7, norms: false, ..fit.shape.clone() };
     let synth = figures(&generate(&cfg).unwrap().view());
-    assert_close(&format!("synth --preset {}", fit.preset), synth, fit.real, TOL);
+    assert_close(&format!("synth --preset {}", fit.preset), synth, fit.real, fit.tol);
     let Some(real) = real_data() else { return };
     let live = figures(&(fit.load_real)(&real).view());
     // The quoted figures are the live ones rounded to 3 decimals.
     assert_close("real trace against docs/synth.md", live, fit.real, 0.0005);
-    assert_close(&format!("synth --preset {} against the live real trace", fit.preset), synth, live, TOL);
+    assert_close(&format!("synth --preset {} against the live real trace", fit.preset), synth, live, fit.tol);
 }
 
 #[test]
@@ -90,6 +107,7 @@ fn qwen15_moe_preset_fits_the_served_qwen_trace() {
             ..preset.config()
         },
         real: [0.117, 0.067, 0.133, 0.175, 0.320, 0.578],
+        tol: TOL,
         load_real: |real| {
             let files: Vec<_> = [0, 8, 12, 18, 23]
                 .iter()
@@ -103,25 +121,44 @@ fn qwen15_moe_preset_fits_the_served_qwen_trace() {
 
 #[test]
 fn dsv2_lite_preset_fits_esft_translation() {
-    let preset = SynthPreset::Dsv2Lite;
     check(&Fit {
-        preset,
-        // ESFT translation: 26 layers, E = 64, top-6 of 6, 8,251 tokens in 40 sequences.
-        shape: SynthConfig {
-            layers: 26,
-            experts: 64,
-            top_k: 6,
-            candidates: 6,
-            tokens: 8251,
-            sequences: 40,
-            ..preset.config()
-        },
+        preset: SynthPreset::Dsv2Lite,
+        // ESFT translation: 8,251 tokens in 40 sequences.
+        shape: esft_shape(SynthPreset::Dsv2Lite, 8251, 40),
         real: [0.271, 0.227, 0.417, 0.316, 0.612, 0.850],
-        load_real: |real| {
-            let opts = EsftOptions { domains: vec!["translation".into()], ..EsftOptions::default() };
-            import_esft(real.join("esft-dsv2lite"), &opts).unwrap()
-        },
+        tol: TOL,
+        load_real: |real| esft_domain(real, "translation"),
     });
+}
+
+#[test]
+fn dsv2_lite_flat_preset_fits_esft_intent_law_and_summary() {
+    let preset = SynthPreset::Dsv2LiteFlat;
+    for fit in [
+        Fit {
+            preset,
+            shape: esft_shape(preset, 8222, 127),
+            real: [0.267, 0.151, 0.301, 0.308, 0.504, 0.735],
+            tol: TOL_FLAT,
+            load_real: |real| esft_domain(real, "intent"),
+        },
+        Fit {
+            preset,
+            shape: esft_shape(preset, 8327, 33),
+            real: [0.291, 0.130, 0.249, 0.332, 0.495, 0.728],
+            tol: TOL_FLAT,
+            load_real: |real| esft_domain(real, "law"),
+        },
+        Fit {
+            preset,
+            shape: esft_shape(preset, 8479, 13),
+            real: [0.291, 0.145, 0.282, 0.332, 0.490, 0.736],
+            tol: TOL_FLAT,
+            load_real: |real| esft_domain(real, "summary"),
+        },
+    ] {
+        check(&fit);
+    }
 }
 
 #[test]
@@ -155,7 +192,7 @@ fn synth_preset_flag_and_model_overrides() {
     // Refusals name the problem and leave no file.
     let bad = dir.path().join("bad.safetensors");
     let err = fails(&["synth", "--preset", "qwen", "-o", s(&bad)]);
-    assert!(err.contains("unknown preset \"qwen\"; expected one of: dsv2-lite, qwen15-moe"), "{err}");
+    assert!(err.contains("unknown preset \"qwen\"; expected one of: dsv2-lite, dsv2-lite-flat, qwen15-moe"), "{err}");
     let err = fails(&["synth", "--model", "[0.3]", "-o", s(&bad)]);
     assert!(err.contains("--model: expected a JSON object"), "{err}");
     let err = fails(&["synth", "--preset", "qwen15-moe", "--model", r#"{"reuse": 0.95}"#, "-o", s(&bad)]);

@@ -38,7 +38,8 @@ pub struct SynthArgs {
     #[arg(long)]
     pub norms: bool,
     /// Routing parameters fitted to a real trace (docs/synth.md): dsv2-lite (DeepSeek-V2-Lite, ESFT
-    /// translation; the defaults) or qwen15-moe (Qwen1.5-MoE-A2.7B-Chat served by vLLM).
+    /// translation; the defaults), dsv2-lite-flat (ESFT intent, law, summary) or qwen15-moe
+    /// (Qwen1.5-MoE-A2.7B-Chat served by vLLM).
     #[arg(long, value_name = "NAME", default_value_t = SynthPreset::Dsv2Lite)]
     pub preset: SynthPreset,
     /// Routing-model parameters as JSON, over the preset's (see docs/synth.md), e.g.

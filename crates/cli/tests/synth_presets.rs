@@ -197,5 +197,8 @@ fn synth_preset_flag_and_model_overrides() {
     assert!(err.contains("--model: expected a JSON object"), "{err}");
     let err = fails(&["synth", "--preset", "qwen15-moe", "--model", r#"{"reuse": 0.95}"#, "-o", s(&bad)]);
     assert!(err.contains("window_reuse"), "{err}");
+    // A misspelt parameter is refused, not silently ignored.
+    let err = fails(&["synth", "--model", r#"{"resue": 0.3}"#, "-o", s(&bad)]);
+    assert!(err.contains("unknown field `resue`"), "{err}");
     assert!(!bad.exists());
 }

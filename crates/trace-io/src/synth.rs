@@ -35,7 +35,7 @@
 //!
 //! Layer l is generated from its own ChaCha8 streams seeded by `(model_seed, l)` (popularity, norm
 //! scales) and `(seed, l)` (tokens), so the output depends only on the configuration, never on
-//! threads or platform. [`write`] streams the trace to disk block by block ([`BLOCK_ROWS`] rows), one
+//! threads or platform. [`write()`] streams the trace to disk block by block ([`BLOCK_ROWS`] rows), one
 //! layer per thread, through [`write_trace_streamed`]; its memory does not grow with T or L.
 
 use std::collections::BTreeMap;
@@ -48,7 +48,7 @@ use rand_distr::{Distribution, Exp1, Gamma, LogNormal, StandardNormal};
 pub use crate::write::{RowBlock, StreamedTrace, write_trace_streamed};
 use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
 
-/// Rows generated and written per block by [`write`] (per thread: `BLOCK_ROWS · m` ids and scores).
+/// Rows generated and written per block by [`write()`] (per thread: `BLOCK_ROWS · m` ids and scores).
 pub const BLOCK_ROWS: usize = 8192;
 
 /// Parameters of a synthetic trace. The shape defaults make a small 4-layer, 32-expert, top-4
@@ -56,7 +56,7 @@ pub const BLOCK_ROWS: usize = 8192;
 /// DeepSeek-V2-Lite ESFT translation trace (`docs/synth.md`). [`SynthPreset`] names other fitted
 /// routing parameters.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SynthConfig {
     /// L: MoE layers.
     pub layers: usize,
@@ -336,7 +336,7 @@ impl std::str::FromStr for SynthPreset {
     }
 }
 
-/// Generates a trace from `cfg` in memory (fixtures and tests; [`write`] streams large ones).
+/// Generates a trace from `cfg` in memory (fixtures and tests; [`write()`] streams large ones).
 ///
 /// # Errors
 /// [`TraceError::Config`] from [`SynthConfig::validate`].

@@ -68,11 +68,13 @@ impl<'a> Params<'a> {
     }
 }
 
-/// One layer's slices: ids and scores `[T, m]`, keep mask `[E]`.
+/// One layer's slices: ids and scores `[T, m]`, keep mask `[E]`, and optionally the softmax of
+/// every row ([`softmax_layer`], `[T, m]`) for `inv_router`.
 pub(crate) struct LayerInput<'a> {
     pub ids: &'a [u16],
     pub scores: Option<&'a [f32]>,
     pub keep: &'a [bool],
+    pub probs: Option<&'a [f64]>,
 }
 
 /// Replays one layer with the configured policy.
@@ -97,6 +99,7 @@ pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts 
                 exps: vec![0.0; p.m],
                 memo: ExpMemo::new(),
                 buf: buf(),
+                probs: inp.probs,
             };
             run(p, inp, pol)
         }
@@ -1003,36 +1006,91 @@ impl Evictor for NearPickEma {
     }
 }
 
-struct InvRouter {
+struct InvRouter<'a> {
     s: Vec<f64>,
     last: Vec<u64>,
     decay: f64,
-    /// exp(z - max) per candidate of the current row, `[m]`.
+    /// The softmax of the current row, `[m]`.
     exps: Vec<f64>,
     memo: ExpMemo,
     buf: Vec<u128>,
+    /// The layer's softmax rows computed beforehand ([`softmax_layer`], `[T, m]`), if given.
+    probs: Option<&'a [f64]>,
+}
+
+/// The softmax of one row of router scores over all m candidates, into `out` (`[m]`): exp(z −
+/// max) / sum, in f64, in this order (the reference computes the same). Scores are
+/// non-increasing along a row, so z[0] is the maximum.
+#[inline(always)]
+fn softmax_row(z: &[f32], memo: &mut ExpMemo, out: &mut [f64]) {
+    let max = f64::from(z[0]);
+    let mut sum = 0.0;
+    if memo.on {
+        for (x, &zi) in out.iter_mut().zip(z) {
+            *x = memo.exp(f64::from(zi) - max);
+            sum += *x;
+        }
+    } else {
+        for (x, &zi) in out.iter_mut().zip(z) {
+            *x = (f64::from(zi) - max).exp();
+            sum += *x;
+        }
+    }
+    for x in out.iter_mut() {
+        *x /= sum;
+    }
+}
+
+/// The softmax of every row of one layer's scores (`[T, m]`), row after row: the credits of
+/// `inv_router`, the same bits [`softmax_row`] gives inside the replay, so one table can serve
+/// every `inv_router` configuration of a sweep.
+pub(crate) fn softmax_layer(scores: &[f32], m: usize) -> Vec<f64> {
+    let mut probs = vec![0.0; scores.len()];
+    let mut memo = ExpMemo::new();
+    for (z, out) in scores.chunks_exact(m).zip(probs.chunks_exact_mut(m)) {
+        softmax_row(z, &mut memo, out);
+    }
+    probs
 }
 
 /// A direct-mapped memo of `f64::exp`: exact (the same function on the same argument), and a
 /// saving when router scores are quantized (bf16 logits, rounded probabilities), so that the
-/// same differences z − max recur. A miss costs one hash and one store on top of the `exp`.
+/// same differences z − max recur. A miss costs one hash and one store on top of the `exp`, so
+/// the memo watches its first [`MEMO_PROBE`] lookups and turns itself off when fewer than half
+/// of them hit (continuous scores).
 struct ExpMemo {
     /// Argument bits per entry; a NaN pattern (never an argument: scores are finite) when empty.
     keys: Vec<u64>,
     vals: Vec<f64>,
+    on: bool,
+    lookups: u32,
+    hits: u32,
 }
 
 const MEMO_BITS: u32 = 10;
 
+/// Lookups after which [`ExpMemo`] decides whether it pays.
+const MEMO_PROBE: u32 = 1 << 16;
+
 impl ExpMemo {
     fn new() -> ExpMemo {
-        ExpMemo { keys: vec![u64::MAX; 1 << MEMO_BITS], vals: vec![0.0; 1 << MEMO_BITS] }
+        ExpMemo { keys: vec![u64::MAX; 1 << MEMO_BITS], vals: vec![0.0; 1 << MEMO_BITS], on: true, lookups: 0, hits: 0 }
     }
 
     #[inline(always)]
     fn exp(&mut self, x: f64) -> f64 {
+        if !self.on {
+            return x.exp();
+        }
         let bits = x.to_bits();
         let i = ((bits ^ (bits >> 31)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MEMO_BITS)) as usize;
+        if self.lookups < MEMO_PROBE {
+            self.lookups += 1;
+            if self.lookups == MEMO_PROBE {
+                self.on = self.hits >= MEMO_PROBE / 2;
+            }
+            self.hits += u32::from(self.keys[i] == bits);
+        }
         if self.keys[i] == bits {
             return self.vals[i];
         }
@@ -1043,7 +1101,7 @@ impl ExpMemo {
     }
 }
 
-impl Evictor for InvRouter {
+impl Evictor for InvRouter<'_> {
     const BATCH: bool = true;
     const SLOTS: bool = true;
     fn reset(&mut self, _cache: &Cache) {
@@ -1064,21 +1122,19 @@ impl Evictor for InvRouter {
         scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
     #[inline(always)]
-    fn end_token(&mut self, _t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, _cache: &Cache) {
+    fn end_token(&mut self, t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, _cache: &Cache) {
         decay_all(&mut self.s, self.decay);
-        // validate() guarantees scores for inv_router; without them there is nothing to credit.
-        let Some(z) = scores else { return };
-        // Scores are non-increasing along a row, so z[0] is the maximum.
-        let max = f64::from(z[0]);
-        let mut sum = 0.0;
-        for (x, &zi) in self.exps.iter_mut().zip(z) {
-            *x = self.memo.exp(f64::from(zi) - max);
-            sum += *x;
-        }
-        for x in &mut self.exps {
-            *x /= sum;
-        }
-        for (&e, &x) in row.iter().zip(&self.exps) {
+        let m = row.len();
+        let p: &[f64] = match (self.probs, scores) {
+            (Some(probs), _) => &probs[t * m..(t + 1) * m],
+            (None, Some(z)) => {
+                softmax_row(z, &mut self.memo, &mut self.exps);
+                &self.exps
+            }
+            // validate() guarantees scores for inv_router; without them there is nothing to credit.
+            (None, None) => return,
+        };
+        for (&e, &x) in row.iter().zip(p) {
             self.s[usize::from(e)] += x;
         }
     }
@@ -1124,15 +1180,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
         let mut pruned = 0;
         if !keep_all {
             (f_len, scanned) = (0, 0);
-            while f_len < f_base && scanned < m {
-                let e = row[scanned];
-                if inp.keep[usize::from(e)] {
-                    f_ids[f_len] = e;
-                    f_pos[f_len] = scanned as u32;
-                    f_len += 1;
-                }
-                scanned += 1;
-            }
+            extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, f_base, m);
             pruned = row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count();
         }
         let n = k.min(f_len);
@@ -1154,15 +1202,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                     f_len = f_len.max(end);
                     end
                 } else {
-                    while scanned < end {
-                        let e = row[scanned];
-                        if inp.keep[usize::from(e)] {
-                            f_ids[f_len] = e;
-                            f_pos[f_len] = scanned as u32;
-                            f_len += 1;
-                        }
-                        scanned += 1;
-                    }
+                    extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, m, end);
                     f_pos[..f_len].partition_point(|&i| (i as usize) < end)
                 };
                 chosen_buf.clear();
@@ -1249,6 +1289,31 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
         pol.end_token(t, f, row, row_scores, &cache);
     }
     c
+}
+
+/// Step 1 for a pruned keep set: appends the kept candidates of `row[*scanned..end]` to F
+/// (`f_ids`, `f_pos`: expert and row position, length >= m) until F holds `want`. Every
+/// candidate is written and the length advances only when it is kept (no branch on the keep
+/// mask, which is as unpredictable as the map is mixed).
+#[expect(clippy::too_many_arguments, reason = "an inlined helper of the token loop")]
+#[inline(always)]
+fn extend_f(
+    row: &[u16],
+    keep: &[bool],
+    f_ids: &mut [u16],
+    f_pos: &mut [u32],
+    f_len: &mut usize,
+    scanned: &mut usize,
+    want: usize,
+    end: usize,
+) {
+    while *f_len < want && *scanned < end {
+        let e = row[*scanned];
+        f_ids[*f_len] = e;
+        f_pos[*f_len] = *scanned as u32;
+        *f_len += usize::from(keep[usize::from(e)]);
+        *scanned += 1;
+    }
 }
 
 /// Step 2 for λ > 0: the first n of F by (score desc, rank asc), where candidates of rank < j

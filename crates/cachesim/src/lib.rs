@@ -12,8 +12,9 @@
 //! - [`Keep`]: per-layer masks of kept experts, built from plain id lists.
 //! - [`ReplayCounts`]: the counts of one configuration (tokens, picks, hits, misses, ...).
 //! - [`validate`] refuses bad configurations before any work; [`replay`] is the fast, parallel
-//!   replayer; [`reference::replay`] a plain, single-threaded one written for clarity, used to
-//!   check the fast one (SEMANTICS.md §8.4). Both give identical counts.
+//!   replayer ([`replay_many`]: several configurations of one trace, sharing per-layer work);
+//!   [`reference::replay`] a plain, single-threaded one written for clarity, used to check the
+//!   fast one (SEMANTICS.md §8.4). All give identical counts.
 //! - [`CacheSimError`]: the one error type.
 //!
 //! ```
@@ -214,10 +215,70 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
         .map(|l| {
             let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
             params.cap = cfg.cap_of(l);
-            let input =
-                engine::LayerInput { ids: trace.layer_ids(l), scores: trace.layer_scores(l), keep: keep.layer_mask(l) };
+            let input = engine::LayerInput {
+                ids: trace.layer_ids(l),
+                scores: trace.layer_scores(l),
+                keep: keep.layer_mask(l),
+                probs: None,
+            };
             engine::replay_layer(&params, &input)
         })
         .collect();
     Ok(ReplayCounts::from_layers(&shape, cfg.warmup, &layers))
+}
+
+/// Replays several configurations of one trace, layer by layer, sharing the work they have in
+/// common: when two or more use `inv_router`, the softmax of every row (whose `exp` calls are
+/// most of that policy's cost) is computed once per layer for all of them. The counts are
+/// those of [`replay`] for each configuration, in the order of `runs`, whatever the thread count.
+///
+/// Layers run in parallel on the rayon pool, each replaying every configuration in turn (its
+/// ids and scores stay in cache). Memory: one table of T · m `f64` (8 bytes each) per layer
+/// being replayed when the softmax is shared, e.g. 64 MiB for 131,072 tokens of 64 candidates.
+/// `progress(tokens)` is called once per (layer, configuration) replayed, with the trace's
+/// token count, from worker threads.
+///
+/// # Errors
+/// As [`replay`], for the first configuration that fails; nothing is replayed then.
+pub fn replay_many(
+    trace: &TraceView<'_>,
+    runs: &[(&Keep, &ReplayConfig)],
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<ReplayCounts>> {
+    let shape = trace.shape();
+    for (keep, cfg) in runs {
+        validate(&shape, trace.parts().scores.is_some(), cfg)?;
+        keep.check_shape(&shape)?;
+    }
+    let share_softmax = runs.iter().filter(|(_, cfg)| cfg.policy == Policy::InvRouter).count() >= 2;
+    let per_layer: Vec<Vec<LayerCounts>> = (0..shape.layers)
+        .into_par_iter()
+        .map(|l| {
+            let scores = trace.layer_scores(l);
+            let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
+            runs.iter()
+                .map(|(keep, cfg)| {
+                    let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
+                    params.cap = cfg.cap_of(l);
+                    let input = engine::LayerInput {
+                        ids: trace.layer_ids(l),
+                        scores,
+                        keep: keep.layer_mask(l),
+                        probs: probs.as_deref().filter(|_| cfg.policy == Policy::InvRouter),
+                    };
+                    let counts = engine::replay_layer(&params, &input);
+                    progress(shape.tokens);
+                    counts
+                })
+                .collect()
+        })
+        .collect();
+    Ok(runs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, cfg))| {
+            let layers: Vec<LayerCounts> = per_layer.iter().map(|l| l[i]).collect();
+            ReplayCounts::from_layers(&shape, cfg.warmup, &layers)
+        })
+        .collect())
 }

@@ -210,3 +210,69 @@ fn fast_equals_reference_on_ties_underflow_and_edge_caps() {
         }
     }
 }
+
+/// `replay_many` (configurations replayed layer by layer, one softmax table per layer shared by
+/// the `inv_router` ones) gives each configuration the counts of `replay`, in order.
+#[test]
+fn replay_many_equals_replay() {
+    let trace = synth(31, Synth { sequences: 1, ..SMALL });
+    let view = trace.view();
+    let shape = view.shape();
+    let keeps = keeps(&shape, 31);
+    let mut cfgs = Vec::new();
+    for policy in Policy::ALL {
+        for lambda in [0.0, 0.12] {
+            if policy == Policy::Belady && lambda > 0.0 {
+                continue;
+            }
+            for cap in [3, 5] {
+                cfgs.push(ReplayConfig { lambda, j: 1, warmup: 2, ..ReplayConfig::new(policy, cap) });
+            }
+        }
+    }
+    let runs: Vec<(&Keep, &ReplayConfig)> = keeps.iter().flat_map(|(_, k)| cfgs.iter().map(move |c| (k, c))).collect();
+    assert!(runs.iter().filter(|(_, c)| c.policy == Policy::InvRouter).count() >= 2, "the softmax is shared");
+    let steps = std::sync::atomic::AtomicUsize::new(0);
+    let many = cachesim::replay_many(&view, &runs, &|tokens| {
+        steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+    })
+    .expect("valid configs");
+    assert_eq!(steps.into_inner(), runs.len() * shape.layers * shape.tokens);
+    for ((keep, cfg), got) in runs.iter().zip(&many) {
+        assert_eq!(got, &cachesim::replay(&view, keep, cfg).expect("valid config"), "{cfg:?}");
+    }
+    // A bad configuration is refused before any work.
+    let bad = ReplayConfig { lambda: 0.1, ..ReplayConfig::new(Policy::Belady, 4) };
+    assert!(cachesim::replay_many(&view, &[(&keeps[0].1, &bad)], &|_| {}).is_err());
+}
+
+/// Continuous router scores (the trace generator's logits, not quantized): the `exp` memo of
+/// `inv_router` sees almost no repeats and turns itself off after its probe; counts still equal
+/// the reference's, alone and through `replay_many`.
+#[test]
+fn inv_router_on_continuous_scores() {
+    let cfg = trace_io::synth::SynthConfig {
+        layers: 2,
+        experts: 24,
+        top_k: 3,
+        candidates: 8,
+        tokens: 9000,
+        sequences: 3,
+        ..Default::default()
+    };
+    let trace = trace_io::synth::generate(&cfg).expect("a valid synthetic trace");
+    let view = trace.view();
+    let shape = view.shape();
+    let keep = Keep::full(&shape);
+    let cfgs: Vec<ReplayConfig> = [0.0, 0.12]
+        .into_iter()
+        .flat_map(|lambda| [4, 9].map(|cap| ReplayConfig { lambda, j: 1, ..ReplayConfig::new(Policy::InvRouter, cap) }))
+        .collect();
+    let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (&keep, c)).collect();
+    let many = cachesim::replay_many(&view, &runs, &|_| {}).expect("valid configs");
+    for (cfg, got) in cfgs.iter().zip(&many) {
+        let slow = reference::replay(&view, &keep, cfg).expect("valid config");
+        assert_eq!(cachesim::replay(&view, &keep, cfg).expect("valid config"), slow, "{cfg:?}");
+        assert_eq!(got, &slow, "{cfg:?}");
+    }
+}

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use cachesim::{Keep, ReplayConfig, ReplayCounts};
-use rayon::prelude::*;
 use saliency::{KeepConfig, KeepMap, MetricConfig, Stats};
 use trace_io::TraceView;
 
@@ -221,30 +220,43 @@ impl Prepared {
         self.configs.len() * 2
     }
 
-    /// Replays every configuration on both traces in parallel (rayon) and returns the rows sorted
-    /// by (key, sample). `progress` is called once per finished replay, from worker threads.
-    /// The rows are identical whatever the number of threads.
+    /// The work [`Prepared::run`] reports through `progress`: configurations × (layers × tokens)
+    /// of each trace, in token-layers.
+    pub fn work(&self, in_sample: &TraceView<'_>, out_of_sample: &TraceView<'_>) -> u64 {
+        let size = |v: &TraceView<'_>| (v.shape().layers * v.shape().tokens) as u64;
+        self.configs.len() as u64 * (size(in_sample) + size(out_of_sample))
+    }
+
+    /// Replays every configuration on both traces and returns the rows sorted by (key, sample).
+    /// Each trace is replayed by [`cachesim::replay_many`]: layers in parallel (rayon), every
+    /// configuration in turn on a layer, the `inv_router` softmax computed once per layer.
+    /// `progress(n)` is called from worker threads as n token-layers are replayed (they add up
+    /// to [`Prepared::work`]). The rows are identical whatever the number of threads.
     pub fn run(
         &self,
         in_sample: &TraceView<'_>,
         out_of_sample: &TraceView<'_>,
-        progress: &(dyn Fn() + Sync),
+        progress: &(dyn Fn(u64) + Sync),
     ) -> Vec<Row> {
-        let jobs: Vec<(usize, Sample)> =
-            (0..self.configs.len()).flat_map(|i| [(i, Sample::InSample), (i, Sample::OutOfSample)]).collect();
-        jobs.par_iter()
-            .map(|&(i, sample)| {
-                let key = &self.configs[i];
-                let trace = match sample {
-                    Sample::InSample => in_sample,
-                    Sample::OutOfSample => out_of_sample,
-                };
+        let runs: Vec<(&Keep, ReplayConfig)> = self
+            .configs
+            .iter()
+            .map(|key| {
                 let vi = self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
-                let counts = cachesim::replay(trace, &self.keeps[vi], &replay_config(&self.grid, key))
-                    .expect("every configuration was validated by prepare");
-                progress();
-                self.row(key, sample, counts)
+                (&self.keeps[vi], replay_config(&self.grid, key))
             })
+            .collect();
+        let runs: Vec<(&Keep, &ReplayConfig)> = runs.iter().map(|(k, c)| (*k, c)).collect();
+        let replay = |trace: &TraceView<'_>| {
+            cachesim::replay_many(trace, &runs, &|tokens| progress(tokens as u64))
+                .expect("every configuration was validated by prepare")
+        };
+        let (ins, oos) = (replay(in_sample), replay(out_of_sample));
+        // Configurations are sorted by key: rows in that order, in-sample first.
+        self.configs
+            .iter()
+            .zip(ins.into_iter().zip(oos))
+            .flat_map(|(key, (i, o))| [self.row(key, Sample::InSample, i), self.row(key, Sample::OutOfSample, o)])
             .collect()
     }
 

@@ -76,7 +76,15 @@ fn rows_are_identical_for_one_and_two_threads_and_derived_fields_follow_the_coun
     let p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
     let run = |threads| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        pool.install(|| p.run(&a.view(), &b.view(), &|| {}))
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let rows = pool.install(|| {
+            p.run(&a.view(), &b.view(), &|n| {
+                done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            })
+        });
+        // Progress adds up to the announced work: 64 configurations x 3 layers x (600 + 300) tokens.
+        assert_eq!((done.into_inner(), p.work(&a.view(), &b.view())), (64 * 3 * 900, 64 * 3 * 900));
+        rows
     };
     let one = run(1);
     let two = run(2);
@@ -165,12 +173,12 @@ fn shards_merge_into_the_unsharded_output() {
     };
     let full = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
     let whole =
-        SweepOutput { provenance: provenance.clone(), shard: None, rows: full.run(&a.view(), &b.view(), &|| {}) };
+        SweepOutput { provenance: provenance.clone(), shard: None, rows: full.run(&a.view(), &b.view(), &|_| {}) };
     let shard = |index, count| {
         let mut p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
         let shard = Shard { index, count };
         p.shard(shard).unwrap();
-        SweepOutput { provenance: provenance.clone(), shard: Some(shard), rows: p.run(&a.view(), &b.view(), &|| {}) }
+        SweepOutput { provenance: provenance.clone(), shard: Some(shard), rows: p.run(&a.view(), &b.view(), &|_| {}) }
     };
     let parts: Vec<SweepOutput> = (0..3).rev().map(|i| shard(i, 3)).collect();
     assert_eq!(parts.iter().map(|p| p.rows.len()).sum::<usize>(), whole.rows.len());
@@ -231,7 +239,7 @@ fn per_layer_caps_from_files_replay_each_layer_at_its_cap() {
             "full/lru/0/0/caps:uneven/2"
         ]
     );
-    let rows = p.run(&a.view(), &b.view(), &|| {});
+    let rows = p.run(&a.view(), &b.view(), &|_| {});
     let keep = cachesim::Keep::full(&a.view().shape());
     let r = rows.iter().find(|r| r.key == "full/lru/0/0/caps:uneven/2" && r.sample == Sample::InSample).unwrap();
     for (l, cap) in [2, 5, 8].into_iter().enumerate() {

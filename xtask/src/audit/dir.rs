@@ -258,7 +258,7 @@ mod tests {
                 stats_sha256: p.stats.sha256(),
             },
             shard: None,
-            rows: p.run(&calib.view(), &heldout.view(), &|| {}),
+            rows: p.run(&calib.view(), &heldout.view(), &|_| {}),
         };
         out.write(&dir.path().join("sweep")).unwrap();
         dir

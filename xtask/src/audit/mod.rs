@@ -161,7 +161,7 @@ pub fn audit_grid(subject: &str, grid: &Grid, calib: &TraceView<'_>, heldout: &T
     checks.push(differential(heldout, &prepared.variants.iter().map(|v| &v.keep).collect::<Vec<_>>()));
 
     // 5. Sweep rows.
-    let rows = prepared.run(calib, heldout, &|| {});
+    let rows = prepared.run(calib, heldout, &|_| {});
     checks.extend(sweep_checks(&prepared.profiles, &rows));
 
     // 6. Bad configurations refused before any work.

@@ -119,13 +119,17 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     if let Some(shard) = a.shard {
         prepared.shard(shard)?;
     }
-    let bar = indicatif::ProgressBar::new(prepared.jobs() as u64);
+    // Progress in token-layers replayed (configurations × layers × tokens of both traces).
+    let bar = indicatif::ProgressBar::new(prepared.work(&ins.view, &oos.view));
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} replays, {elapsed} elapsed, ETA {eta}")
-            .expect("a valid template"),
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{bar:40}} {{percent}}% of {} replays, {{elapsed}} elapsed, ETA {{eta}}",
+            prepared.jobs()
+        ))
+        .expect("a valid template"),
     );
     let start = std::time::Instant::now();
-    let rows = prepared.run(&ins.view, &oos.view, &|| bar.inc(1));
+    let rows = prepared.run(&ins.view, &oos.view, &|n| bar.inc(n));
     bar.finish_and_clear();
     let output = SweepOutput {
         provenance: Provenance {

@@ -1026,10 +1026,14 @@ fn softmax_row(z: &[f32], memo: &mut ExpMemo, out: &mut [f64]) {
     let max = f64::from(z[0]);
     let mut sum = 0.0;
     if memo.on {
+        let mut hits = 0;
         for (x, &zi) in out.iter_mut().zip(z) {
-            *x = memo.exp(f64::from(zi) - max);
-            sum += *x;
+            let (v, hit) = memo.exp(f64::from(zi) - max);
+            *x = v;
+            hits += usize::from(hit);
+            sum += v;
         }
+        memo.probe(z.len(), hits);
     } else {
         for (x, &zi) in out.iter_mut().zip(z) {
             *x = (f64::from(zi) - max).exp();
@@ -1077,27 +1081,30 @@ impl ExpMemo {
         ExpMemo { keys: vec![u64::MAX; 1 << MEMO_BITS], vals: vec![0.0; 1 << MEMO_BITS], on: true, lookups: 0, hits: 0 }
     }
 
+    /// exp(x) and whether the memo held it.
     #[inline(always)]
-    fn exp(&mut self, x: f64) -> f64 {
-        if !self.on {
-            return x.exp();
-        }
+    fn exp(&mut self, x: f64) -> (f64, bool) {
         let bits = x.to_bits();
         let i = ((bits ^ (bits >> 31)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MEMO_BITS)) as usize;
-        if self.lookups < MEMO_PROBE {
-            self.lookups += 1;
-            if self.lookups == MEMO_PROBE {
-                self.on = self.hits >= MEMO_PROBE / 2;
-            }
-            self.hits += u32::from(self.keys[i] == bits);
-        }
         if self.keys[i] == bits {
-            return self.vals[i];
+            return (self.vals[i], true);
         }
         let v = x.exp();
         self.keys[i] = bits;
         self.vals[i] = v;
-        v
+        (v, false)
+    }
+
+    /// Accounts one row's lookups while probing; turns the memo off when it does not pay.
+    #[inline(always)]
+    fn probe(&mut self, lookups: usize, hits: usize) {
+        if self.lookups < MEMO_PROBE {
+            self.lookups = self.lookups.saturating_add(lookups as u32);
+            self.hits = self.hits.saturating_add(hits as u32);
+            if self.lookups >= MEMO_PROBE {
+                self.on = self.hits >= self.lookups / 2;
+            }
+        }
     }
 }
 

@@ -129,33 +129,21 @@ impl Cache {
         self.pos[e] != ABSENT
     }
 
-    /// The slot of cached expert `e` (0 when slots are not kept).
     #[inline(always)]
-    fn slot(&self, e: usize) -> usize {
-        self.pos[e] as usize
-    }
-
-    /// Inserts `e` (not cached) and returns its slot: the last one (0 when slots are not kept).
-    #[inline(always)]
-    fn insert(&mut self, e: usize) -> usize {
-        let slot = if self.keep_slots {
-            let i = self.slots.len();
-            self.slots.push(e as u16);
-            i
-        } else {
-            0
-        };
-        self.pos[e] = slot as u32;
-        self.len += 1;
-        slot
-    }
-
-    /// Removes cached `e` and returns its slot, which the last slot's expert now fills
-    /// (`swap_remove`: policies that keep per-slot data mirror it).
-    #[inline(always)]
-    fn remove(&mut self, e: usize) -> usize {
-        let i = self.pos[e] as usize;
+    fn insert(&mut self, e: usize) {
         if self.keep_slots {
+            self.pos[e] = self.slots.len() as u32;
+            self.slots.push(e as u16);
+        } else {
+            self.pos[e] = 0;
+        }
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    fn remove(&mut self, e: usize) {
+        if self.keep_slots {
+            let i = self.pos[e] as usize;
             self.slots.swap_remove(i);
             if let Some(&moved) = self.slots.get(i) {
                 self.pos[usize::from(moved)] = i as u32;
@@ -163,7 +151,6 @@ impl Cache {
         }
         self.pos[e] = ABSENT;
         self.len -= 1;
-        i
     }
 
     fn clear(&mut self) {
@@ -184,8 +171,7 @@ impl Cache {
 trait Evictor {
     /// k-way mode selects all of a token's victims at once with [`Evictor::victims`].
     const BATCH: bool = false;
-    /// The policy reads `Cache::slots` (scans the cached experts) and may keep per-slot data,
-    /// mirroring the cache's slot moves: a push on insertion, a `swap_remove` on eviction.
+    /// The policy reads `Cache::slots` (scans the cached experts).
     const SLOTS: bool = false;
     /// How many leading candidates of F the credits read (F is built at least this long).
     fn f_needed(&self) -> usize {
@@ -194,11 +180,11 @@ trait Evictor {
     /// Forgets all state: the cache (still holding its experts) is about to be emptied at a
     /// sequence start.
     fn reset(&mut self, cache: &Cache);
-    /// Expert `e`, the `i`-th chosen of token `t`, in cache slot `slot` (with `SLOTS`), was
-    /// accessed at pick time `now`; `inserted`: it was just inserted (into the last slot).
-    fn access(&mut self, e: usize, now: u64, t: usize, i: usize, slot: usize, inserted: bool);
-    /// Expert `e` was evicted from slot `slot` (with `SLOTS`: the last slot moved into it).
-    fn evicted(&mut self, _e: usize, _slot: usize) {}
+    /// Expert `e`, the `i`-th chosen of token `t`, was accessed at pick time `now`; `inserted`:
+    /// it was just inserted.
+    fn access(&mut self, e: usize, now: u64, t: usize, i: usize, inserted: bool);
+    /// Expert `e` was evicted.
+    fn evicted(&mut self, _e: usize) {}
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
     fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize;
     /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`, each
@@ -335,14 +321,14 @@ impl Evictor for Lru {
         self.0.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
         if !inserted {
             self.0.unlink(e);
         }
         self.0.push_back(e);
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize, _slot: usize) {
+    fn evicted(&mut self, e: usize) {
         self.0.unlink(e);
     }
     #[inline(always)]
@@ -358,13 +344,13 @@ impl Evictor for Fifo {
         self.0.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
         if inserted {
             self.0.push_back(e);
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize, _slot: usize) {
+    fn evicted(&mut self, e: usize) {
         self.0.unlink(e);
     }
     #[inline(always)]
@@ -546,7 +532,7 @@ impl Evictor for Lfu {
         self.g.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
         let g = &mut self.g;
         if inserted {
             let first = g.first_group();
@@ -569,7 +555,7 @@ impl Evictor for Lfu {
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize, _slot: usize) {
+    fn evicted(&mut self, e: usize) {
         self.g.remove(e);
     }
     #[inline(always)]
@@ -814,7 +800,7 @@ impl Evictor for Belady {
         self.counts.clear(cache.slots.iter().map(|&e| next[usize::from(e)] as usize));
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, _slot: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, inserted: bool) {
         if !inserted {
             self.counts.sub(self.next[e] as usize, 1);
         }
@@ -823,7 +809,7 @@ impl Evictor for Belady {
         self.counts.add(next as usize, 1);
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize, _slot: usize) {
+    fn evicted(&mut self, e: usize) {
         self.counts.sub(self.next[e] as usize, 1);
     }
     #[inline(always)]
@@ -903,14 +889,14 @@ impl Evictor for NearPick {
         self.near.fill(0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _slot: usize, inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
         self.last[e] = now;
         if inserted {
             self.counts.add(self.near[e] as usize, 1);
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize, _slot: usize) {
+    fn evicted(&mut self, e: usize) {
         self.counts.sub(self.near[e] as usize, 1);
     }
     #[inline(always)]
@@ -982,7 +968,7 @@ impl Evictor for NearPickEma {
         self.s.fill(0.0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _slot: usize, _inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
         self.last[e] = now;
     }
     #[inline(always)]
@@ -1115,7 +1101,7 @@ impl Evictor for InvRouter<'_> {
         self.s.fill(0.0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _slot: usize, _inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
         self.last[e] = now;
     }
     #[inline(always)]
@@ -1268,8 +1254,8 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                 pol.victims(&cache, &prot, stamp, q, chosen, &mut victims);
                 for &key in &victims {
                     let v = (key & 0xFFFF) as usize;
-                    let slot = cache.remove(v);
-                    pol.evicted(v, slot);
+                    cache.remove(v);
+                    pol.evicted(v);
                 }
             }
         }
@@ -1278,16 +1264,16 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             now += 1;
             if cache.contains(e) {
                 c.hits += u64::from(counted);
-                pol.access(e, now, t, i, cache.slot(e), false);
+                pol.access(e, now, t, i, false);
             } else {
                 c.misses += u64::from(counted);
                 if cache.len >= cap {
                     let v = pol.victim(&cache, &prot, stamp);
-                    let slot = cache.remove(v);
-                    pol.evicted(v, slot);
+                    cache.remove(v);
+                    pol.evicted(v);
                 }
-                let slot = cache.insert(e);
-                pol.access(e, now, t, i, slot, true);
+                cache.insert(e);
+                pol.access(e, now, t, i, true);
             }
         }
 

@@ -745,7 +745,8 @@ impl Belady {
     /// Backward pass over the λ = 0 selections (F[0..n]) of the layer.
     fn new(p: &Params<'_>, inp: &LayerInput<'_>) -> Belady {
         let (m, k) = (p.m, p.k_used);
-        let never = u32::try_from(p.tokens).expect("a layer of fewer than 2^32 tokens");
+        // validate() refuses belady on 2^32 tokens or more.
+        let never = p.tokens as u32;
         let mut next_of = vec![never; p.tokens * k];
         let mut upcoming = vec![never; p.num_experts];
         let mut ri = p.resets.len();

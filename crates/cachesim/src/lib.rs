@@ -148,7 +148,7 @@ impl ReplayCounts {
 ///
 /// # Errors
 /// - [`CacheSimError::InvalidParameter`]: `k_used` = 0, `cap` = 0, λ negative or not finite,
-///   decay outside (0, 1].
+///   decay outside (0, 1], `belady` on a trace of 2^32 tokens or more.
 /// - [`CacheSimError::KUsedAboveCandidates`]: `k_used` > m.
 /// - [`CacheSimError::CapBelowKUsed`]: `cap` < `k_used`.
 /// - [`CacheSimError::BeladyWithLambda`]: `belady` with λ > 0.
@@ -186,6 +186,9 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     if cfg.policy == Policy::Belady && cfg.lambda > 0.0 {
         return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });
     }
+    if cfg.policy == Policy::Belady && u32::try_from(shape.tokens).is_err() {
+        return invalid("policy", "belady".into(), "next uses are recorded as u32: at most 2^32 - 1 tokens");
+    }
     if cfg.lambda > 0.0 && !has_scores {
         return Err(CacheSimError::NeedsScores { what: "cache-aware routing (lambda > 0)" });
     }
@@ -202,6 +205,10 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
 ///
 /// Validates first ([`validate`], and the keep set's shape), then runs the layers in parallel on
 /// the rayon pool; the result does not depend on the thread count.
+///
+/// Memory per layer being replayed: a few arrays of E entries, plus for `near_pick` and `belady`
+/// a count per token index (4 bytes × T, e.g. 512 KiB for 131,072 tokens) and for `belady` the
+/// next use of every pick (4 bytes × T × k_used).
 ///
 /// # Errors
 /// As [`validate`], plus [`CacheSimError::KeepMismatch`] when `keep` does not have the trace's

@@ -617,20 +617,21 @@ impl ValueCounts {
         c
     }
 
-    /// The smallest v with at least `need` counted at or below it (the largest value in use
-    /// when fewer are counted).
+    /// With `FROM_HIGH` false: the smallest v with at least `need` counted at or below it; with
+    /// `FROM_HIGH` true: the largest v with at least `need` counted at or above it. When fewer
+    /// are counted, the last value in use the walk reached.
     #[inline(always)]
-    fn bound_from_low(&mut self, need: usize) -> usize {
+    fn bound<const FROM_HIGH: bool>(&mut self, need: usize) -> usize {
         let (mut seen, mut last) = (0, 0);
-        for sw in 0..self.summary.len() {
+        let words = self.summary.len();
+        for i in 0..words {
+            let sw = if FROM_HIGH { words - 1 - i } else { i };
             let mut sword = self.summary[sw];
             while sword != 0 {
-                let w = sw * 64 + sword.trailing_zeros() as usize;
-                sword &= sword - 1;
+                let w = sw * 64 + take_bit::<FROM_HIGH>(&mut sword);
                 let mut word = self.bits[w];
                 while word != 0 {
-                    let v = w * 64 + word.trailing_zeros() as usize;
-                    word &= word - 1;
+                    let v = w * 64 + take_bit::<FROM_HIGH>(&mut word);
                     let c = self.visit(v);
                     if c > 0 {
                         seen += c;
@@ -644,36 +645,15 @@ impl ValueCounts {
         }
         last
     }
+}
 
-    /// The largest v with at least `need` counted at or above it (the smallest value in use
-    /// when fewer are counted).
-    #[inline(always)]
-    fn bound_from_high(&mut self, need: usize) -> usize {
-        let (mut seen, mut last) = (0, 0);
-        for sw in (0..self.summary.len()).rev() {
-            let mut sword = self.summary[sw];
-            while sword != 0 {
-                let top = 63 - sword.leading_zeros() as usize;
-                sword &= !(1 << top);
-                let w = sw * 64 + top;
-                let mut word = self.bits[w];
-                while word != 0 {
-                    let b = 63 - word.leading_zeros() as usize;
-                    word &= !(1 << b);
-                    let v = w * 64 + b;
-                    let c = self.visit(v);
-                    if c > 0 {
-                        seen += c;
-                        last = v;
-                        if seen >= need {
-                            return v;
-                        }
-                    }
-                }
-            }
-        }
-        last
-    }
+/// Clears and returns the position of the lowest set bit of `word` (the highest with
+/// `HIGHEST`); `word` is not 0.
+#[inline(always)]
+fn take_bit<const HIGHEST: bool>(word: &mut u64) -> usize {
+    let b = if HIGHEST { 63 - word.leading_zeros() as usize } else { word.trailing_zeros() as usize };
+    *word &= !(1 << b);
+    b
 }
 
 /// Victim selection of the policies whose first key is an integer value counted in
@@ -777,7 +757,7 @@ impl Belady {
     /// The `q` unprotected cached experts of farthest next use (ties: lowest id) into `out`.
     #[inline(always)]
     fn farthest(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
-        let bound = self.counts.bound_from_high(q) as u32;
+        let bound = self.counts.bound::<true>(q) as u32;
         let next = &self.next;
         pick_counted(
             cache,
@@ -862,7 +842,7 @@ impl NearPick {
     /// must leave the protected ones out.
     #[inline(always)]
     fn lowest(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
-        let bound = self.counts.bound_from_low(q) as u64;
+        let bound = self.counts.bound::<false>(q) as u64;
         let (near, last) = (&self.near, &self.last);
         pick_counted(
             cache,

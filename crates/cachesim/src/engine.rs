@@ -80,28 +80,16 @@ pub(crate) struct LayerInput<'a> {
 /// Replays one layer with the configured policy.
 pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts {
     let e = p.num_experts;
-    let buf = || Vec::with_capacity(1);
     match p.policy {
         Policy::Lru => run(p, inp, Lru(List::new(e))),
         Policy::Fifo => run(p, inp, Fifo(List::new(e))),
         Policy::Lfu => run(p, inp, Lfu { g: Groups::new(e, p.cap) }),
         Policy::Belady => run(p, inp, Belady::new(p, inp)),
         Policy::NearPick => run(p, inp, NearPick::new(p)),
-        Policy::NearPickEma => {
-            let pol = NearPickEma { s: vec![0.0; e], last: vec![0; e], n: p.near_n, decay: p.decay, buf: buf() };
-            run(p, inp, pol)
-        }
+        Policy::NearPickEma => run(p, inp, Decayed::new(p, EmaCredit { n: p.near_n })),
         Policy::InvRouter => {
-            let pol = InvRouter {
-                s: vec![0.0; e],
-                last: vec![0; e],
-                decay: p.decay,
-                exps: vec![0.0; p.m],
-                memo: ExpMemo::new(),
-                buf: buf(),
-                probs: inp.probs,
-            };
-            run(p, inp, pol)
+            let credit = RouterCredit { exps: vec![0.0; p.m], memo: ExpMemo::new(), probs: inp.probs };
+            run(p, inp, Decayed::new(p, credit))
         }
     }
 }
@@ -931,19 +919,55 @@ fn decay_all(s: &mut [f64], d: f64) {
     }
 }
 
-struct NearPickEma {
+/// near_pick_ema and inv_router: priority (s, last access) with s ← d·s + x once per token for
+/// every expert; they differ only in the credit x (`C`). Decays are eager (see the module doc);
+/// victims come from one scan of the cached experts per token ([`scan_lowest`]).
+struct Decayed<C> {
     s: Vec<f64>,
     last: Vec<u64>,
-    n: usize,
     decay: f64,
     buf: Vec<u128>,
+    credit: C,
 }
 
-impl Evictor for NearPickEma {
+impl<C> Decayed<C> {
+    fn new(p: &Params<'_>, credit: C) -> Decayed<C> {
+        let e = p.num_experts;
+        Decayed { s: vec![0.0; e], last: vec![0; e], decay: p.decay, buf: Vec::with_capacity(1), credit }
+    }
+}
+
+/// The credit x of a [`Decayed`] policy, added to `s` after the decay of token `t`.
+trait Credit {
+    /// How many leading candidates of F the credit reads.
+    fn f_needed(&self) -> usize;
+    /// Adds the credits of token `t` to `s` (`[E]`).
+    fn credit(&mut self, s: &mut [f64], t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>);
+}
+
+/// near_pick_ema: x = 1 for the experts at rank < N of F, 0 elsewhere (adding 0 is exact, so
+/// adding 1 where x = 1 equals the reference's d·s + x bit for bit).
+struct EmaCredit {
+    n: usize,
+}
+
+impl Credit for EmaCredit {
+    fn f_needed(&self) -> usize {
+        self.n
+    }
+    #[inline(always)]
+    fn credit(&mut self, s: &mut [f64], _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+        for &e in f.iter().take(self.n) {
+            s[usize::from(e)] += 1.0;
+        }
+    }
+}
+
+impl<C: Credit> Evictor for Decayed<C> {
     const BATCH: bool = true;
     const SLOTS: bool = true;
     fn f_needed(&self) -> usize {
-        self.n
+        self.credit.f_needed()
     }
     fn reset(&mut self, _cache: &Cache) {
         self.s.fill(0.0);
@@ -963,24 +987,18 @@ impl Evictor for NearPickEma {
         scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
     }
     #[inline(always)]
-    fn end_token(&mut self, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, _cache: &Cache) {
-        // s <- d*s + x, eagerly: d*s for every expert, then + 1 where x = 1 (adding 0 elsewhere
-        // is exact, so this equals the reference's d*s + x bit for bit).
+    fn end_token(&mut self, t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>, _cache: &Cache) {
         decay_all(&mut self.s, self.decay);
-        for &e in f.iter().take(self.n) {
-            self.s[usize::from(e)] += 1.0;
-        }
+        self.credit.credit(&mut self.s, t, f, row, scores);
     }
 }
 
-struct InvRouter<'a> {
-    s: Vec<f64>,
-    last: Vec<u64>,
-    decay: f64,
+/// inv_router: x = the softmax of the row's scores over all m candidates (0 for experts not
+/// among them).
+struct RouterCredit<'a> {
     /// The softmax of the current row, `[m]`.
     exps: Vec<f64>,
     memo: ExpMemo,
-    buf: Vec<u128>,
     /// The layer's softmax rows computed beforehand ([`softmax_layer`], `[T, m]`), if given.
     probs: Option<&'a [f64]>,
 }
@@ -1075,29 +1093,12 @@ impl ExpMemo {
     }
 }
 
-impl Evictor for InvRouter<'_> {
-    const BATCH: bool = true;
-    const SLOTS: bool = true;
-    fn reset(&mut self, _cache: &Cache) {
-        self.s.fill(0.0);
+impl Credit for RouterCredit<'_> {
+    fn f_needed(&self) -> usize {
+        0
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
-        self.last[e] = now;
-    }
-    #[inline(always)]
-    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        let (s, last) = (&self.s, &self.last);
-        scan_one(cache, prot, stamp, &mut self.buf, |e| s[e].to_bits(), |e| last[e])
-    }
-    #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, _chosen: &[u16], out: &mut Vec<u128>) {
-        let (s, last) = (&self.s, &self.last);
-        scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
-    }
-    #[inline(always)]
-    fn end_token(&mut self, t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, _cache: &Cache) {
-        decay_all(&mut self.s, self.decay);
+    fn credit(&mut self, s: &mut [f64], t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
         let m = row.len();
         let p: &[f64] = match (self.probs, scores) {
             (Some(probs), _) => &probs[t * m..(t + 1) * m],
@@ -1109,7 +1110,7 @@ impl Evictor for InvRouter<'_> {
             (None, None) => return,
         };
         for (&e, &x) in row.iter().zip(p) {
-            self.s[usize::from(e)] += x;
+            s[usize::from(e)] += x;
         }
     }
 }

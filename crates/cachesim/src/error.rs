@@ -35,6 +35,16 @@ pub enum CacheSimError {
         /// m, candidates per row in the trace.
         candidates: usize,
     },
+    /// The warmup covers the whole trace: nothing would be counted.
+    #[error(
+        "warmup = {warmup} tokens covers the whole trace ({tokens} tokens): nothing would be counted; use a smaller warmup"
+    )]
+    WarmupCoversTrace {
+        /// W, tokens not counted.
+        warmup: usize,
+        /// T, tokens in the trace.
+        tokens: usize,
+    },
     /// The configuration needs router scores and the trace has none.
     #[error("{what} needs router scores, and the trace has none")]
     NeedsScores {

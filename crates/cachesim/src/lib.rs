@@ -151,6 +151,7 @@ impl ReplayCounts {
 ///   decay outside (0, 1], `belady` on a trace of 2^32 tokens or more.
 /// - [`CacheSimError::KUsedAboveCandidates`]: `k_used` > m.
 /// - [`CacheSimError::CapBelowKUsed`]: `cap` < `k_used`.
+/// - [`CacheSimError::WarmupCoversTrace`]: warmup >= the trace's tokens (nothing would count).
 /// - [`CacheSimError::BeladyWithLambda`]: `belady` with λ > 0.
 /// - [`CacheSimError::NeedsScores`]: λ > 0 or `inv_router` on a trace without scores.
 /// - [`CacheSimError::NoRoomForRouting`]: λ > 0 and m == `k_used`.
@@ -174,6 +175,9 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     }
     if cfg.cap < k_used {
         return Err(CacheSimError::CapBelowKUsed { cap: cfg.cap, k_used });
+    }
+    if cfg.warmup >= shape.tokens {
+        return Err(CacheSimError::WarmupCoversTrace { warmup: cfg.warmup, tokens: shape.tokens });
     }
     if let Some(caps) = &cfg.layer_caps {
         if caps.len() != shape.layers {

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{fails, ok, real_data, s, synth};
+use common::{fails, ok, ok_in, real_data, run, s, synth};
 
 fn replay_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(args)).unwrap()
@@ -127,6 +127,21 @@ fn default_sweep_writes_sorted_results() {
     let v: serde_json::Value = serde_json::from_slice(&one).unwrap();
     assert_eq!(v["provenance"]["in_sample"]["source"], "embedded:data/default-calib.safetensors");
     assert!(!v["rows"].as_array().unwrap().is_empty());
+    // CSV columns are unique: one SSD column per profile, one tok/s column per bandwidth
+    // (`reference` has two bandwidths, the grid's laptop profile one).
+    let csv = String::from_utf8(std::fs::read(out.join("results.csv")).unwrap()).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let costs: Vec<&str> = header.iter().copied().filter(|h| h.contains('@')).collect();
+    assert_eq!(
+        costs,
+        [
+            "ssd_mb_per_token@reference",
+            "tok_s@reference@3.9",
+            "tok_s@reference@6.8",
+            "ssd_mb_per_token@laptop-17mb",
+            "tok_s@laptop-17mb@3.9"
+        ]
+    );
 }
 
 #[test]
@@ -185,4 +200,36 @@ fn sharded_sweep_merges_to_the_same_bytes() {
     }
     let e = fails(&["sweep", "--shard", "3/3"]);
     assert!(e.contains("need 0 <= I < N"), "{e}");
+}
+
+/// A grid with relative paths gives the same results.json from any working directory (paths are
+/// recorded as the grid wrote them), so shards started in different directories merge into the
+/// bytes of an unsharded run; shards of different inputs are refused, naming what differs.
+#[test]
+fn sweep_provenance_does_not_depend_on_the_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let g = root.join("g");
+    std::fs::create_dir(&g).unwrap();
+    synth(&root.join("c.safetensors"), [2, 16, 2, 4, 400], &["--seed", "1"]);
+    synth(&root.join("h.safetensors"), [2, 16, 2, 4, 200], &["--seed", "2"]);
+    let grid = r#"{"traces": {"in_sample": "../c.safetensors", "out_of_sample": "../h.safetensors"},
+        "variants": ["full", "frequency@8"], "warmup": 8,
+        "blocks": [{"policies": ["lru", "belady", "near_pick"], "cap": [2, 4]}]}"#;
+    std::fs::write(g.join("grid.json"), grid).unwrap();
+    ok_in(root, &["sweep", "g/grid.json", "-o", "whole-a"]);
+    ok_in(&g, &["sweep", "grid.json", "-o", "../whole-b"]);
+    let results = |d: &str| std::fs::read_to_string(root.join(d).join("results.json")).unwrap();
+    assert_eq!(results("whole-a"), results("whole-b"));
+    assert!(results("whole-a").contains(r#""in_sample": "../c.safetensors""#));
+    ok_in(root, &["sweep", "g/grid.json", "--shard", "0/2", "-o", "s0"]);
+    ok_in(&g, &["sweep", "grid.json", "--shard", "1/2", "-o", "../s1"]);
+    ok_in(root, &["sweep", "merge", "s0", "s1", "-o", "merged"]);
+    assert_eq!(results("whole-a"), results("merged"));
+    // A shard of another held-out trace is refused, naming what differs.
+    synth(&root.join("h2.safetensors"), [2, 16, 2, 4, 200], &["--seed", "3"]);
+    ok_in(&g, &["sweep", "grid.json", "--shard", "1/2", "--out-of-sample", "../h2.safetensors", "-o", "../s1b"]);
+    let out = run(&["sweep", "merge", s(&root.join("s0")), s(&root.join("s1b")), "-o", s(&root.join("m2"))]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("out-of-sample trace (SHA-256)"), "{e}");
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{ok, s, synth};
+use common::{fails, ok, s, synth};
 
 use std::path::Path;
 
@@ -63,20 +63,18 @@ fn mrc_and_a_verified_plan() {
         assert!(pl["in_sample_misses_per_token"].as_f64() <= un["in_sample_misses_per_token"].as_f64());
         assert_eq!(un["caps"], serde_json::json!([10, 10, 10, 10]));
     }
-    // The plan's caps replay through `replay --layer-caps`.
-    let r: serde_json::Value = serde_json::from_str(&ok(&[
-        "replay",
-        s(&held),
-        "--policy",
-        "lru",
-        "--cap",
-        "3",
-        "--layer-caps",
-        s(&plan),
-        "--json",
-    ]))
-    .unwrap();
+    // The plan's caps replay through `replay --layer-caps` (with or without a --cap, which they
+    // override).
+    let replay = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["replay", s(&held), "--policy", "lru", "--layer-caps", s(&plan), "--json"];
+        args.extend(extra);
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    let r = replay(&[]);
+    assert_eq!(r, replay(&["--cap", "3"]));
     if p["chosen"]["variant"] == "full" {
         assert_eq!(r["misses_per_token"], chosen["out_of_sample_misses_per_token"]);
     }
+    let e = fails(&["replay", s(&held), "--policy", "lru", "--json"]);
+    assert!(e.contains("--cap"), "{e}");
 }

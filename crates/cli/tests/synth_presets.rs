@@ -200,5 +200,7 @@ fn synth_preset_flag_and_model_overrides() {
     // A misspelt parameter is refused, not silently ignored.
     let err = fails(&["synth", "--model", r#"{"resue": 0.3}"#, "-o", s(&bad)]);
     assert!(err.contains("unknown field `resue`"), "{err}");
+    let err = fails(&["synth", "--model", r#"{"layers": 10}"#, "-o", s(&bad)]);
+    assert!(err.contains("`layers` is set by its flag (--layers)"), "{err}");
     assert!(!bad.exists());
 }

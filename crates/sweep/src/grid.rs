@@ -207,6 +207,26 @@ impl Grid {
         Ok(g)
     }
 
+    /// The grid with the paths [`Grid::from_json`] resolved against `base` written relative to it
+    /// again (absolute paths and paths elsewhere are kept): what `results.json` records, so that
+    /// the same grid file run from different working directories gives the same provenance (and
+    /// shards run from different directories can be merged).
+    pub fn relative_to(&self, base: &Path) -> Grid {
+        let rel = |p: &Path| -> PathBuf { p.strip_prefix(base).map_or_else(|_| p.to_path_buf(), Path::to_path_buf) };
+        let mut g = self.clone();
+        g.traces.in_sample = rel(&g.traces.in_sample);
+        g.traces.out_of_sample = rel(&g.traces.out_of_sample);
+        for b in &mut g.blocks {
+            b.layer_caps.iter_mut().for_each(|p| *p = rel(p));
+        }
+        for v in &mut g.variants {
+            if let Some(rest) = v.strip_prefix("file:") {
+                *v = format!("file:{}", rel(Path::new(rest)).display());
+            }
+        }
+        g
+    }
+
     /// Resolves the device profiles.
     ///
     /// # Errors
@@ -301,6 +321,12 @@ impl Grid {
         }
         out.sort();
         out.dedup();
+        if out.is_empty() {
+            return Err(SweepError::Grid {
+                key: "blocks".into(),
+                reason: "no configurations: give at least one block".into(),
+            });
+        }
         Ok(out)
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::{Grid, Result, Row, Sample, SweepError};
+use crate::{Cost, Grid, Result, Row, Sample, SweepError};
 
 /// Where the inputs of a sweep came from, recorded beside its rows.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -122,8 +122,23 @@ impl SweepOutput {
             if std::mem::replace(&mut seen[sh.index], true) {
                 return bad(format!("shard {}/{count} given twice", sh.index));
             }
-            if p.provenance != first.provenance {
-                return bad(format!("output {i} (shard {}/{count}) comes from another grid or other inputs", sh.index));
+            let (a, b) = (&first.provenance, &p.provenance);
+            let differs = [
+                ("tool version", a.tool_version == b.tool_version),
+                ("in-sample trace (SHA-256)", a.in_sample.sha256 == b.in_sample.sha256),
+                ("out-of-sample trace (SHA-256)", a.out_of_sample.sha256 == b.out_of_sample.sha256),
+                ("in-sample statistics (SHA-256)", a.stats_sha256 == b.stats_sha256),
+                ("grid", a.grid == b.grid),
+                (
+                    "trace paths",
+                    a.in_sample.source == b.in_sample.source && a.out_of_sample.source == b.out_of_sample.source,
+                ),
+            ];
+            if let Some((what, _)) = differs.iter().find(|(_, same)| !same) {
+                return bad(format!(
+                    "output {i} (shard {}/{count}) differs from output 0 in its {what}: not the same grid and inputs",
+                    sh.index
+                ));
             }
         }
         if let Some(missing) = seen.iter().position(|s| !s) {
@@ -187,11 +202,15 @@ impl SweepOutput {
              | variant | cap | best online in-sample | in-sample | out-of-sample | shift | best online out-of-sample | out-of-sample | Belady in / out |\n\
              |---|---:|---|---:|---:|---:|---|---:|---|\n",
         );
-        for b in self.best_per_variant() {
+        let best = self.best_per_variant();
+        // With several k_used in the grid, the variant cell says which one (rows would collide).
+        let several_k = best.iter().any(|b| b.k_used != best[0].k_used);
+        for b in best {
             let belady = b.belady.map_or("-".to_string(), |(i, o)| format!("{i:.4} / {o:.4}"));
+            let variant = if several_k { format!("{} (k_used {})", b.variant, b.k_used) } else { b.variant.clone() };
             s += &format!(
                 "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {} | {:.4} | {} |\n",
-                b.variant,
+                variant,
                 b.layer_caps.as_ref().map_or_else(|| b.cap.to_string(), |n| format!("caps:{n}")),
                 b.in_sample_best,
                 b.in_sample_misses_per_token,
@@ -218,7 +237,9 @@ impl SweepOutput {
         write_atomic(&dir.join("summary.md"), self.summary_markdown().as_bytes())
     }
 
-    /// The rows as CSV: key fields, counts, derived fields, then `tok_s@PROFILE@BW` columns.
+    /// The rows as CSV: key fields, counts, derived fields, then per profile one
+    /// `ssd_mb_per_token@PROFILE` column (it does not depend on the bandwidth) and one
+    /// `tok_s@PROFILE@BW` column per bandwidth.
     pub fn csv(&self) -> Vec<u8> {
         let mut w = csv::Writer::from_writer(Vec::new());
         let mut header: Vec<String> = [
@@ -244,9 +265,13 @@ impl SweepOutput {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // Costs come grouped by profile, bandwidths in order: the SSD column opens each group.
+        let opens_profile = |cost: &[Cost], i: usize| i == 0 || cost[i - 1].profile != cost[i].profile;
         if let Some(r) = self.rows.first() {
-            for c in &r.cost {
-                header.push(format!("ssd_mb_per_token@{}", c.profile));
+            for (i, c) in r.cost.iter().enumerate() {
+                if opens_profile(&r.cost, i) {
+                    header.push(format!("ssd_mb_per_token@{}", c.profile));
+                }
                 header.push(format!("tok_s@{}@{}", c.profile, c.bandwidth_gbps));
             }
         }
@@ -273,8 +298,10 @@ impl SweepOutput {
                 r.hit_rate.to_string(),
                 r.misses_per_token.to_string(),
             ];
-            for cost in &r.cost {
-                rec.push(cost.ssd_mb_per_token.to_string());
+            for (i, cost) in r.cost.iter().enumerate() {
+                if opens_profile(&r.cost, i) {
+                    rec.push(cost.ssd_mb_per_token.to_string());
+                }
                 rec.push(cost.tok_s.to_string());
             }
             w.write_record(&rec).expect("writing to a Vec cannot fail");

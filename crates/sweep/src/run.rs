@@ -139,10 +139,11 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
     let configs = grid.expand(&labels, a.top_k as usize)?;
     let profiles = grid.device_profiles()?;
     for key in &configs {
-        for input in [in_sample, out_of_sample] {
+        for (input, which) in [(in_sample, "in-sample"), (out_of_sample, "out-of-sample")] {
             let v = &input.view;
-            cachesim::validate(&v.shape(), v.parts().scores.is_some(), &replay_config(grid, key))
-                .map_err(|source| SweepError::Config { key: key.to_string(), source })?;
+            cachesim::validate(&v.shape(), v.parts().scores.is_some(), &replay_config(grid, key)).map_err(
+                |source| SweepError::Config { key: format!("{key} on the {which} trace {}", input.source), source },
+            )?;
         }
     }
     let shape = in_sample.view.shape();

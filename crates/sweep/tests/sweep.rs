@@ -139,10 +139,16 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
     let e = err(&with_block(r#"{"policies": ["lruu"], "cap": [4]}"#));
     assert!(matches!(&e, SweepError::Grid { key, .. } if key == "blocks[0].policies: lruu"), "{e}");
     let e = err(&with_block(r#"{"policies": ["lru"], "cap": [1]}"#));
-    assert!(matches!(&e, SweepError::Config { key, .. } if key == "frequency@8/lru/0/0/1/2"), "{e}");
+    assert!(
+        matches!(&e, SweepError::Config { key, .. } if key == "frequency@8/lru/0/0/1/2 on the in-sample trace a"),
+        "{e}"
+    );
     assert!(e.to_string().contains("use --cap 2 or more"), "{e}");
     let e = err(&with_block(r#"{"policies": ["belady"], "lambda": [0.05], "cap": [4]}"#));
-    assert!(matches!(&e, SweepError::Config { key, .. } if key == "frequency@8/belady/0.05/0/4/2"), "{e}");
+    assert!(matches!(&e, SweepError::Config { key, .. } if key.starts_with("frequency@8/belady/0.05/0/4/2 ")), "{e}");
+    // A warmup as long as the held-out trace (300 tokens) would count nothing there.
+    let e = err(&grid(&GRID.replace("\"warmup\": 16", "\"warmup\": 300")));
+    assert!(e.to_string().contains("on the out-of-sample trace b: warmup = 300 tokens covers the whole trace"), "{e}");
     let e = err(&with_block(r#"{"policies": ["lru"], "cap": [8], "k_used": [7]}"#));
     assert!(e.to_string().contains("k_used = 7"), "{e}");
     let e = err(&grid(&GRID.replace("\"l2_sum@12\"", "\"l2_sum@17\"")));
@@ -152,6 +158,11 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
     assert!(matches!(&e, SweepError::Grid { key, .. } if key == "variants: l2_sum"), "{e}");
     let e = err(&grid(&GRID.replace("\"full\", \"frequency@8\"", "\"full\", \"full\", \"frequency@8\"")));
     assert!(e.to_string().contains("duplicate variant full"), "{e}");
+    // A grid without blocks has nothing to run.
+    let mut empty = grid(GRID);
+    empty.blocks.clear();
+    let e = err(&empty);
+    assert!(matches!(&e, SweepError::Grid { key, .. } if key == "blocks"), "{e}");
     // Unknown fields are refused when the grid is parsed.
     assert!(Grid::from_json(&GRID.replace("\"warmup\"", "\"warmpu\""), Path::new("")).is_err());
     // A missing grid file names the path.
@@ -194,7 +205,7 @@ fn shards_merge_into_the_unsharded_output() {
     let mut other = parts[1].clone();
     other.provenance.stats_sha256 = "different".into();
     let e = SweepOutput::merge(vec![parts[0].clone(), other, parts[2].clone()]).unwrap_err();
-    assert!(e.to_string().contains("another grid or other inputs"), "{e}");
+    assert!(e.to_string().contains("differs from output 0 in its in-sample statistics (SHA-256)"), "{e}");
     let e = SweepOutput::merge(vec![whole]).unwrap_err();
     assert!(e.to_string().contains("not a shard"), "{e}");
 }
@@ -265,4 +276,33 @@ fn per_layer_caps_from_files_replay_each_layer_at_its_cap() {
     let missing = Grid::from_json(&text.replace("plan.json", "nope.json"), dir.path()).unwrap();
     let e = prepare(&missing, &input(&a, "a"), &input(&b, "b")).unwrap_err();
     assert!(e.to_string().contains("nope.json"), "{e}");
+}
+
+/// With several k_used in a grid, the summary's variant cell names k_used (rows would collide).
+#[test]
+fn summary_tells_k_used_apart() {
+    let md = summary_of(&grid(&GRID.replace(
+        r#"{"policies": ["lru", "fifo", "lfu", "belady"], "cap": [2, 4, 8]}"#,
+        r#"{"policies": ["lru"], "cap": [4], "k_used": [1, 2]}"#,
+    )));
+    assert!(md.contains("| full (k_used 1) | 4 |") && md.contains("| full (k_used 2) | 4 |"), "{md}");
+    // One k_used: the plain variant name.
+    assert!(!summary_of(&grid(GRID)).contains("k_used"));
+}
+
+fn summary_of(g: &Grid) -> String {
+    let (a, b) = traces();
+    let p = prepare(g, &input(&a, "a"), &input(&b, "b")).unwrap();
+    let out = sweep::SweepOutput {
+        provenance: sweep::Provenance {
+            tool_version: "t".into(),
+            grid: g.clone(),
+            in_sample: sweep::InputRef { source: "a".into(), sha256: "0".into() },
+            out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
+            stats_sha256: "0".into(),
+        },
+        shard: None,
+        rows: p.run(&a.view(), &b.view(), &|_| {}),
+    };
+    out.summary_markdown()
 }

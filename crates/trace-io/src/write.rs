@@ -63,18 +63,15 @@ fn write_inner(path: &Path, trace: &TraceView<'_>) -> Result<()> {
 }
 
 /// Writes a file atomically: `fill` writes the contents into a buffered temporary file in the
-/// same directory as `path`, which is then renamed over `path`. On any error the temporary file
-/// is removed and `path` is untouched, so no partial output is ever left behind. The file gets
-/// the usual permissions (0644 before the umask on Unix), not the temporary file's 0600.
+/// same directory as `path` (created with its missing parents first), which is then renamed over
+/// `path`. On any error the temporary file is removed and `path` is untouched, so no partial
+/// output is ever left behind. The file gets the usual permissions (0644 before the umask on
+/// Unix), not the temporary file's 0600.
 ///
 /// # Errors
 /// The I/O error of creating, writing, syncing or renaming (not wrapped with the path).
 pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let tmp = temp_beside(path)?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
         fill(&mut w)?;
@@ -87,6 +84,17 @@ pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::R
     }
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// A temporary file in the directory of `path` (so that a rename can replace `path`), creating
+/// that directory and its missing parents first.
+fn temp_beside(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    tempfile::NamedTempFile::new_in(dir)
 }
 
 /// The padded JSON header of a file holding `tensors` (name, dtype, shape, byte length) in that
@@ -239,11 +247,7 @@ fn streamed_inner(path: &Path, t: &StreamedTrace<'_>, threads: usize, layer: &La
     };
     let total = offset;
 
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let tmp = temp_beside(path)?;
     let file = tmp.as_file();
     file.set_len(total)?;
     let mut head = Vec::with_capacity(8 + header.len() + 8 * (specs.len()));

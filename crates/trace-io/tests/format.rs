@@ -82,6 +82,10 @@ fn write_then_open_round_trips_every_tensor() {
     write_trace(&path2, &file.view()).unwrap();
     assert_eq!(std::fs::read(&path2).unwrap(), bytes);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    // Missing parent directories of the output are created.
+    let nested = dir.path().join("a").join("b").join("t.safetensors");
+    write_trace(&nested, &file.view()).unwrap();
+    assert_eq!(std::fs::read(&nested).unwrap(), bytes);
 }
 
 #[test]

@@ -49,9 +49,9 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
     let kept: usize = map.layers.iter().map(Vec::len).sum();
     writeln!(
         std::io::stdout().lock(),
-        "wrote {} ({:?}): {} layers, {kept} kept experts of {}",
+        "wrote {} ({}): {} layers, {kept} kept experts of {}",
         output.display(),
-        format,
+        format.to_possible_value().map_or_else(|| format!("{format:?}"), |v| v.get_name().to_string()),
         map.layers.len(),
         map.layers.len() * map.num_experts as usize
     )?;

@@ -16,9 +16,9 @@ pub struct ReplayArgs {
     /// Cache policy: lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router.
     #[arg(long)]
     pub policy: Policy,
-    /// Cache capacity per layer, in experts (>= k_used).
-    #[arg(long)]
-    pub cap: usize,
+    /// Cache capacity per layer, in experts (>= k_used). Optional with --layer-caps.
+    #[arg(long, required_unless_present = "layer_caps")]
+    pub cap: Option<usize>,
     /// Per-layer caps, one per trace layer (comma-separated, or a JSON file such as a plan's
     /// `chosen.plan.caps` list), overriding --cap per layer.
     #[arg(long)]
@@ -73,6 +73,9 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         None => Keep::full(&shape),
     };
+    let layer_caps = a.layer_caps.as_deref().map(parse_layer_caps).transpose()?;
+    // With per-layer caps and no --cap, the base cap is the smallest of them (validated likewise).
+    let cap = a.cap.or_else(|| layer_caps.as_ref().and_then(|c| c.iter().copied().min())).unwrap_or(0);
     let cfg = ReplayConfig {
         k_used: a.k_used,
         warmup: a.warmup,
@@ -82,8 +85,8 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         near_pick_n: a.near_pick_n,
         semantics: a.semantics,
         reset_at_sequence: a.reset_at_sequence,
-        layer_caps: a.layer_caps.as_deref().map(parse_layer_caps).transpose()?,
-        ..ReplayConfig::new(a.policy, a.cap)
+        layer_caps: layer_caps.clone(),
+        ..ReplayConfig::new(a.policy, cap)
     };
     let c = cachesim::replay(&v, &keep, &cfg).map_err(|e| match e {
         cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {

@@ -80,7 +80,8 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     // Either the embedded default or the grid's own files.
     let (grid, calib, heldout, calib_src, heldout_src) = match &a.grid {
         None => {
-            let grid = Grid::from_json(DEFAULT_GRID, Path::new("data/grids")).context("the embedded default grid")?;
+            let grid =
+                Grid::from_json(DEFAULT_GRID, Path::new(DEFAULT_GRID_DIR)).context("the embedded default grid")?;
             let calib = TraceFile::from_bytes(DEFAULT_CALIB).context("embedded default-calib trace")?;
             let heldout = TraceFile::from_bytes(DEFAULT_HELDOUT).context("embedded default-heldout trace")?;
             (
@@ -108,8 +109,11 @@ pub fn run(a: &SweepArgs) -> Result<()> {
                 |p: &Path| -> Result<(TraceFile, String)> { Ok((TraceFile::open(p)?, trace_io::sha256_file(p)?)) };
             let calib = open(&grid.traces.in_sample)?;
             let heldout = open(&grid.traces.out_of_sample)?;
+            // Provenance records the paths as the grid file wrote them (relative to its own
+            // directory), the same from any working directory.
+            let recorded = grid.relative_to(grid_dir(path));
             let (cs, hs) =
-                (grid.traces.in_sample.display().to_string(), grid.traces.out_of_sample.display().to_string());
+                (recorded.traces.in_sample.display().to_string(), recorded.traces.out_of_sample.display().to_string());
             (grid, calib, heldout, cs, hs)
         }
     };
@@ -134,7 +138,7 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     let output = SweepOutput {
         provenance: Provenance {
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
-            grid: grid.clone(),
+            grid: grid.relative_to(a.grid.as_deref().map_or(Path::new(DEFAULT_GRID_DIR), grid_dir)),
             in_sample: InputRef { source: calib_src.clone(), sha256: calib.1.clone() },
             out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
             stats_sha256: prepared.stats.sha256(),
@@ -154,4 +158,12 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     )?;
     writeln!(out, "{}", output.summary_markdown())?;
     Ok(())
+}
+
+/// Where the embedded default grid's relative paths point (its place in the repository).
+const DEFAULT_GRID_DIR: &str = "data/grids";
+
+/// The directory a grid file's relative paths are resolved against.
+fn grid_dir(grid: &Path) -> &Path {
+    grid.parent().unwrap_or(Path::new(""))
 }

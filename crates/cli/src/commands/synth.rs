@@ -61,6 +61,12 @@ fn routing(preset: SynthPreset, model: Option<&str>) -> Result<SynthConfig> {
     let Some(json) = model else { return Ok(base) };
     let over: serde_json::Value = serde_json::from_str(json).map_err(|e| anyhow!("--model: {e}"))?;
     let serde_json::Value::Object(over) = over else { bail!("--model: expected a JSON object, got {over}") };
+    // Shape, seeds and norms come from the flags; a --model key for them would be ignored.
+    const FLAGS: [&str; 9] =
+        ["layers", "experts", "top_k", "candidates", "tokens", "sequences", "seed", "model_seed", "norms"];
+    if let Some(key) = over.keys().find(|k| FLAGS.contains(&k.as_str())) {
+        bail!("--model: `{key}` is set by its flag (--{}), not by --model", key.replace('_', "-"));
+    }
     let mut merged = serde_json::to_value(&base)?;
     merged.as_object_mut().expect("SynthConfig serializes to an object").extend(over);
     serde_json::from_value(merged).map_err(|e| anyhow!("--model: {e}"))

@@ -10,6 +10,13 @@ pub fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().expect("the binary runs")
 }
 
+/// Runs a command that must succeed in the working directory `dir`; returns its stdout.
+pub fn ok_in(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).current_dir(dir).output().expect("runs");
+    assert!(out.status.success(), "{args:?} in {dir:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
 /// Runs a command that must succeed; returns its stdout.
 pub fn ok(args: &[&str]) -> String {
     let out = run(args);

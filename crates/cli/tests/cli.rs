@@ -233,3 +233,33 @@ fn sweep_provenance_does_not_depend_on_the_working_directory() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && e.contains("out-of-sample trace (SHA-256)"), "{e}");
 }
+
+/// `--reset-at-sequence` on a trace of one sequence says it changes nothing (on stderr; the JSON
+/// on stdout is the plain replay's).
+#[test]
+fn reset_at_sequence_without_sequences_is_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("one.safetensors");
+    synth(&t, [2, 16, 2, 4, 300], &["--sequences", "1"]);
+    let base = ["replay", s(&t), "--policy", "lru", "--cap", "4", "--json"];
+    let out = run(&[&base[..], &["--reset-at-sequence"]].concat());
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--reset-at-sequence changes nothing"));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), ok(&base));
+}
+
+/// A comma-separated flag that names a value twice is refused before any work.
+#[test]
+fn repeated_list_values_are_refused() {
+    let e =
+        fails(&["import", "esft", "/nonexistent", "--domains", "law,translation,law", "-o", "/tmp/never.safetensors"]);
+    assert!(e.contains("--domains: law is given twice (value 3 of 3)"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let (t, st) = (dir.path().join("t.safetensors"), dir.path().join("stats.json"));
+    synth(&t, [2, 16, 2, 4, 300], &[]);
+    ok(&["stats", s(&t), "-o", s(&st)]);
+    let out = dir.path().join("maps");
+    let e = fails(&["keep", s(&st), "--metric", "frequency", "--k", "8,4,8", "-o", s(&out)]);
+    assert!(e.contains("--k: 8 is given twice (value 3 of 3)"), "{e}");
+    assert!(!out.exists());
+}

@@ -47,6 +47,15 @@ pub enum SweepError {
     /// A keep map could not be built or read.
     #[error(transparent)]
     Saliency(#[from] saliency::SaliencyError),
+    /// The keep map of a grid variant could not be built or read.
+    #[error("variant {spec}: {source}")]
+    Variant {
+        /// The variant as the grid spells it (`METRIC@K`, `file:PATH`).
+        spec: String,
+        /// saliency's reason.
+        #[source]
+        source: saliency::SaliencyError,
+    },
     /// A trace could not be opened.
     #[error(transparent)]
     Trace(#[from] trace_io::TraceError),

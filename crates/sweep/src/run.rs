@@ -121,7 +121,10 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
     let keep_cfg = KeepConfig { metric: MetricConfig { tau: grid.tau, ..Default::default() }, ..Default::default() };
     let mut variants: Vec<Variant> = Vec::new();
     for spec in &grid.variants {
-        let keep = variant_keep_map(spec, &stats, &keep_cfg, a)?;
+        let keep = variant_keep_map(spec, &stats, &keep_cfg, a).map_err(|e| match e {
+            SweepError::Saliency(source) => SweepError::Variant { spec: spec.clone(), source },
+            e => e,
+        })?;
         let label = if let Some(path) = spec.strip_prefix("file:") {
             format!("{}[{}]", keep.label(), PathBuf::from(path).file_stem().unwrap_or_default().to_string_lossy())
         } else {

@@ -79,6 +79,7 @@ pub enum ImportCmd {
 pub fn run(cmd: ImportCmd) -> Result<()> {
     let (imported, output) = match cmd {
         ImportCmd::Esft { dir, domains, num_experts, top_k, output } => {
+            super::no_repeats("domains", &domains)?;
             let opts = EsftOptions { domains, num_experts, top_k, ..Default::default() };
             (import_esft_with_report(&dir, &opts)?, output)
         }

@@ -10,8 +10,16 @@ mod saliency;
 mod sweep;
 mod synth;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
+
+/// Refuses a comma-separated flag that names a value twice (it would do the same work twice).
+fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> Result<()> {
+    if let Some((i, v)) = values.iter().enumerate().find(|(i, v)| values[..*i].contains(v)) {
+        bail!("--{flag}: {v} is given twice (value {} of {})", i + 1, values.len());
+    }
+    Ok(())
+}
 
 /// Plan expert pruning and caching for offloaded Mixture-of-Experts inference from routing traces.
 #[derive(Debug, Parser)]

@@ -97,6 +97,13 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         e => e.into(),
     })?;
+    if a.reset_at_sequence && v.seq_offsets().is_none_or(|s| s.len() <= 1) {
+        writeln!(
+            std::io::stderr().lock(),
+            "note: {} records no sequence start after token 0 (seq_offsets); --reset-at-sequence changes nothing",
+            a.trace.display()
+        )?;
+    }
     let mut out = std::io::stdout().lock();
     if a.json {
         let j = serde_json::json!({

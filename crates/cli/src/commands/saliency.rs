@@ -176,6 +176,8 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     if !a.hybrid_base.is_empty() && a.metric != Metric::Hybrid {
         bail!("--hybrid-base applies to --metric hybrid only: drop --hybrid-base or use --metric hybrid");
     }
+    super::no_repeats("k", &a.k)?;
+    super::no_repeats("budget", &a.budget)?;
     let mut maps = if a.budget.is_empty() {
         KeepMap::build_many(&stats, a.metric, &a.k, &cfg).map_err(keep_hint)?
     } else {
@@ -302,7 +304,13 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "held-out: {} ({} layers, {})", a.heldout.display(), stats.layers.len(), stats.meta.source)?;
+    let path = a.heldout.display().to_string();
+    let source = &stats.meta.source;
+    if *source == path || source.is_empty() {
+        writeln!(out, "held-out: {path} ({} layers)", stats.layers.len())?;
+    } else {
+        writeln!(out, "held-out: {path} ({} layers, source: {source})", stats.layers.len())?;
+    }
     let fmt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.4}"));
     let reap = results.iter().any(|(_, r)| r.mean.reap_retention.is_some());
     let (mass_name, mass): (&str, fn(&saliency::RetentionFigures) -> Option<f64>) =

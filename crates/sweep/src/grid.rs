@@ -56,13 +56,26 @@ pub struct GridTraces {
 }
 
 /// A device profile in a grid: a preset's name or a full profile.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum ProfileSpec {
     /// A preset name, see [`DeviceProfile::preset`].
     Preset(String),
     /// A profile given in full.
     Full(DeviceProfile),
+}
+
+/// A string is a preset's name; anything else must be a full profile, and its own error (an
+/// unknown or missing field, named) is reported rather than serde's "did not match any variant".
+impl<'de> serde::Deserialize<'de> for ProfileSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(name) => Ok(ProfileSpec::Preset(name)),
+            other => serde_json::from_value(other)
+                .map(ProfileSpec::Full)
+                .map_err(|e| serde::de::Error::custom(format!("profile: {e}"))),
+        }
+    }
 }
 
 /// One block: the cartesian product of its lists.

@@ -163,6 +163,10 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
     empty.blocks.clear();
     let e = err(&empty);
     assert!(matches!(&e, SweepError::Grid { key, .. } if key == "blocks"), "{e}");
+    // A misspelt field of a full profile is named.
+    let bad_profile = GRID.replace(r#""bandwidth_gbps": [1.0, 2.0]"#, r#""bandwith_gbps": [1.0, 2.0]"#);
+    let e = Grid::from_json(&bad_profile, Path::new("")).unwrap_err();
+    assert!(e.to_string().contains("profile: unknown field `bandwith_gbps`"), "{e}");
     // Unknown fields are refused when the grid is parsed.
     assert!(Grid::from_json(&GRID.replace("\"warmup\"", "\"warmpu\""), Path::new("")).is_err());
     // A missing grid file names the path.

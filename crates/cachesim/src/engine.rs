@@ -1131,7 +1131,8 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
     let mut chosen_buf: Vec<(u16, u32)> = Vec::with_capacity(k);
     let mut chosen_ids: Vec<u16> = Vec::with_capacity(k);
     let mut pending: Vec<u32> = Vec::with_capacity(m);
-    let mut victims: Vec<u128> = Vec::with_capacity(cap.min(p.num_experts));
+    // A token evicts at most one expert per miss: q <= k_used.
+    let mut victims: Vec<u128> = Vec::with_capacity(k);
     let cache_aware = p.lambda > 0.0;
     let batch = P::BATCH && !p.sequential;
     // The part of F that the λ = 0 selection and the credits read.

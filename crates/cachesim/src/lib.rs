@@ -218,24 +218,8 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
 /// As [`validate`], plus [`CacheSimError::KeepMismatch`] when `keep` does not have the trace's
 /// L and E.
 pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<ReplayCounts> {
-    let shape = trace.shape();
-    validate(&shape, trace.parts().scores.is_some(), cfg)?;
-    keep.check_shape(&shape)?;
-    let layers: Vec<LayerCounts> = (0..shape.layers)
-        .into_par_iter()
-        .map(|l| {
-            let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
-            params.cap = cfg.cap_of(l);
-            let input = engine::LayerInput {
-                ids: trace.layer_ids(l),
-                scores: trace.layer_scores(l),
-                keep: keep.layer_mask(l),
-                probs: None,
-            };
-            engine::replay_layer(&params, &input)
-        })
-        .collect();
-    Ok(ReplayCounts::from_layers(&shape, cfg.warmup, &layers))
+    let mut counts = replay_many(trace, &[(keep, cfg)], &|_| {})?;
+    Ok(counts.pop().expect("one count per configuration"))
 }
 
 /// Replays several configurations of one trace, layer by layer, sharing the work they have in

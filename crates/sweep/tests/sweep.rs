@@ -176,16 +176,10 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
 
 #[test]
 fn shards_merge_into_the_unsharded_output() {
-    use sweep::{InputRef, Provenance, Shard, SweepOutput};
+    use sweep::{Shard, SweepOutput};
     let (a, b) = traces();
     let g = grid(GRID);
-    let provenance = Provenance {
-        tool_version: "test".into(),
-        grid: g.clone(),
-        in_sample: InputRef { source: "a".into(), sha256: "0".into() },
-        out_of_sample: InputRef { source: "b".into(), sha256: "0".into() },
-        stats_sha256: "s".into(),
-    };
+    let provenance = provenance(&g);
     let full = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
     let whole =
         SweepOutput { provenance: provenance.clone(), shard: None, rows: full.run(&a.view(), &b.view(), &|_| {}) };
@@ -261,17 +255,7 @@ fn per_layer_caps_from_files_replay_each_layer_at_its_cap() {
         let cfg = cachesim::ReplayConfig { warmup: 16, ..cachesim::ReplayConfig::new(cachesim::Policy::Lru, cap) };
         assert_eq!(r.counts.layer_misses[l], cachesim::replay(&a.view(), &keep, &cfg).unwrap().layer_misses[l]);
     }
-    let out = sweep::SweepOutput {
-        provenance: sweep::Provenance {
-            tool_version: "t".into(),
-            grid: g.clone(),
-            in_sample: sweep::InputRef { source: "a".into(), sha256: "0".into() },
-            out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
-            stats_sha256: "s".into(),
-        },
-        shard: None,
-        rows,
-    };
+    let out = sweep::SweepOutput { provenance: provenance(&g), shard: None, rows };
     assert!(out.summary_markdown().contains("| full | caps:uneven |"));
     // A file with the wrong number of layers is refused before any work, naming the key.
     let bad = Grid::from_json(&text.replace("plan.json", "short.json"), dir.path()).unwrap();
@@ -297,16 +281,17 @@ fn summary_tells_k_used_apart() {
 fn summary_of(g: &Grid) -> String {
     let (a, b) = traces();
     let p = prepare(g, &input(&a, "a"), &input(&b, "b")).unwrap();
-    let out = sweep::SweepOutput {
-        provenance: sweep::Provenance {
-            tool_version: "t".into(),
-            grid: g.clone(),
-            in_sample: sweep::InputRef { source: "a".into(), sha256: "0".into() },
-            out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
-            stats_sha256: "0".into(),
-        },
-        shard: None,
-        rows: p.run(&a.view(), &b.view(), &|_| {}),
-    };
+    let out = sweep::SweepOutput { provenance: provenance(g), shard: None, rows: p.run(&a.view(), &b.view(), &|_| {}) };
     out.summary_markdown()
+}
+
+/// A provenance for outputs of the test traces "a" and "b" run with `g`.
+fn provenance(g: &Grid) -> sweep::Provenance {
+    sweep::Provenance {
+        tool_version: "test".into(),
+        grid: g.clone(),
+        in_sample: sweep::InputRef { source: "a".into(), sha256: "0".into() },
+        out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
+        stats_sha256: "s".into(),
+    }
 }

@@ -77,15 +77,19 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     if let Some(n) = a.threads {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("setting the thread count")?;
     }
-    // Either the embedded default or the grid's own files.
-    let (grid, calib, heldout, calib_src, heldout_src) = match &a.grid {
+    // Either the embedded default or the grid's own files. `recorded`: the grid as provenance
+    // records it, its paths as the grid file wrote them (relative to its own directory), the
+    // same from any working directory.
+    let (grid, recorded, calib, heldout, calib_src, heldout_src) = match &a.grid {
         None => {
-            let grid =
-                Grid::from_json(DEFAULT_GRID, Path::new(DEFAULT_GRID_DIR)).context("the embedded default grid")?;
+            let dir = Path::new("data/grids");
+            let grid = Grid::from_json(DEFAULT_GRID, dir).context("the embedded default grid")?;
             let calib = TraceFile::from_bytes(DEFAULT_CALIB).context("embedded default-calib trace")?;
             let heldout = TraceFile::from_bytes(DEFAULT_HELDOUT).context("embedded default-heldout trace")?;
+            let recorded = grid.relative_to(dir);
             (
                 grid,
+                recorded,
                 (calib, trace_io::sha256_hex(DEFAULT_CALIB)),
                 (heldout, trace_io::sha256_hex(DEFAULT_HELDOUT)),
                 "embedded:data/default-calib.safetensors".to_string(),
@@ -109,12 +113,10 @@ pub fn run(a: &SweepArgs) -> Result<()> {
                 |p: &Path| -> Result<(TraceFile, String)> { Ok((TraceFile::open(p)?, trace_io::sha256_file(p)?)) };
             let calib = open(&grid.traces.in_sample)?;
             let heldout = open(&grid.traces.out_of_sample)?;
-            // Provenance records the paths as the grid file wrote them (relative to its own
-            // directory), the same from any working directory.
-            let recorded = grid.relative_to(grid_dir(path));
+            let recorded = grid.relative_to(path.parent().unwrap_or(Path::new("")));
             let (cs, hs) =
                 (recorded.traces.in_sample.display().to_string(), recorded.traces.out_of_sample.display().to_string());
-            (grid, calib, heldout, cs, hs)
+            (grid, recorded, calib, heldout, cs, hs)
         }
     };
     let ins = TraceInput { view: calib.0.view(), source: &calib_src, sha256: &calib.1 };
@@ -138,7 +140,7 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     let output = SweepOutput {
         provenance: Provenance {
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
-            grid: grid.relative_to(a.grid.as_deref().map_or(Path::new(DEFAULT_GRID_DIR), grid_dir)),
+            grid: recorded,
             in_sample: InputRef { source: calib_src.clone(), sha256: calib.1.clone() },
             out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
             stats_sha256: prepared.stats.sha256(),
@@ -158,12 +160,4 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     )?;
     writeln!(out, "{}", output.summary_markdown())?;
     Ok(())
-}
-
-/// Where the embedded default grid's relative paths point (its place in the repository).
-const DEFAULT_GRID_DIR: &str = "data/grids";
-
-/// The directory a grid file's relative paths are resolved against.
-fn grid_dir(grid: &Path) -> &Path {
-    grid.parent().unwrap_or(Path::new(""))
 }

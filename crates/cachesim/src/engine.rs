@@ -96,58 +96,89 @@ pub(crate) fn replay_layer(p: &Params<'_>, inp: &LayerInput<'_>) -> LayerCounts 
 
 const ABSENT: u32 = u32::MAX;
 
-/// The cached experts of one layer: a position index per expert plus, for the policies that
-/// scan the cache (`slots` true), the dense slot array; the others only need membership and
-/// the count.
-struct Cache {
-    slots: Vec<u16>,
+/// The cached experts of one layer. For the policies that scan the cache (`slots` true): every
+/// expert in one array, the cached ones first (`order[..len]`), with the policy's first priority
+/// key of each expert alongside (`keys`, in the same order), so that a scan reads two contiguous
+/// arrays the compiler vectorizes and an insertion or eviction is one swap that carries the key
+/// along. For the others (`K = ()`): membership and the count only.
+struct Cache<K> {
+    /// With slots: every expert, cached ones first; `[E]`.
+    order: Vec<u16>,
+    /// With slots: `keys[i]` is the first key of `order[i]`; `[E]`.
+    keys: Vec<K>,
+    /// With slots: the entry of each expert in `order`; without: 0 when cached, `ABSENT` when
+    /// not. Either way `pos[e] < len` exactly when `e` is cached.
     pos: Vec<u32>,
     len: usize,
     keep_slots: bool,
 }
 
-impl Cache {
-    fn new(num_experts: usize, cap: usize, keep_slots: bool) -> Cache {
-        let slots = Vec::with_capacity(if keep_slots { cap.min(num_experts) } else { 0 });
-        Cache { slots, pos: vec![ABSENT; num_experts], len: 0, keep_slots }
+impl<K: Copy + Default> Cache<K> {
+    fn new(num_experts: usize, keep_slots: bool) -> Cache<K> {
+        if keep_slots {
+            Cache {
+                order: (0..num_experts).map(|e| e as u16).collect(),
+                keys: vec![K::default(); num_experts],
+                pos: (0..num_experts as u32).collect(),
+                len: 0,
+                keep_slots,
+            }
+        } else {
+            Cache { order: Vec::new(), keys: Vec::new(), pos: vec![ABSENT; num_experts], len: 0, keep_slots }
+        }
     }
 
     #[inline(always)]
     fn contains(&self, e: usize) -> bool {
-        self.pos[e] != ABSENT
+        (self.pos[e] as usize) < self.len
     }
 
+    /// Swaps entries `i` and `j` of `order` (with their keys).
+    #[inline(always)]
+    fn swap(&mut self, i: usize, j: usize) {
+        self.order.swap(i, j);
+        self.keys.swap(i, j);
+        self.pos[usize::from(self.order[i])] = i as u32;
+        self.pos[usize::from(self.order[j])] = j as u32;
+    }
+
+    /// Inserts expert `e` (not cached); its key comes along.
     #[inline(always)]
     fn insert(&mut self, e: usize) {
         if self.keep_slots {
-            self.pos[e] = self.slots.len() as u32;
-            self.slots.push(e as u16);
+            self.swap(self.pos[e] as usize, self.len);
         } else {
             self.pos[e] = 0;
         }
         self.len += 1;
     }
 
+    /// Removes cached expert `e`; its key stays with it.
     #[inline(always)]
     fn remove(&mut self, e: usize) {
-        if self.keep_slots {
-            let i = self.pos[e] as usize;
-            self.slots.swap_remove(i);
-            if let Some(&moved) = self.slots.get(i) {
-                self.pos[usize::from(moved)] = i as u32;
-            }
-        }
-        self.pos[e] = ABSENT;
         self.len -= 1;
+        if self.keep_slots {
+            self.swap(self.pos[e] as usize, self.len);
+        } else {
+            self.pos[e] = ABSENT;
+        }
     }
 
+    /// The keys of the cached experts, in the order of `order[..len]`.
+    #[inline(always)]
+    fn live_keys(&self) -> &[K] {
+        &self.keys[..self.len]
+    }
+
+    /// The key of expert `e` (cached or not).
+    #[inline(always)]
+    fn key_mut(&mut self, e: usize) -> &mut K {
+        &mut self.keys[self.pos[e] as usize]
+    }
+
+    /// Empties the cache (keys stay with their experts).
     fn clear(&mut self) {
-        if self.keep_slots {
-            for &e in &self.slots {
-                self.pos[usize::from(e)] = ABSENT;
-            }
-            self.slots.clear();
-        } else {
+        if !self.keep_slots {
             self.pos.fill(ABSENT);
         }
         self.len = 0;
@@ -157,9 +188,12 @@ impl Cache {
 /// What the token loop needs from a policy. `prot[e] == stamp` marks experts chosen for the
 /// current token (never written in sequential mode, so nothing is protected there).
 trait Evictor {
+    /// The first priority key the cache keeps with each expert (`()` when the policy does not
+    /// scan the cache).
+    type Key: Copy + Default;
     /// k-way mode selects all of a token's victims at once with [`Evictor::victims`].
     const BATCH: bool = false;
-    /// The policy reads `Cache::slots` (scans the cached experts).
+    /// The policy keeps its first key in `Cache::keys` and scans the cached experts.
     const SLOTS: bool = false;
     /// How many leading candidates of F the credits read (F is built at least this long).
     fn f_needed(&self) -> usize {
@@ -167,20 +201,20 @@ trait Evictor {
     }
     /// Forgets all state: the cache (still holding its experts) is about to be emptied at a
     /// sequence start.
-    fn reset(&mut self, cache: &Cache);
+    fn reset(&mut self, cache: &mut Cache<Self::Key>);
     /// Expert `e`, the `i`-th chosen of token `t`, was accessed at pick time `now`; `inserted`:
     /// it was just inserted.
-    fn access(&mut self, e: usize, now: u64, t: usize, i: usize, inserted: bool);
+    fn access(&mut self, e: usize, now: u64, t: usize, i: usize, inserted: bool, cache: &mut Cache<Self::Key>);
     /// Expert `e` was evicted.
     fn evicted(&mut self, _e: usize) {}
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
-    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize;
+    fn victim(&mut self, cache: &Cache<Self::Key>, prot: &[u64], stamp: u64) -> usize;
     /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`, each
     /// as a key whose low 16 bits are the expert id; `chosen` are the token's chosen experts
     /// (the protected ones are those of them that are cached).
     fn victims(
         &mut self,
-        _cache: &Cache,
+        _cache: &Cache<Self::Key>,
         _prot: &[u64],
         _stamp: u64,
         _q: usize,
@@ -189,39 +223,51 @@ trait Evictor {
     ) {
     }
     /// Credits after token `t`: `f` is a prefix (at least `f_needed` long, or all) of F.
-    fn end_token(&mut self, _t: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>, _cache: &Cache) {}
+    fn end_token(
+        &mut self,
+        _t: usize,
+        _f: &[u16],
+        _row: &[u16],
+        _scores: Option<&[f32]>,
+        _cache: &mut Cache<Self::Key>,
+    ) {
+    }
 }
 
-/// The `q` unprotected cached experts of lowest `(hi(e), lo(e))` into `out` (capacity >= q),
-/// each as the key `hi << 64 | lo << 16 | e`. `lo` is a last-access time, unique and below
-/// 2^48 (a pick count: tokens · m < 2^47 for any trace that fits in an address space), so keys
-/// are unique. `hi` is read for every cached expert, `lo` only when `hi` does not already
-/// exclude it.
+/// Bit i: `keys[i] <= thr` (the loop compiles to vector compares).
 #[inline(always)]
-fn scan_lowest(
-    cache: &Cache,
-    prot: &[u64],
-    stamp: u64,
+fn mask_le_f64(keys: &[f64; 16], thr: f64) -> u32 {
+    let mut m = 0;
+    for (i, &x) in keys.iter().enumerate() {
+        m |= u32::from(x <= thr) << i;
+    }
+    m
+}
+
+/// The sorted buffer of [`scan_lowest`]: the `q` lowest keys seen so far and the threshold a
+/// key must beat to enter.
+struct Lowest<'a> {
+    out: &'a mut Vec<u128>,
     q: usize,
-    out: &mut Vec<u128>,
-    hi: impl Fn(usize) -> u64,
-    lo: impl Fn(usize) -> u64,
-) {
-    out.clear();
-    let mut thr = u128::MAX;
-    let mut thr_hi = u64::MAX;
-    // Newest slots first: recently inserted experts tend to have the lowest scores, so the
-    // threshold drops early and few later keys pass it.
-    for &e in cache.slots.iter().rev() {
-        let e = usize::from(e);
-        let h = hi(e);
-        if h > thr_hi {
-            continue;
+    thr: u128,
+    /// The score of `thr` (+∞ until the buffer is full).
+    thr_s: f64,
+}
+
+impl Lowest<'_> {
+    /// Offers slot `i` of the cache.
+    #[inline(always)]
+    fn offer(&mut self, cache: &Cache<f64>, i: usize, prot: &[u64], stamp: u64, last: &[u64]) {
+        let s = cache.keys[i];
+        if s > self.thr_s {
+            return;
         }
-        let key = pack(h, (lo(e) << 16) | e as u64);
-        if key < thr && prot[e] != stamp {
+        let e = usize::from(cache.order[i]);
+        let key = pack(s.to_bits(), (last[e] << 16) | e as u64);
+        if key < self.thr && prot[e] != stamp {
             // Insertion into the sorted buffer (q <= k_used: short): shift the larger keys up.
-            if out.len() < q {
+            let out = &mut *self.out;
+            if out.len() < self.q {
                 out.push(key);
             }
             let mut j = out.len() - 1;
@@ -230,27 +276,41 @@ fn scan_lowest(
                 j -= 1;
             }
             out[j] = key;
-            if out.len() == q {
-                thr = out[q - 1];
-                thr_hi = (thr >> 64) as u64;
+            if out.len() == self.q {
+                self.thr = out[self.q - 1];
+                self.thr_s = f64::from_bits((self.thr >> 64) as u64);
             }
         }
     }
-    debug_assert!(out.len() == q, "a full cache holds enough unprotected experts");
 }
 
-/// [`scan_lowest`] for one victim (sequential mode, or a policy without `BATCH`).
+/// The `q` unprotected cached experts of lowest `(s, last access, id)` into `out` (capacity at
+/// least q), each as the key `s.to_bits() << 64 | last << 16 | e`, where `s` is the score kept
+/// in `Cache::keys`. Scores are finite and >= 0, so their bit patterns order as their values.
+/// `last` is a last-access time, unique and below 2^48 (a pick count: tokens · m < 2^47 for any
+/// trace that fits in an address space), so keys are unique. Sixteen scores at a time are
+/// compared with the threshold (the q-th lowest so far) in one vector step; only those at or
+/// below it are looked at further.
 #[inline(always)]
-fn scan_one(
-    cache: &Cache,
-    prot: &[u64],
-    stamp: u64,
-    out: &mut Vec<u128>,
-    hi: impl Fn(usize) -> u64,
-    lo: impl Fn(usize) -> u64,
-) -> usize {
-    scan_lowest(cache, prot, stamp, 1, out, hi, lo);
-    (out[0] & 0xFFFF) as usize
+fn scan_lowest(cache: &Cache<f64>, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>, last: &[u64]) {
+    out.clear();
+    let mut low = Lowest { out, q, thr: u128::MAX, thr_s: f64::INFINITY };
+    // Newest slots first: recently inserted experts tend to have the lowest scores, so the
+    // threshold drops early and few later scores pass it.
+    let (head, chunks) = cache.live_keys().as_rchunks::<16>();
+    for (c, chunk) in chunks.iter().enumerate().rev() {
+        let base = head.len() + c * 16;
+        let mut mask = mask_le_f64(chunk, low.thr_s);
+        while mask != 0 {
+            let b = 31 - mask.leading_zeros() as usize;
+            mask &= !(1 << b);
+            low.offer(cache, base + b, prot, stamp, last);
+        }
+    }
+    for i in (0..head.len()).rev() {
+        low.offer(cache, i, prot, stamp, last);
+    }
+    debug_assert!(low.out.len() == q, "a full cache holds enough unprotected experts");
 }
 
 /// Intrusive doubly-linked list over expert ids with a sentinel at index E; front = oldest.
@@ -305,11 +365,12 @@ impl List {
 struct Lru(List);
 
 impl Evictor for Lru {
-    fn reset(&mut self, _cache: &Cache) {
+    type Key = ();
+    fn reset(&mut self, _cache: &mut Cache<()>) {
         self.0.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool, _cache: &mut Cache<()>) {
         if !inserted {
             self.0.unlink(e);
         }
@@ -320,7 +381,7 @@ impl Evictor for Lru {
         self.0.unlink(e);
     }
     #[inline(always)]
-    fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+    fn victim(&mut self, _cache: &Cache<()>, prot: &[u64], stamp: u64) -> usize {
         self.0.first_unprotected(prot, stamp)
     }
 }
@@ -328,11 +389,12 @@ impl Evictor for Lru {
 struct Fifo(List);
 
 impl Evictor for Fifo {
-    fn reset(&mut self, _cache: &Cache) {
+    type Key = ();
+    fn reset(&mut self, _cache: &mut Cache<()>) {
         self.0.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool, _cache: &mut Cache<()>) {
         if inserted {
             self.0.push_back(e);
         }
@@ -342,7 +404,7 @@ impl Evictor for Fifo {
         self.0.unlink(e);
     }
     #[inline(always)]
-    fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+    fn victim(&mut self, _cache: &Cache<()>, prot: &[u64], stamp: u64) -> usize {
         self.0.first_unprotected(prot, stamp)
     }
 }
@@ -516,11 +578,12 @@ struct Lfu {
 }
 
 impl Evictor for Lfu {
-    fn reset(&mut self, _cache: &Cache) {
+    type Key = ();
+    fn reset(&mut self, _cache: &mut Cache<()>) {
         self.g.clear();
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, _t: usize, _i: usize, inserted: bool, _cache: &mut Cache<()>) {
         let g = &mut self.g;
         if inserted {
             let first = g.first_group();
@@ -547,7 +610,7 @@ impl Evictor for Lfu {
         self.g.remove(e);
     }
     #[inline(always)]
-    fn victim(&mut self, _cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+    fn victim(&mut self, _cache: &Cache<()>, prot: &[u64], stamp: u64) -> usize {
         self.g.first_unprotected(prot, stamp)
     }
 }
@@ -644,34 +707,63 @@ fn take_bit<const HIGHEST: bool>(word: &mut u64) -> usize {
     b
 }
 
+/// Bit i: `keys[i]` is at or past `bound` (`>=` with `FROM_HIGH`, else `<=`); the loop
+/// compiles to vector compares.
+#[inline(always)]
+fn mask_past<const FROM_HIGH: bool>(keys: &[u32; 32], bound: u32) -> u32 {
+    let mut m = 0;
+    for (i, &k) in keys.iter().enumerate() {
+        m |= u32::from(if FROM_HIGH { k >= bound } else { k <= bound }) << i;
+    }
+    m
+}
+
 /// Victim selection of the policies whose first key is an integer value counted in
-/// [`ValueCounts`]: with a bound from a walk that covers the `q` victims, `class(e).0` experts
-/// (strictly past the bound) are all victims (fewer than `q`), and the rest are the lowest
-/// `tie(e)` keys (unique, the id in the low 16 bits) of those at the bound (`class(e).1`),
-/// taken by repeated minimum. One pass over the cached experts; its branch is taken about as
-/// often as there are victims. `below`, `at_buf`: buffers of length > cached count.
+/// [`ValueCounts`] and kept in `Cache::keys`: with a bound from a walk that covers the `q`
+/// victims, the unprotected experts strictly past the bound (below it, or above it with
+/// `FROM_HIGH`) are all victims (fewer than `q`), and the rest are the lowest `tie(e)` keys
+/// (unique, the id in the low 16 bits) of those at the bound, taken by repeated minimum. One
+/// pass over the mirrored keys, 32 compared with the bound per vector step; only the experts
+/// at or past it (about as many as there are victims) are looked at further. `below`,
+/// `at_buf`: buffers of length > cached count.
 #[expect(clippy::too_many_arguments, reason = "an inlined helper of two policies")]
 #[inline(always)]
-fn pick_counted(
-    cache: &Cache,
+fn pick_counted<const FROM_HIGH: bool>(
+    cache: &Cache<u32>,
     prot: &[u64],
     stamp: u64,
     q: usize,
+    bound: u32,
     below: &mut [u16],
     at_buf: &mut [u64],
     out: &mut Vec<u128>,
-    class: impl Fn(usize) -> (bool, bool),
     tie: impl Fn(usize) -> u64,
 ) {
     let (mut nb, mut na) = (0, 0);
-    for &e in &cache.slots {
+    let keys = cache.live_keys();
+    let mut take = |i: usize| {
+        let e = cache.order[i];
         let eu = usize::from(e);
-        let (beyond, at) = class(eu);
-        if (beyond || at) && prot[eu] != stamp {
+        if prot[eu] != stamp {
+            let at = keys[i] == bound;
             below[nb] = e;
-            nb += usize::from(beyond);
+            nb += usize::from(!at);
             at_buf[na] = tie(eu);
             na += usize::from(at);
+        }
+    };
+    let (chunks, tail) = keys.as_chunks::<32>();
+    for (c, chunk) in chunks.iter().enumerate() {
+        let mut mask = mask_past::<FROM_HIGH>(chunk, bound);
+        while mask != 0 {
+            take(c * 32 + mask.trailing_zeros() as usize);
+            mask &= mask - 1;
+        }
+    }
+    let base = chunks.len() * 32;
+    for (i, &k) in tail.iter().enumerate() {
+        if if FROM_HIGH { k >= bound } else { k <= bound } {
+            take(base + i);
         }
     }
     debug_assert!(nb < q && nb + na >= q, "the counts cover q unprotected experts");
@@ -744,37 +836,28 @@ impl Belady {
 
     /// The `q` unprotected cached experts of farthest next use (ties: lowest id) into `out`.
     #[inline(always)]
-    fn farthest(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
+    fn farthest(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
         let bound = self.counts.bound::<true>(q) as u32;
-        let next = &self.next;
-        pick_counted(
-            cache,
-            prot,
-            stamp,
-            q,
-            &mut self.below,
-            &mut self.at,
-            out,
-            |e| (next[e] > bound, next[e] == bound),
-            |e| e as u64,
-        );
+        pick_counted::<true>(cache, prot, stamp, q, bound, &mut self.below, &mut self.at, out, |e| e as u64);
     }
 }
 
 impl Evictor for Belady {
+    type Key = u32;
     const BATCH: bool = true;
     const SLOTS: bool = true;
-    fn reset(&mut self, cache: &Cache) {
-        let next = &self.next;
-        self.counts.clear(cache.slots.iter().map(|&e| next[usize::from(e)] as usize));
+    #[inline(always)]
+    fn reset(&mut self, cache: &mut Cache<u32>) {
+        self.counts.clear(cache.live_keys().iter().map(|&v| v as usize));
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, inserted: bool, cache: &mut Cache<u32>) {
         if !inserted {
             self.counts.sub(self.next[e] as usize, 1);
         }
         let next = self.next_of[t * self.k_used + i];
         self.next[e] = next;
+        *cache.key_mut(e) = next;
         self.counts.add(next as usize, 1);
     }
     #[inline(always)]
@@ -782,7 +865,7 @@ impl Evictor for Belady {
         self.counts.sub(self.next[e] as usize, 1);
     }
     #[inline(always)]
-    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+    fn victim(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64) -> usize {
         let mut out = std::mem::take(&mut self.buf);
         self.farthest(cache, prot, stamp, 1, &mut out);
         let v = (out[0] & 0xFFFF) as usize;
@@ -790,7 +873,15 @@ impl Evictor for Belady {
         v
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, _chosen: &[u16], out: &mut Vec<u128>) {
+    fn victims(
+        &mut self,
+        cache: &Cache<u32>,
+        prot: &[u64],
+        stamp: u64,
+        q: usize,
+        _chosen: &[u16],
+        out: &mut Vec<u128>,
+    ) {
         self.farthest(cache, prot, stamp, q, out);
     }
 }
@@ -802,7 +893,7 @@ impl Evictor for Belady {
 /// victims of a token: walk the near values from the oldest until the counts (without the
 /// protected experts) cover `q`, then [`pick_counted`] (ties at the bound by last access).
 struct NearPick {
-    near: Vec<u64>,
+    near: Vec<u32>,
     last: Vec<u64>,
     counts: ValueCounts,
     n: usize,
@@ -829,36 +920,30 @@ impl NearPick {
     /// The `q` unprotected cached experts of lowest (near, last, id) into `out`; the counts
     /// must leave the protected ones out.
     #[inline(always)]
-    fn lowest(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
-        let bound = self.counts.bound::<false>(q) as u64;
-        let (near, last) = (&self.near, &self.last);
-        pick_counted(
-            cache,
-            prot,
-            stamp,
-            q,
-            &mut self.below,
-            &mut self.at,
-            out,
-            |e| (near[e] < bound, near[e] == bound),
-            |e| (last[e] << 16) | e as u64,
-        );
+    fn lowest(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>) {
+        let bound = self.counts.bound::<false>(q) as u32;
+        let last = &self.last;
+        pick_counted::<false>(cache, prot, stamp, q, bound, &mut self.below, &mut self.at, out, |e| {
+            (last[e] << 16) | e as u64
+        });
     }
 }
 
 impl Evictor for NearPick {
+    type Key = u32;
     const BATCH: bool = true;
     const SLOTS: bool = true;
+    #[inline(always)]
     fn f_needed(&self) -> usize {
         self.n
     }
-    fn reset(&mut self, cache: &Cache) {
-        let near = &self.near;
-        self.counts.clear(cache.slots.iter().map(|&e| near[usize::from(e)] as usize));
+    fn reset(&mut self, cache: &mut Cache<u32>) {
+        self.counts.clear(cache.live_keys().iter().map(|&v| v as usize));
         self.near.fill(0);
+        cache.keys.fill(0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool, _cache: &mut Cache<u32>) {
         self.last[e] = now;
         if inserted {
             self.counts.add(self.near[e] as usize, 1);
@@ -869,7 +954,7 @@ impl Evictor for NearPick {
         self.counts.sub(self.near[e] as usize, 1);
     }
     #[inline(always)]
-    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
+    fn victim(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64) -> usize {
         let mut out = std::mem::take(&mut self.buf);
         self.lowest(cache, prot, stamp, 1, &mut out);
         let v = (out[0] & 0xFFFF) as usize;
@@ -877,7 +962,7 @@ impl Evictor for NearPick {
         v
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, chosen: &[u16], out: &mut Vec<u128>) {
+    fn victims(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64, q: usize, chosen: &[u16], out: &mut Vec<u128>) {
         // Protected experts are not eligible: leave them out of the counts while walking.
         for &e in chosen {
             let e = usize::from(e);
@@ -890,17 +975,47 @@ impl Evictor for NearPick {
         }
     }
     #[inline(always)]
-    fn end_token(&mut self, t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, cache: &Cache) {
-        let key = t + 1;
-        let mut moved = 0;
-        for &e in f.iter().take(self.n) {
-            let e = usize::from(e);
-            let c = u32::from(cache.contains(e));
-            self.counts.sub(self.near[e] as usize, c);
-            moved += c;
-            self.near[e] = key as u64;
-        }
-        self.counts.add(key, moved);
+    fn end_token(&mut self, t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, cache: &mut Cache<u32>) {
+        // validate() refuses near_pick on 2^32 tokens or more: t + 1 fits in u32.
+        let key = t as u32 + 1;
+        let f = &f[..f.len().min(self.n)];
+        let moved = move_near(f, key, &mut self.near, &mut self.counts.count, &mut cache.keys, &cache.pos, cache.len);
+        self.counts.add(key as usize, moved);
+    }
+}
+
+/// near_pick's end of token: every expert of `f` gets near value `key` (in `near` and in the
+/// cache's `keys`, entry `pos[e]`); the cached ones (`pos[e] < len`) move from their count to
+/// `key`'s, and how many did is returned (to be added). Over slices, so that their pointers stay
+/// in registers.
+#[inline(always)]
+fn move_near(
+    f: &[u16],
+    key: u32,
+    near: &mut [u32],
+    count: &mut [u32],
+    keys: &mut [u32],
+    pos: &[u32],
+    len: usize,
+) -> u32 {
+    let mut moved = 0;
+    for &e in f {
+        let e = usize::from(e);
+        let p = pos[e] as usize;
+        let c = u32::from(p < len);
+        count[near[e] as usize] -= c;
+        moved += c;
+        near[e] = key;
+        keys[p] = key;
+    }
+    moved
+}
+
+/// `keys[pos[e]] += x` for each credited `(e, x)`, in order: the scores of [`Decayed`].
+#[inline(always)]
+fn add_credits(credits: impl Iterator<Item = (u16, f64)>, keys: &mut [f64], pos: &[u32]) {
+    for (e, x) in credits {
+        keys[pos[usize::from(e)] as usize] += x;
     }
 }
 
@@ -923,7 +1038,6 @@ fn decay_all(s: &mut [f64], d: f64) {
 /// every expert; they differ only in the credit x (`C`). Decays are eager (see the module doc);
 /// victims come from one scan of the cached experts per token ([`scan_lowest`]).
 struct Decayed<C> {
-    s: Vec<f64>,
     last: Vec<u64>,
     decay: f64,
     buf: Vec<u128>,
@@ -933,16 +1047,16 @@ struct Decayed<C> {
 impl<C> Decayed<C> {
     fn new(p: &Params<'_>, credit: C) -> Decayed<C> {
         let e = p.num_experts;
-        Decayed { s: vec![0.0; e], last: vec![0; e], decay: p.decay, buf: Vec::with_capacity(1), credit }
+        Decayed { last: vec![0; e], decay: p.decay, buf: Vec::with_capacity(1), credit }
     }
 }
 
-/// The credit x of a [`Decayed`] policy, added to `s` after the decay of token `t`.
+/// The credit x of a [`Decayed`] policy, added to the scores after the decay of token `t`.
 trait Credit {
     /// How many leading candidates of F the credit reads.
     fn f_needed(&self) -> usize;
-    /// Adds the credits of token `t` to `s` (`[E]`).
-    fn credit(&mut self, s: &mut [f64], t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>);
+    /// Adds the credits of token `t` to the scores (`cache`'s keys).
+    fn credit(&mut self, cache: &mut Cache<f64>, t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>);
 }
 
 /// near_pick_ema: x = 1 for the experts at rank < N of F, 0 elsewhere (adding 0 is exact, so
@@ -956,40 +1070,46 @@ impl Credit for EmaCredit {
         self.n
     }
     #[inline(always)]
-    fn credit(&mut self, s: &mut [f64], _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        for &e in f.iter().take(self.n) {
-            s[usize::from(e)] += 1.0;
-        }
+    fn credit(&mut self, cache: &mut Cache<f64>, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+        add_credits(f.iter().take(self.n).map(|&e| (e, 1.0)), &mut cache.keys, &cache.pos);
     }
 }
 
 impl<C: Credit> Evictor for Decayed<C> {
+    type Key = f64;
     const BATCH: bool = true;
     const SLOTS: bool = true;
     fn f_needed(&self) -> usize {
         self.credit.f_needed()
     }
-    fn reset(&mut self, _cache: &Cache) {
-        self.s.fill(0.0);
+    fn reset(&mut self, cache: &mut Cache<f64>) {
+        cache.keys.fill(0.0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, _inserted: bool, _cache: &mut Cache<f64>) {
         self.last[e] = now;
     }
     #[inline(always)]
-    fn victim(&mut self, cache: &Cache, prot: &[u64], stamp: u64) -> usize {
-        let (s, last) = (&self.s, &self.last);
-        scan_one(cache, prot, stamp, &mut self.buf, |e| s[e].to_bits(), |e| last[e])
+    fn victim(&mut self, cache: &Cache<f64>, prot: &[u64], stamp: u64) -> usize {
+        scan_lowest(cache, prot, stamp, 1, &mut self.buf, &self.last);
+        (self.buf[0] & 0xFFFF) as usize
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache, prot: &[u64], stamp: u64, q: usize, _chosen: &[u16], out: &mut Vec<u128>) {
-        let (s, last) = (&self.s, &self.last);
-        scan_lowest(cache, prot, stamp, q, out, |e| s[e].to_bits(), |e| last[e]);
+    fn victims(
+        &mut self,
+        cache: &Cache<f64>,
+        prot: &[u64],
+        stamp: u64,
+        q: usize,
+        _chosen: &[u16],
+        out: &mut Vec<u128>,
+    ) {
+        scan_lowest(cache, prot, stamp, q, out, &self.last);
     }
     #[inline(always)]
-    fn end_token(&mut self, t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>, _cache: &Cache) {
-        decay_all(&mut self.s, self.decay);
-        self.credit.credit(&mut self.s, t, f, row, scores);
+    fn end_token(&mut self, t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>, cache: &mut Cache<f64>) {
+        decay_all(&mut cache.keys, self.decay);
+        self.credit.credit(cache, t, f, row, scores);
     }
 }
 
@@ -1098,7 +1218,7 @@ impl Credit for RouterCredit<'_> {
         0
     }
     #[inline(always)]
-    fn credit(&mut self, s: &mut [f64], t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
+    fn credit(&mut self, cache: &mut Cache<f64>, t: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
         let m = row.len();
         let p: &[f64] = match (self.probs, scores) {
             (Some(probs), _) => &probs[t * m..(t + 1) * m],
@@ -1109,9 +1229,7 @@ impl Credit for RouterCredit<'_> {
             // validate() guarantees scores for inv_router; without them there is nothing to credit.
             (None, None) => return,
         };
-        for (&e, &x) in row.iter().zip(p) {
-            s[usize::from(e)] += x;
-        }
+        add_credits(row.iter().copied().zip(p.iter().copied()), &mut cache.keys, &cache.pos);
     }
 }
 
@@ -1119,7 +1237,7 @@ impl Credit for RouterCredit<'_> {
 #[inline(never)]
 fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCounts {
     let (m, k, cap) = (p.m, p.k_used, p.cap);
-    let mut cache = Cache::new(p.num_experts, cap, P::SLOTS);
+    let mut cache = Cache::<P::Key>::new(p.num_experts, P::SLOTS);
     // prot[e] == t + 1: e is chosen for token t (k-way protection); never written in sequential.
     let mut prot = vec![0u64; p.num_experts];
     // With a full keep set F is the row itself; otherwise F (expert, position in the row) is
@@ -1143,7 +1261,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
 
     for t in 0..p.tokens {
         if ri < p.resets.len() && p.resets[ri] == t as u64 {
-            pol.reset(&cache);
+            pol.reset(&mut cache);
             cache.clear();
             ri += 1;
         }
@@ -1247,7 +1365,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             now += 1;
             if cache.contains(e) {
                 c.hits += u64::from(counted);
-                pol.access(e, now, t, i, false);
+                pol.access(e, now, t, i, false, &mut cache);
             } else {
                 c.misses += u64::from(counted);
                 if cache.len >= cap {
@@ -1256,13 +1374,13 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                     pol.evicted(v);
                 }
                 cache.insert(e);
-                pol.access(e, now, t, i, true);
+                pol.access(e, now, t, i, true, &mut cache);
             }
         }
 
         // Step 5: credits.
         let f = if keep_all { &row[..f_len] } else { &f_ids[..f_len] };
-        pol.end_token(t, f, row, row_scores, &cache);
+        pol.end_token(t, f, row, row_scores, &mut cache);
     }
     c
 }
@@ -1300,14 +1418,14 @@ fn extend_f(
 /// the cut of the token loop); `bonus` = λ·δ with δ = z(F[0]) − z(F[n−1]) (0 if n <= 1).
 #[expect(clippy::too_many_arguments, reason = "an inlined helper of the token loop")]
 #[inline(always)]
-fn select_cache_aware(
+fn select_cache_aware<K: Copy + Default>(
     f: &[u16],
     pos: impl Fn(usize) -> usize,
     z_row: &[f32],
     n: usize,
     bonus: f64,
     j: usize,
-    cache: &Cache,
+    cache: &Cache<K>,
     pending: &mut Vec<u32>,
     chosen: &mut Vec<(u16, u32)>,
 ) {

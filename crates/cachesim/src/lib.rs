@@ -148,7 +148,7 @@ impl ReplayCounts {
 ///
 /// # Errors
 /// - [`CacheSimError::InvalidParameter`]: `k_used` = 0, `cap` = 0, λ negative or not finite,
-///   decay outside (0, 1], `belady` on a trace of 2^32 tokens or more.
+///   decay outside (0, 1], `belady` or `near_pick` on a trace of 2^32 tokens or more.
 /// - [`CacheSimError::KUsedAboveCandidates`]: `k_used` > m.
 /// - [`CacheSimError::CapBelowKUsed`]: `cap` < `k_used`.
 /// - [`CacheSimError::WarmupCoversTrace`]: warmup >= the trace's tokens (nothing would count).
@@ -190,8 +190,9 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     if cfg.policy == Policy::Belady && cfg.lambda > 0.0 {
         return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });
     }
-    if cfg.policy == Policy::Belady && u32::try_from(shape.tokens).is_err() {
-        return invalid("policy", "belady".into(), "next uses are recorded as u32: at most 2^32 - 1 tokens");
+    if matches!(cfg.policy, Policy::Belady | Policy::NearPick) && u32::try_from(shape.tokens).is_err() {
+        let name = if cfg.policy == Policy::Belady { "belady" } else { "near_pick" };
+        return invalid("policy", name.into(), "token indices are recorded as u32: at most 2^32 - 1 tokens");
     }
     if cfg.lambda > 0.0 && !has_scores {
         return Err(CacheSimError::NeedsScores { what: "cache-aware routing (lambda > 0)" });

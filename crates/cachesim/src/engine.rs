@@ -102,7 +102,8 @@ const ABSENT: u32 = u32::MAX;
 /// arrays the compiler vectorizes and an insertion or eviction is one swap that carries the key
 /// along. For the others (`K = ()`): membership and the count only.
 struct Cache<K> {
-    /// With slots: every expert, cached ones first; `[E]`.
+    /// With slots: every expert, cached ones first, and the experts the keep set prunes (never
+    /// cached) last, from `kept` on; `[E]`.
     order: Vec<u16>,
     /// With slots: `keys[i]` is the first key of `order[i]`; `[E]`.
     keys: Vec<K>,
@@ -110,21 +111,29 @@ struct Cache<K> {
     /// not. Either way `pos[e] < len` exactly when `e` is cached.
     pos: Vec<u32>,
     len: usize,
+    /// How many experts the keep set keeps.
+    kept: usize,
     keep_slots: bool,
 }
 
 impl<K: Copy + Default> Cache<K> {
-    fn new(num_experts: usize, keep_slots: bool) -> Cache<K> {
+    /// An empty cache over the experts of `keep` (`[E]`, true: kept).
+    fn new(keep: &[bool], keep_slots: bool) -> Cache<K> {
+        let num_experts = keep.len();
+        let kept = keep.iter().filter(|&&k| k).count();
         if keep_slots {
-            Cache {
-                order: (0..num_experts).map(|e| e as u16).collect(),
-                keys: vec![K::default(); num_experts],
-                pos: (0..num_experts as u32).collect(),
-                len: 0,
-                keep_slots,
+            let order: Vec<u16> = (0..num_experts)
+                .filter(|&e| keep[e])
+                .chain((0..num_experts).filter(|&e| !keep[e]))
+                .map(|e| e as u16)
+                .collect();
+            let mut pos = vec![0; num_experts];
+            for (i, &e) in order.iter().enumerate() {
+                pos[usize::from(e)] = i as u32;
             }
+            Cache { order, keys: vec![K::default(); num_experts], pos, len: 0, kept, keep_slots }
         } else {
-            Cache { order: Vec::new(), keys: Vec::new(), pos: vec![ABSENT; num_experts], len: 0, keep_slots }
+            Cache { order: Vec::new(), keys: Vec::new(), pos: vec![ABSENT; num_experts], len: 0, kept, keep_slots }
         }
     }
 
@@ -1011,7 +1020,9 @@ fn move_near(
     moved
 }
 
-/// `keys[pos[e]] += x` for each credited `(e, x)`, in order: the scores of [`Decayed`].
+/// `keys[pos[e]] += x` for each credited `(e, x)`, in order: the scores of [`Decayed`]. A pruned
+/// expert (inv_router credits every candidate of the row) collects credits without decay in an
+/// entry nobody reads: it is never cached.
 #[inline(always)]
 fn add_credits(credits: impl Iterator<Item = (u16, f64)>, keys: &mut [f64], pos: &[u32]) {
     for (e, x) in credits {
@@ -1108,7 +1119,9 @@ impl<C: Credit> Evictor for Decayed<C> {
     }
     #[inline(always)]
     fn end_token(&mut self, t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>, cache: &mut Cache<f64>) {
-        decay_all(&mut cache.keys, self.decay);
+        // Only kept experts can be cached: the scores of the others are never read.
+        let kept = cache.kept;
+        decay_all(&mut cache.keys[..kept], self.decay);
         self.credit.credit(cache, t, f, row, scores);
     }
 }
@@ -1237,7 +1250,7 @@ impl Credit for RouterCredit<'_> {
 #[inline(never)]
 fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCounts {
     let (m, k, cap) = (p.m, p.k_used, p.cap);
-    let mut cache = Cache::<P::Key>::new(p.num_experts, P::SLOTS);
+    let mut cache = Cache::<P::Key>::new(inp.keep, P::SLOTS);
     // prot[e] == t + 1: e is chosen for token t (k-way protection); never written in sequential.
     let mut prot = vec![0u64; p.num_experts];
     // With a full keep set F is the row itself; otherwise F (expert, position in the row) is

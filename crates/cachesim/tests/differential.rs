@@ -212,25 +212,37 @@ fn fast_equals_reference_on_ties_underflow_and_edge_caps() {
 }
 
 /// `replay_many` (configurations replayed layer by layer, one softmax table per layer shared by
-/// the `inv_router` ones) gives each configuration the counts of `replay`, in order.
+/// the `inv_router` ones, one F table per pruned layer mask shared by the configurations that
+/// use it) gives each configuration the counts of `replay` (which builds F row by row), in
+/// order. The runs interleave keep maps, so the groups sharing F are not contiguous.
 #[test]
 fn replay_many_equals_replay() {
-    let trace = synth(31, Synth { sequences: 1, ..SMALL });
+    let trace = synth(31, Synth { sequences: 3, ..SMALL });
     let view = trace.view();
     let shape = view.shape();
     let keeps = keeps(&shape, 31);
     let mut cfgs = Vec::new();
     for policy in Policy::ALL {
-        for lambda in [0.0, 0.12] {
+        for lambda in [0.0, 0.12, 0.7] {
             if policy == Policy::Belady && lambda > 0.0 {
                 continue;
             }
-            for cap in [3, 5] {
-                cfgs.push(ReplayConfig { lambda, j: 1, warmup: 2, ..ReplayConfig::new(policy, cap) });
+            for (cap, k_used, semantics, reset) in
+                [(3, None, Semantics::KWay, false), (5, Some(shape.top_k - 1), Semantics::Sequential, true)]
+            {
+                cfgs.push(ReplayConfig {
+                    lambda,
+                    j: 1,
+                    warmup: 2,
+                    k_used,
+                    semantics,
+                    reset_at_sequence: reset,
+                    ..ReplayConfig::new(policy, cap)
+                });
             }
         }
     }
-    let runs: Vec<(&Keep, &ReplayConfig)> = keeps.iter().flat_map(|(_, k)| cfgs.iter().map(move |c| (k, c))).collect();
+    let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| keeps.iter().map(move |(_, k)| (k, c))).collect();
     assert!(runs.iter().filter(|(_, c)| c.policy == Policy::InvRouter).count() >= 2, "the softmax is shared");
     let steps = std::sync::atomic::AtomicUsize::new(0);
     let many = cachesim::replay_many(&view, &runs, &|tokens| {

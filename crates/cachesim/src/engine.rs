@@ -1,17 +1,13 @@
 //! The fast replay core: one layer at a time, generic over the eviction policy (monomorphized),
 //! all state allocated before the token loop, no `Result`, no dynamic dispatch inside it.
 //!
-//! Token loop: with a full keep set F is the row itself (no copy); with a pruned one F is built
-//! along the row without a branch on the keep mask, or copied from an [`FTable`] that the
-//! configurations sharing the mask built once. At λ = 0 the chosen experts are F's prefix and the
-//! counts of step 3 need no per-slot work; at λ > 0 F is read only up to the cut past which no
-//! candidate can be chosen (its score plus the bonus below z(F[n−1])), and one pass over it
-//! merges the boosted and the plain candidates and stops once n are chosen.
+//! Token loop: with a full keep set F is the row itself (no copy); at λ = 0 the chosen experts
+//! are F's prefix and the counts of step 3 need no per-slot work; at λ > 0 F is read only up to
+//! the cut past which no candidate can be chosen (its score plus the bonus below z(F[n−1])), and
+//! one pass over it merges the boosted and the plain candidates and stops once n are chosen.
 //!
-//! Cache: a position index per expert (O(1) lookup, insert, remove). For the policies that scan
-//! the cached experts, every expert sits in one array, cached ones first and pruned ones last,
-//! with the policy's first key beside it, so scans read contiguous keys that vector compares
-//! filter 16 or 32 at a time.
+//! Cache: a position index per expert (O(1) lookup, insert, remove), plus a dense slot array
+//! for the policies that scan the cached experts.
 //! In k-way mode the victims of a token can be chosen all at once before its accesses (`BATCH`):
 //! the keys of unchosen experts do not change within a token and chosen ones are protected, so
 //! the token's q misses evict exactly the q lowest unprotected keys. Sequential mode selects one
@@ -21,14 +17,14 @@
 //! - `lfu`: [`Groups`], a list of groups of equal access count in increasing order, each an
 //!   intrusive list ordered by last access; O(1) per pick.
 //! - `near_pick`, `belady`: the first key is a token index (the last near pick; the next use),
-//!   so the cached experts are also counted per value ([`ValueCounts`]), updated without
-//!   branches; a walk over the values in use finds the bound of the q victims and one vector
-//!   pass over the cached keys collects them ([`pick_counted`]).
-//! - `near_pick_ema`, `inv_router` (every score decays every token): one vector scan of the
-//!   cached scores per token ([`scan_lowest`]). Decays are eager (the same arithmetic, in the
-//!   same order, as the reference) over the contiguous scores of the kept experts, so both
-//!   replayers compare identical f64 values: a lazy multiplier would round differently and
-//!   could flip near-ties, which the counts must not.
+//!   so the cached experts are counted per value ([`ValueCounts`]), updated without branches;
+//!   a walk over the values in use finds the bound of the q victims and one pass over the cached
+//!   experts collects them ([`pick_counted`]).
+//! - `near_pick_ema`, `inv_router` (every score decays every token): one scan of the cached
+//!   experts per token ([`scan_lowest`]). Decays are eager (the same arithmetic, in the same
+//!   order, as the reference) over a contiguous array, so both replayers compare identical f64
+//!   values: a lazy multiplier would round differently and could flip near-ties, which the
+//!   counts must not.
 
 use trace_io::Shape;
 
@@ -72,41 +68,13 @@ impl<'a> Params<'a> {
     }
 }
 
-/// One layer's slices: ids and scores `[T, m]`, keep mask `[E]`, optionally the softmax of
-/// every row ([`softmax_layer`], `[T, m]`) for `inv_router`, and optionally F of every row under
-/// the keep mask ([`FTable::new`]).
+/// One layer's slices: ids and scores `[T, m]`, keep mask `[E]`, and optionally the softmax of
+/// every row ([`softmax_layer`], `[T, m]`) for `inv_router`.
 pub(crate) struct LayerInput<'a> {
     pub ids: &'a [u16],
     pub scores: Option<&'a [f32]>,
     pub keep: &'a [bool],
     pub probs: Option<&'a [f64]>,
-    pub f_table: Option<&'a FTable>,
-}
-
-/// F (SEMANTICS.md §5 step 1) of every row of one layer under one keep mask, so that the
-/// configurations that share the mask build it once: row t's F is `ids[t * m..][..len[t]]`,
-/// with row positions `pos` alike. Memory: 4 bytes × T × m (32 MiB for 131,072 tokens of 64
-/// candidates) plus 4 bytes × T.
-pub(crate) struct FTable {
-    ids: Vec<u16>,
-    pos: Vec<u16>,
-    len: Vec<u32>,
-}
-
-impl FTable {
-    /// F of every row of `ids` (`[T, m]`) under `keep` (`[E]`).
-    pub(crate) fn new(ids: &[u16], m: usize, keep: &[bool]) -> FTable {
-        let mut table =
-            FTable { ids: vec![0; ids.len()], pos: vec![0; ids.len()], len: Vec::with_capacity(ids.len() / m) };
-        for ((row, f_ids), f_pos) in
-            ids.chunks_exact(m).zip(table.ids.chunks_exact_mut(m)).zip(table.pos.chunks_exact_mut(m))
-        {
-            let (mut f_len, mut scanned) = (0, 0);
-            extend_f(row, keep, f_ids, f_pos, &mut f_len, &mut scanned, m, m);
-            table.len.push(f_len as u32);
-        }
-        table
-    }
 }
 
 /// Replays one layer with the configured policy.
@@ -1289,7 +1257,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
     // built along the row, only as far as steps 2 and 5 read it.
     let keep_all = inp.keep.iter().all(|&kept| kept);
     let mut f_ids: Vec<u16> = vec![0; m];
-    let mut f_pos: Vec<u16> = vec![0; m];
+    let mut f_pos: Vec<u32> = vec![0; m];
     // λ > 0: chosen (expert, position in the row) in processing order, and the merge's queue.
     let mut chosen_buf: Vec<(u16, u32)> = Vec::with_capacity(k);
     let mut chosen_ids: Vec<u16> = Vec::with_capacity(k);
@@ -1319,17 +1287,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
         let mut pruned = 0;
         if !keep_all {
             (f_len, scanned) = (0, 0);
-            if let Some(table) = inp.f_table {
-                // F of every row computed beforehand: copy the part this token reads (all of it
-                // for cache-aware routing, which then has nothing left to scan).
-                let len = table.len[t] as usize;
-                let want = if cache_aware { len } else { len.min(f_base) };
-                f_ids[..want].copy_from_slice(&table.ids[t * m..t * m + want]);
-                f_pos[..want].copy_from_slice(&table.pos[t * m..t * m + want]);
-                (f_len, scanned) = (want, m);
-            } else {
-                extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, f_base, m);
-            }
+            extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, f_base, m);
             pruned = row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count();
         }
         let n = k.min(f_len);
@@ -1337,7 +1295,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
         // Step 2: selection; substituted = chosen experts outside the row's first k_used.
         let (chosen, substituted): (&[u16], usize) = match row_scores {
             Some(z) if cache_aware && n > 0 => {
-                let pos = |r: usize| if keep_all { r } else { usize::from(f_pos[r]) };
+                let pos = |r: usize| if keep_all { r } else { f_pos[r] as usize };
                 // Only row positions before `end` can be chosen: a candidate at rank >= n whose
                 // score plus the bonus stays below z(F[n-1]) is beaten by all of F[0..n] (and
                 // scores are non-increasing along the row, so all later ones are too).
@@ -1352,7 +1310,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                     end
                 } else {
                     extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, m, end);
-                    f_pos[..f_len].partition_point(|&i| usize::from(i) < end)
+                    f_pos[..f_len].partition_point(|&i| (i as usize) < end)
                 };
                 chosen_buf.clear();
                 if keep_all {
@@ -1361,7 +1319,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                     let f = &f_ids[..sel_len];
                     select_cache_aware(
                         f,
-                        |r| usize::from(f_pos[r]),
+                        |r| f_pos[r] as usize,
                         z,
                         n,
                         bonus,
@@ -1450,7 +1408,7 @@ fn extend_f(
     row: &[u16],
     keep: &[bool],
     f_ids: &mut [u16],
-    f_pos: &mut [u16],
+    f_pos: &mut [u32],
     f_len: &mut usize,
     scanned: &mut usize,
     want: usize,
@@ -1459,8 +1417,7 @@ fn extend_f(
     while *f_len < want && *scanned < end {
         let e = row[*scanned];
         f_ids[*f_len] = e;
-        // Row positions are below m <= E <= 2^16.
-        f_pos[*f_len] = *scanned as u16;
+        f_pos[*f_len] = *scanned as u32;
         *f_len += usize::from(keep[usize::from(e)]);
         *scanned += 1;
     }

@@ -229,11 +229,8 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// those of [`replay`] for each configuration, in the order of `runs`, whatever the thread count.
 ///
 /// Layers run in parallel on the rayon pool, each replaying every configuration in turn (its
-/// ids and scores stay in cache). Configurations with the same pruned keep mask of a layer also
-/// share F (the kept candidates of every row), built once per layer. Memory per layer being
-/// replayed: a table of T · m `f64` (8 bytes each) when the softmax is shared, e.g. 64 MiB for
-/// 131,072 tokens of 64 candidates, and a table of T · m (`u16` id, `u16` position) pairs while
-/// a group sharing F runs, e.g. 32 MiB.
+/// ids and scores stay in cache). Memory: one table of T · m `f64` (8 bytes each) per layer
+/// being replayed when the softmax is shared, e.g. 64 MiB for 131,072 tokens of 64 candidates.
 /// `progress(tokens)` is called once per (layer, configuration) replayed, with the trace's
 /// token count, from worker threads.
 ///
@@ -255,37 +252,21 @@ pub fn replay_many(
         .map(|l| {
             let scores = trace.layer_scores(l);
             let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
-            let ids = trace.layer_ids(l);
-            let mut counts = vec![LayerCounts::default(); runs.len()];
-            // Configurations in groups of the same pruned layer mask (first use order): a group
-            // of two or more shares one F table, built when the group starts and dropped after.
-            let mut done = vec![false; runs.len()];
-            for first in 0..runs.len() {
-                if done[first] {
-                    continue;
-                }
-                let mask = runs[first].0.layer_mask(l);
-                let group: Vec<usize> =
-                    (first..runs.len()).filter(|&i| !done[i] && runs[i].0.layer_mask(l) == mask).collect();
-                let table = (group.len() >= 2 && mask.contains(&false))
-                    .then(|| engine::FTable::new(ids, shape.candidates, mask));
-                for &i in &group {
-                    let cfg = runs[i].1;
+            runs.iter()
+                .map(|(keep, cfg)| {
                     let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
                     params.cap = cfg.cap_of(l);
                     let input = engine::LayerInput {
-                        ids,
+                        ids: trace.layer_ids(l),
                         scores,
-                        keep: mask,
+                        keep: keep.layer_mask(l),
                         probs: probs.as_deref().filter(|_| cfg.policy == Policy::InvRouter),
-                        f_table: table.as_ref(),
                     };
-                    counts[i] = engine::replay_layer(&params, &input);
-                    done[i] = true;
+                    let counts = engine::replay_layer(&params, &input);
                     progress(shape.tokens);
-                }
-            }
-            counts
+                    counts
+                })
+                .collect()
         })
         .collect();
     Ok(runs

@@ -212,9 +212,8 @@ fn fast_equals_reference_on_ties_underflow_and_edge_caps() {
 }
 
 /// `replay_many` (configurations replayed layer by layer, one softmax table per layer shared by
-/// the `inv_router` ones, one F table per pruned layer mask shared by the configurations that
-/// use it) gives each configuration the counts of `replay` (which builds F row by row), in
-/// order. The runs interleave keep maps, so the groups sharing F are not contiguous.
+/// the `inv_router` ones) gives each configuration the counts of `replay`, in order, with keep
+/// maps interleaved, k_used below k, sequential semantics and sequence resets among them.
 #[test]
 fn replay_many_equals_replay() {
     let trace = synth(31, Synth { sequences: 3, ..SMALL });

@@ -1402,8 +1402,10 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
 /// (`f_ids`, `f_pos`: expert and row position, length >= m) until F holds `want`. Every
 /// candidate is written and the length advances only when it is kept (no branch on the keep
 /// mask, which is as unpredictable as the map is mixed).
-#[expect(clippy::too_many_arguments, reason = "an inlined helper of the token loop")]
-#[inline(always)]
+#[expect(clippy::too_many_arguments, reason = "a helper of the token loop")]
+// Not inlined: inside the token loop its pointers and counters are spilled to the stack; on its
+// own they stay in registers (a call per token costs less than a reload per candidate).
+#[inline(never)]
 fn extend_f(
     row: &[u16],
     keep: &[bool],
@@ -1414,13 +1416,19 @@ fn extend_f(
     want: usize,
     end: usize,
 ) {
-    while *f_len < want && *scanned < end {
-        let e = row[*scanned];
-        f_ids[*f_len] = e;
-        f_pos[*f_len] = *scanned as u32;
-        *f_len += usize::from(keep[usize::from(e)]);
-        *scanned += 1;
+    // Locals, and F's buffers cut to the row's length (F never outgrows the row scanned).
+    let (mut len, mut i) = (*f_len, *scanned);
+    let m = row.len();
+    let (f_ids, f_pos) = (&mut f_ids[..m], &mut f_pos[..m]);
+    let end = end.min(m);
+    while len < want && i < end {
+        let e = row[i];
+        f_ids[len] = e;
+        f_pos[len] = i as u32;
+        len += usize::from(keep[usize::from(e)]);
+        i += 1;
     }
+    (*f_len, *scanned) = (len, i);
 }
 
 /// Step 2 for λ > 0: the first n of F by (score desc, rank asc), where candidates of rank < j

@@ -300,7 +300,7 @@ impl Lowest<'_> {
 /// trace that fits in an address space), so keys are unique. Sixteen scores at a time are
 /// compared with the threshold (the q-th lowest so far) in one vector step; only those at or
 /// below it are looked at further.
-#[inline(always)]
+#[inline(never)]
 fn scan_lowest(cache: &Cache<f64>, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>, last: &[u64]) {
     out.clear();
     let mut low = Lowest { out, q, thr: u128::MAX, thr_s: f64::INFINITY };
@@ -735,8 +735,8 @@ fn mask_past<const FROM_HIGH: bool>(keys: &[u32; 32], bound: u32) -> u32 {
 /// pass over the mirrored keys, 32 compared with the bound per vector step; only the experts
 /// at or past it (about as many as there are victims) are looked at further. `below`,
 /// `at_buf`: buffers of length > cached count.
-#[expect(clippy::too_many_arguments, reason = "an inlined helper of two policies")]
-#[inline(always)]
+#[expect(clippy::too_many_arguments, reason = "a helper of two policies")]
+#[inline(never)]
 fn pick_counted<const FROM_HIGH: bool>(
     cache: &Cache<u32>,
     prot: &[u64],
@@ -997,7 +997,7 @@ impl Evictor for NearPick {
 /// cache's `keys`, entry `pos[e]`); the cached ones (`pos[e] < len`) move from their count to
 /// `key`'s, and how many did is returned (to be added). Over slices, so that their pointers stay
 /// in registers.
-#[inline(always)]
+#[inline(never)]
 fn move_near(
     f: &[u16],
     key: u32,
@@ -1023,7 +1023,7 @@ fn move_near(
 /// `keys[pos[e]] += x` for each credited `(e, x)`, in order: the scores of [`Decayed`]. A pruned
 /// expert (inv_router credits every candidate of the row) collects credits without decay in an
 /// entry nobody reads: it is never cached.
-#[inline(always)]
+#[inline(never)]
 fn add_credits(credits: impl Iterator<Item = (u16, f64)>, keys: &mut [f64], pos: &[u32]) {
     for (e, x) in credits {
         keys[pos[usize::from(e)] as usize] += x;
@@ -1032,7 +1032,7 @@ fn add_credits(credits: impl Iterator<Item = (u16, f64)>, keys: &mut [f64], pos:
 
 /// s <- d*s for every expert, in chunks the compiler vectorizes (each product rounded alone:
 /// the same values as the reference's scalar loop).
-#[inline(always)]
+#[inline(never)]
 fn decay_all(s: &mut [f64], d: f64) {
     let mut chunks = s.chunks_exact_mut(8);
     for c in &mut chunks {
@@ -1139,7 +1139,7 @@ struct RouterCredit<'a> {
 /// The softmax of one row of router scores over all m candidates, into `out` (`[m]`): exp(z −
 /// max) / sum, in f64, in this order (the reference computes the same). Scores are
 /// non-increasing along a row, so z[0] is the maximum.
-#[inline(always)]
+#[inline(never)]
 fn softmax_row(z: &[f32], memo: &mut ExpMemo, out: &mut [f64]) {
     let max = f64::from(z[0]);
     let mut sum = 0.0;
@@ -1437,8 +1437,8 @@ fn extend_f(
 /// (a later plain candidate never scores above a boosted one, λ·δ >= 0), and the pass stops as
 /// soon as n are chosen. `pos(r)` is the row position of F's rank r; `f` may stop early (at
 /// the cut of the token loop); `bonus` = λ·δ with δ = z(F[0]) − z(F[n−1]) (0 if n <= 1).
-#[expect(clippy::too_many_arguments, reason = "an inlined helper of the token loop")]
-#[inline(always)]
+#[expect(clippy::too_many_arguments, reason = "a helper of the token loop")]
+#[inline(never)]
 fn select_cache_aware<K: Copy + Default>(
     f: &[u16],
     pos: impl Fn(usize) -> usize,

@@ -732,7 +732,7 @@ fn mask_past<const FROM_HIGH: bool>(keys: &[u32; 32], bound: u32) -> u32 {
 /// victims, the unprotected experts strictly past the bound (below it, or above it with
 /// `FROM_HIGH`) are all victims (fewer than `q`), and the rest are the lowest `tie(e)` keys
 /// (unique, the id in the low 16 bits) of those at the bound, taken by repeated minimum. One
-/// pass over the mirrored keys, 32 compared with the bound per vector step; only the experts
+/// pass over the cached keys, 32 compared with the bound per vector step; only the experts
 /// at or past it (about as many as there are victims) are looked at further. `below`,
 /// `at_buf`: buffers of length > cached count.
 #[expect(clippy::too_many_arguments, reason = "a helper of two policies")]
@@ -896,11 +896,12 @@ impl Evictor for Belady {
 }
 
 /// near_pick: priority (near, last access), near = 1 + the last token at which the expert stood
-/// in F at rank < N (0 = never), both per expert. Instead of keeping the cached experts in
-/// order, it counts them per near value ([`ValueCounts`], `[T + 1]`): after token t every
-/// cached expert of F's first N moves from its count to count t + 1, without branches. The
-/// victims of a token: walk the near values from the oldest until the counts (without the
-/// protected experts) cover `q`, then [`pick_counted`] (ties at the bound by last access).
+/// in F at rank < N (0 = never), both per expert (near also as the expert's key in the cache).
+/// Instead of keeping the cached experts in order, it counts them per near value
+/// ([`ValueCounts`], `[T + 1]`): after token t every cached expert of F's first N moves from
+/// its count to count t + 1, without branches ([`move_near`]). The victims of a token: walk the
+/// near values from the oldest until the counts (without the protected experts) cover `q`, then
+/// [`pick_counted`] (ties at the bound by last access).
 struct NearPick {
     near: Vec<u32>,
     last: Vec<u64>,

@@ -72,6 +72,12 @@ impl TraceFile {
         let path = path.as_ref();
         let inner = || -> Result<TraceFile> {
             let file = File::open(path)?;
+            if file.metadata()?.is_dir() {
+                // Mapping a directory fails with the obscure "No such device".
+                return Err(
+                    std::io::Error::new(std::io::ErrorKind::IsADirectory, "a directory, not a trace file").into()
+                );
+            }
             // SAFETY: the mapping is read-only and private to this value. Its soundness relies on
             // the file not being modified or truncated while mapped, which is the documented
             // contract of this constructor; moe-offload's writers replace files by rename only.

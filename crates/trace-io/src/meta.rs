@@ -138,6 +138,9 @@ impl TraceMeta {
         let raw_ids = get("layer_ids")?;
         let layer_ids: Vec<u32> = serde_json::from_str(raw_ids)
             .map_err(|e| bad("layer_ids", raw_ids, format!("expected a JSON list of integers: {e}")))?;
+        if layer_ids.is_empty() {
+            return Err(bad("layer_ids", raw_ids, "a trace needs at least one MoE layer".into()));
+        }
         let score_kind = get("score_kind")?;
         let score_kind = score_kind.parse().map_err(|r| bad("score_kind", score_kind, r))?;
         let phase = get("phase")?;

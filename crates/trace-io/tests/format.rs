@@ -410,6 +410,7 @@ fn metadata_and_content_violations_in_files() {
         ("num_experts", "-1"),
         ("top_k", "0"),
         ("layer_ids", "{}"),
+        ("layer_ids", "[]"),
         ("score_kind", "probs"),
         ("phase", "train"),
     ] {
@@ -482,4 +483,11 @@ fn negative_norms_and_absurd_dimensions_are_refused() {
     // A token count whose [L, T, m] product overflows is a shape error, not a panic.
     let e = TraceData::new(meta(1, 4, 2), usize::MAX / 2, 3, tiny_parts()).unwrap_err();
     assert!(matches!(e, TraceError::Shape { tensor: "ids", .. }), "{e}");
+}
+
+#[test]
+fn a_directory_is_refused_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open_err(dir.path());
+    assert!(e.to_string().contains("a directory, not a trace file"), "{e}");
 }

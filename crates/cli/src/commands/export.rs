@@ -100,13 +100,16 @@ fn render(map: &KeepMap, format: ExportFormat) -> Vec<u8> {
             v
         }
         ExportFormat::LlamaCpp => {
+            // A budget map keeps a different K per layer: give the range, not the map's nominal K.
+            let (lo, hi) = map.layers.iter().map(Vec::len).fold((usize::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
+            let k = if lo < hi { format!("{lo}-{hi} by layer") } else { map.k.to_string() };
             let mut s = format!(
                 "# moe-offload keep map {} (metric {}, K {}, {} experts per layer)\n\
                  # one line per MoE layer: GGUF block, kept count, kept expert ids, pruned expert ids\n\
                  # (tab-separated; ids comma-separated and ascending; an empty field is an empty list)\n",
                 map.label(),
                 map.metric,
-                map.k,
+                k,
                 map.num_experts
             );
             for (id, kept) in map.layer_ids.iter().zip(&map.layers) {
@@ -148,5 +151,14 @@ mod tests {
         let s = String::from_utf8(render(&map(), ExportFormat::LlamaCpp)).unwrap();
         let lines: Vec<&str> = s.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(lines, ["blk.1\t2\t0,2\t1,3", "blk.3\t2\t1,3\t0,2"]);
+        assert!(s.starts_with("# moe-offload keep map frequency@2 (metric frequency, K 2, 4 experts per layer)"));
+    }
+
+    #[test]
+    fn llama_cpp_header_of_a_budget_map_gives_the_k_range() {
+        let mut m = map();
+        m.layers = vec![vec![0], vec![0, 1, 3]];
+        let s = String::from_utf8(render(&m, ExportFormat::LlamaCpp)).unwrap();
+        assert!(s.lines().next().unwrap().contains("K 1-3 by layer,"), "{s}");
     }
 }

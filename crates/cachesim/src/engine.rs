@@ -1,13 +1,18 @@
 //! The fast replay core: one layer at a time, generic over the eviction policy (monomorphized),
 //! all state allocated before the token loop, no `Result`, no dynamic dispatch inside it.
 //!
-//! Token loop: with a full keep set F is the row itself (no copy); at λ = 0 the chosen experts
-//! are F's prefix and the counts of step 3 need no per-slot work; at λ > 0 F is read only up to
-//! the cut past which no candidate can be chosen (its score plus the bonus below z(F[n−1])), and
-//! one pass over it merges the boosted and the plain candidates and stops once n are chosen.
+//! Token loop: with a full keep set F is the row itself (no copy); with a pruned one F is built
+//! along the row without a branch on the keep mask. At λ = 0 the chosen experts are F's prefix
+//! and the counts of step 3 need no per-slot work; at λ > 0 F is read only up to the cut past
+//! which no candidate can be chosen (its score plus the bonus below z(F[n−1])), and one pass
+//! over it merges the boosted and the plain candidates and stops once n are chosen. The
+//! per-token helpers run out of line (inlined into the token loop, their pointers were spilled
+//! and reloaded for every candidate).
 //!
-//! Cache: a position index per expert (O(1) lookup, insert, remove), plus a dense slot array
-//! for the policies that scan the cached experts.
+//! Cache: a position index per expert (O(1) lookup, insert, remove). For the policies that scan
+//! the cached experts, every expert sits in one array, cached ones first and pruned ones last,
+//! with the policy's first key beside it (its only copy), so scans read contiguous keys that
+//! vector compares filter 16 or 32 at a time.
 //! In k-way mode the victims of a token can be chosen all at once before its accesses (`BATCH`):
 //! the keys of unchosen experts do not change within a token and chosen ones are protected, so
 //! the token's q misses evict exactly the q lowest unprotected keys. Sequential mode selects one
@@ -17,14 +22,14 @@
 //! - `lfu`: [`Groups`], a list of groups of equal access count in increasing order, each an
 //!   intrusive list ordered by last access; O(1) per pick.
 //! - `near_pick`, `belady`: the first key is a token index (the last near pick; the next use),
-//!   so the cached experts are counted per value ([`ValueCounts`]), updated without branches;
-//!   a walk over the values in use finds the bound of the q victims and one pass over the cached
-//!   experts collects them ([`pick_counted`]).
-//! - `near_pick_ema`, `inv_router` (every score decays every token): one scan of the cached
-//!   experts per token ([`scan_lowest`]). Decays are eager (the same arithmetic, in the same
-//!   order, as the reference) over a contiguous array, so both replayers compare identical f64
-//!   values: a lazy multiplier would round differently and could flip near-ties, which the
-//!   counts must not.
+//!   so the cached experts are also counted per value ([`ValueCounts`]), updated without
+//!   branches; a walk over the values in use finds the bound of the q victims and one vector
+//!   pass over the cached keys collects them ([`pick_counted`]).
+//! - `near_pick_ema`, `inv_router` (every score decays every token): one vector scan of the
+//!   cached scores per token ([`scan_lowest`]). Decays are eager (the same arithmetic, in the
+//!   same order, as the reference) over the contiguous scores of the kept experts, so both
+//!   replayers compare identical f64 values: a lazy multiplier would round differently and
+//!   could flip near-ties, which the counts must not.
 
 use trace_io::Shape;
 
@@ -181,6 +186,12 @@ impl<K: Copy + Default> Cache<K> {
 
     /// The key of expert `e` (cached or not).
     #[inline(always)]
+    fn key(&self, e: usize) -> K {
+        self.keys[self.pos[e] as usize]
+    }
+
+    /// The key of expert `e` (cached or not), to change.
+    #[inline(always)]
     fn key_mut(&mut self, e: usize) -> &mut K {
         &mut self.keys[self.pos[e] as usize]
     }
@@ -214,8 +225,8 @@ trait Evictor {
     /// Expert `e`, the `i`-th chosen of token `t`, was accessed at pick time `now`; `inserted`:
     /// it was just inserted.
     fn access(&mut self, e: usize, now: u64, t: usize, i: usize, inserted: bool, cache: &mut Cache<Self::Key>);
-    /// Expert `e` was evicted.
-    fn evicted(&mut self, _e: usize) {}
+    /// Expert `e` was evicted (its key is still in `cache`).
+    fn evicted(&mut self, _e: usize, _cache: &Cache<Self::Key>) {}
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
     fn victim(&mut self, cache: &Cache<Self::Key>, prot: &[u64], stamp: u64) -> usize;
     /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`, each
@@ -386,7 +397,7 @@ impl Evictor for Lru {
         self.0.push_back(e);
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
+    fn evicted(&mut self, e: usize, _cache: &Cache<()>) {
         self.0.unlink(e);
     }
     #[inline(always)]
@@ -409,7 +420,7 @@ impl Evictor for Fifo {
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
+    fn evicted(&mut self, e: usize, _cache: &Cache<()>) {
         self.0.unlink(e);
     }
     #[inline(always)]
@@ -615,7 +626,7 @@ impl Evictor for Lfu {
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
+    fn evicted(&mut self, e: usize, _cache: &Cache<()>) {
         self.g.remove(e);
     }
     #[inline(always)]
@@ -802,8 +813,6 @@ struct Belady {
     /// Next use of the `i`-th chosen expert of token `t`: `next_of[t * k_used + i]`, T = never.
     next_of: Vec<u32>,
     k_used: usize,
-    /// Next use per expert (while cached).
-    next: Vec<u32>,
     counts: ValueCounts,
     buf: Vec<u128>,
     below: Vec<u16>,
@@ -835,7 +844,6 @@ impl Belady {
         Belady {
             next_of,
             k_used: k,
-            next: vec![never; p.num_experts],
             counts: ValueCounts::new(p.tokens + 1),
             buf: Vec::with_capacity(slots),
             below: vec![0; slots + 1],
@@ -861,17 +869,16 @@ impl Evictor for Belady {
     }
     #[inline(always)]
     fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, inserted: bool, cache: &mut Cache<u32>) {
+        let key = cache.key_mut(e);
         if !inserted {
-            self.counts.sub(self.next[e] as usize, 1);
+            self.counts.sub(*key as usize, 1);
         }
-        let next = self.next_of[t * self.k_used + i];
-        self.next[e] = next;
-        *cache.key_mut(e) = next;
-        self.counts.add(next as usize, 1);
+        *key = self.next_of[t * self.k_used + i];
+        self.counts.add(*key as usize, 1);
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
-        self.counts.sub(self.next[e] as usize, 1);
+    fn evicted(&mut self, e: usize, cache: &Cache<u32>) {
+        self.counts.sub(cache.key(e) as usize, 1);
     }
     #[inline(always)]
     fn victim(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64) -> usize {
@@ -896,14 +903,13 @@ impl Evictor for Belady {
 }
 
 /// near_pick: priority (near, last access), near = 1 + the last token at which the expert stood
-/// in F at rank < N (0 = never), both per expert (near also as the expert's key in the cache).
+/// in F at rank < N (0 = never; kept as the expert's key in the cache), and last, per expert.
 /// Instead of keeping the cached experts in order, it counts them per near value
 /// ([`ValueCounts`], `[T + 1]`): after token t every cached expert of F's first N moves from
 /// its count to count t + 1, without branches ([`move_near`]). The victims of a token: walk the
 /// near values from the oldest until the counts (without the protected experts) cover `q`, then
 /// [`pick_counted`] (ties at the bound by last access).
 struct NearPick {
-    near: Vec<u32>,
     last: Vec<u64>,
     counts: ValueCounts,
     n: usize,
@@ -917,7 +923,6 @@ impl NearPick {
     fn new(p: &Params<'_>) -> NearPick {
         let slots = p.cap.min(p.num_experts);
         NearPick {
-            near: vec![0; p.num_experts],
             last: vec![0; p.num_experts],
             counts: ValueCounts::new(p.tokens + 1),
             n: p.near_n,
@@ -949,19 +954,18 @@ impl Evictor for NearPick {
     }
     fn reset(&mut self, cache: &mut Cache<u32>) {
         self.counts.clear(cache.live_keys().iter().map(|&v| v as usize));
-        self.near.fill(0);
         cache.keys.fill(0);
     }
     #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool, _cache: &mut Cache<u32>) {
+    fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool, cache: &mut Cache<u32>) {
         self.last[e] = now;
         if inserted {
-            self.counts.add(self.near[e] as usize, 1);
+            self.counts.add(cache.key(e) as usize, 1);
         }
     }
     #[inline(always)]
-    fn evicted(&mut self, e: usize) {
-        self.counts.sub(self.near[e] as usize, 1);
+    fn evicted(&mut self, e: usize, cache: &Cache<u32>) {
+        self.counts.sub(cache.key(e) as usize, 1);
     }
     #[inline(always)]
     fn victim(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64) -> usize {
@@ -976,12 +980,12 @@ impl Evictor for NearPick {
         // Protected experts are not eligible: leave them out of the counts while walking.
         for &e in chosen {
             let e = usize::from(e);
-            self.counts.sub(self.near[e] as usize, u32::from(cache.contains(e)));
+            self.counts.sub(cache.key(e) as usize, u32::from(cache.contains(e)));
         }
         self.lowest(cache, prot, stamp, q, out);
         for &e in chosen {
             let e = usize::from(e);
-            self.counts.add(self.near[e] as usize, u32::from(cache.contains(e)));
+            self.counts.add(cache.key(e) as usize, u32::from(cache.contains(e)));
         }
     }
     #[inline(always)]
@@ -989,33 +993,24 @@ impl Evictor for NearPick {
         // validate() refuses near_pick on 2^32 tokens or more: t + 1 fits in u32.
         let key = t as u32 + 1;
         let f = &f[..f.len().min(self.n)];
-        let moved = move_near(f, key, &mut self.near, &mut self.counts.count, &mut cache.keys, &cache.pos, cache.len);
+        let moved = move_near(f, key, &mut self.counts.count, &mut cache.keys, &cache.pos, cache.len);
         self.counts.add(key as usize, moved);
     }
 }
 
-/// near_pick's end of token: every expert of `f` gets near value `key` (in `near` and in the
-/// cache's `keys`, entry `pos[e]`); the cached ones (`pos[e] < len`) move from their count to
-/// `key`'s, and how many did is returned (to be added). Over slices, so that their pointers stay
+/// near_pick's end of token: every expert of `f` gets near value `key` (its key in the cache,
+/// `keys[pos[e]]`); the cached ones (`pos[e] < len`) move from their count to `key`'s, and how
+/// many did is returned (to be added). Over slices, so that their pointers stay
 /// in registers.
 #[inline(never)]
-fn move_near(
-    f: &[u16],
-    key: u32,
-    near: &mut [u32],
-    count: &mut [u32],
-    keys: &mut [u32],
-    pos: &[u32],
-    len: usize,
-) -> u32 {
+fn move_near(f: &[u16], key: u32, count: &mut [u32], keys: &mut [u32], pos: &[u32], len: usize) -> u32 {
     let mut moved = 0;
     for &e in f {
         let e = usize::from(e);
         let p = pos[e] as usize;
         let c = u32::from(p < len);
-        count[near[e] as usize] -= c;
+        count[keys[p] as usize] -= c;
         moved += c;
-        near[e] = key;
         keys[p] = key;
     }
     moved
@@ -1370,7 +1365,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                 for &key in &victims {
                     let v = (key & 0xFFFF) as usize;
                     cache.remove(v);
-                    pol.evicted(v);
+                    pol.evicted(v, &cache);
                 }
             }
         }
@@ -1385,7 +1380,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                 if cache.len >= cap {
                     let v = pol.victim(&cache, &prot, stamp);
                     cache.remove(v);
-                    pol.evicted(v);
+                    pol.evicted(v, &cache);
                 }
                 cache.insert(e);
                 pol.access(e, now, t, i, true, &mut cache);

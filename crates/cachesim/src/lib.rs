@@ -191,8 +191,7 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
         return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });
     }
     if matches!(cfg.policy, Policy::Belady | Policy::NearPick) && u32::try_from(shape.tokens).is_err() {
-        let name = if cfg.policy == Policy::Belady { "belady" } else { "near_pick" };
-        return invalid("policy", name.into(), "token indices are recorded as u32: at most 2^32 - 1 tokens");
+        return invalid("policy", cfg.policy.to_string(), "token indices are recorded as u32: at most 2^32 - 1 tokens");
     }
     if cfg.lambda > 0.0 && !has_scores {
         return Err(CacheSimError::NeedsScores { what: "cache-aware routing (lambda > 0)" });

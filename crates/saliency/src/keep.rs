@@ -180,15 +180,18 @@ fn cross_layer_keys(
     scale: BudgetScale,
 ) -> Result<Vec<Vec<f64>>> {
     let mut out = Vec::with_capacity(orders.len());
+    // Rounding can leave a mathematically zero score (shrink with mean = SE) a hair below 0:
+    // within 1e-9 of the largest magnitude of any layer it counts as 0. (The scale is the whole
+    // map's: a layer whose every score is 0 has no scale of its own, and its residues, e.g.
+    // -1.2e-18, would be refused against it.)
+    let largest = scores.iter().zip(orders).flat_map(|(s, order)| order.iter().map(|&x| s[x].abs()));
+    let tol = 1e-9 * largest.fold(0.0f64, f64::max);
     for ((s, order), &layer_id) in scores.iter().zip(orders).zip(&stats.meta.layer_ids) {
         let usable: Vec<f64> = order.iter().map(|&x| s[x]).collect();
         let keys = match scale {
             BudgetScale::Raw => usable,
             BudgetScale::Percentile => rank_percentiles(&usable),
             BudgetScale::Share => {
-                // Rounding can leave a mathematically zero score (shrink with mean = SE) a hair
-                // below 0: within 1e-9 of the layer's largest magnitude it counts as 0.
-                let tol = 1e-9 * usable.iter().fold(0.0f64, |m, v| m.max(v.abs()));
                 if let Some((j, v)) = usable.iter().enumerate().find(|(_, v)| **v < -tol) {
                     return Err(invalid(
                         "budget scale",

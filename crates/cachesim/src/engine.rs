@@ -205,6 +205,15 @@ impl<K: Copy + Default> Cache<K> {
     }
 }
 
+/// One pick of step 4: expert `e`, the `i`-th chosen of token `t`, at pick time `now`.
+#[derive(Clone, Copy)]
+struct Pick {
+    e: usize,
+    now: u64,
+    t: usize,
+    i: usize,
+}
+
 /// What the token loop needs from a policy. `prot[e] == stamp` marks experts chosen for the
 /// current token (never written in sequential mode, so nothing is protected there).
 trait Evictor {
@@ -227,6 +236,27 @@ trait Evictor {
     fn access(&mut self, e: usize, now: u64, t: usize, i: usize, inserted: bool, cache: &mut Cache<Self::Key>);
     /// Expert `e` was evicted (its key is still in `cache`).
     fn evicted(&mut self, _e: usize, _cache: &Cache<Self::Key>) {}
+    /// Step 4 for one chosen expert: a hit, or a miss that evicts [`Evictor::victim`] when the
+    /// cache holds `cap` and then inserts; returns whether it hit. lru overrides it with one path
+    /// for both outcomes: a hit is as hard to predict as the hit rate is close to 1/2, and a
+    /// mispredicted branch costs about as much as its whole update.
+    #[inline(always)]
+    fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<Self::Key>) -> bool {
+        let Pick { e, now, t, i } = pick;
+        if cache.contains(e) {
+            self.access(e, now, t, i, false, cache);
+            true
+        } else {
+            if cache.len >= cap {
+                let v = self.victim(cache, prot, stamp);
+                cache.remove(v);
+                self.evicted(v, cache);
+            }
+            cache.insert(e);
+            self.access(e, now, t, i, true, cache);
+            false
+        }
+    }
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
     fn victim(&mut self, cache: &Cache<Self::Key>, prot: &[u64], stamp: u64) -> usize;
     /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`, each
@@ -334,16 +364,22 @@ fn scan_lowest(cache: &Cache<f64>, prot: &[u64], stamp: u64, q: usize, out: &mut
 }
 
 /// Intrusive doubly-linked list over expert ids with a sentinel at index E; front = oldest.
+/// Index E + 1 is a spare entry, linked to itself whenever it is not in the list: unlinking it
+/// changes nothing, so lru's branch-free step unlinks it when it has nothing else to unlink.
 struct List {
     prev: Vec<u32>,
     next: Vec<u32>,
     sentinel: usize,
+    spare: usize,
 }
 
 impl List {
     fn new(num_experts: usize) -> List {
-        let s = num_experts as u32;
-        List { prev: vec![s; num_experts + 1], next: vec![s; num_experts + 1], sentinel: num_experts }
+        let (s, spare) = (num_experts as u32, num_experts as u32 + 1);
+        let mut prev = vec![s; num_experts + 2];
+        let mut next = vec![s; num_experts + 2];
+        (prev[num_experts + 1], next[num_experts + 1]) = (spare, spare);
+        List { prev, next, sentinel: num_experts, spare: num_experts + 1 }
     }
 
     #[inline(always)]
@@ -363,15 +399,14 @@ impl List {
         self.prev[n] = p as u32;
     }
 
-    /// The oldest unprotected entry. Entries in the list are distinct experts, so unique
-    /// insertion/access times: no ties to break.
+    /// The oldest unprotected entry, or the sentinel if there is none. Entries in the list are
+    /// distinct experts, so unique insertion/access times: no ties to break.
     #[inline(always)]
     fn first_unprotected(&self, prot: &[u64], stamp: u64) -> usize {
         let mut x = self.next[self.sentinel] as usize;
         while x != self.sentinel && prot[x] == stamp {
             x = self.next[x] as usize;
         }
-        debug_assert!(x != self.sentinel, "a full cache always holds an unprotected expert");
         x
     }
 
@@ -380,6 +415,12 @@ impl List {
         self.prev[s] = s as u32;
         self.next[s] = s as u32;
     }
+}
+
+/// `a` if `c`, else `b`, without a branch (`c` is a hit or an eviction: unpredictable).
+#[inline(always)]
+fn pick_if(c: bool, a: usize, b: usize) -> usize {
+    std::hint::select_unpredictable(c, a, b)
 }
 
 struct Lru(List);
@@ -402,7 +443,27 @@ impl Evictor for Lru {
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache<()>, prot: &[u64], stamp: u64) -> usize {
-        self.0.first_unprotected(prot, stamp)
+        let v = self.0.first_unprotected(prot, stamp);
+        debug_assert!(v != self.0.sentinel, "a full cache always holds an unprotected expert");
+        v
+    }
+    /// Hit and miss on one path: the entry that leaves its place in the list is `e` on a hit
+    /// (it moves to the back), the victim on a miss into a full cache, and the spare on a miss
+    /// into a cache with room; then `e` goes to the back.
+    #[inline(always)]
+    fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<()>) -> bool {
+        let e = pick.e;
+        let hit = cache.contains(e);
+        let full = cache.len >= cap;
+        let evict = !hit & full;
+        // A real expert whenever it is used: a full cache holds an unprotected expert.
+        let v = self.0.first_unprotected(prot, stamp);
+        self.0.unlink(pick_if(hit, e, pick_if(evict, v, self.0.spare)));
+        self.0.push_back(e);
+        cache.pos[pick_if(evict, v, e)] = ABSENT;
+        cache.pos[e] = 0;
+        cache.len += usize::from(!hit & !full);
+        hit
     }
 }
 
@@ -425,7 +486,9 @@ impl Evictor for Fifo {
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache<()>, prot: &[u64], stamp: u64) -> usize {
-        self.0.first_unprotected(prot, stamp)
+        let v = self.0.first_unprotected(prot, stamp);
+        debug_assert!(v != self.0.sentinel, "a full cache always holds an unprotected expert");
+        v
     }
 }
 
@@ -1369,22 +1432,14 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
                 }
             }
         }
+        let mut hits = 0;
         for (i, &e) in chosen.iter().enumerate() {
-            let e = usize::from(e);
             now += 1;
-            if cache.contains(e) {
-                c.hits += u64::from(counted);
-                pol.access(e, now, t, i, false, &mut cache);
-            } else {
-                c.misses += u64::from(counted);
-                if cache.len >= cap {
-                    let v = pol.victim(&cache, &prot, stamp);
-                    cache.remove(v);
-                    pol.evicted(v, &cache);
-                }
-                cache.insert(e);
-                pol.access(e, now, t, i, true, &mut cache);
-            }
+            hits += u64::from(pol.step(Pick { e: usize::from(e), now, t, i }, cap, &prot, stamp, &mut cache));
+        }
+        if counted {
+            c.hits += hits;
+            c.misses += chosen.len() as u64 - hits;
         }
 
         // Step 5: credits.

@@ -18,7 +18,9 @@
 //! the token's q misses evict exactly the q lowest unprotected keys. Sequential mode selects one
 //! victim per miss. Priority structures, per policy:
 //! - `lru`, `fifo`: an intrusive doubly-linked list in priority order; a victim is found by
-//!   walking from the oldest end past at most `k_used - 1` protected experts.
+//!   walking from the oldest end past at most `k_used - 1` protected experts. A hit and a miss
+//!   take one branch-free path (`Evictor::step`): the hit branch was mispredicted about every
+//!   other pick.
 //! - `lfu`: [`Groups`], a list of groups of equal access count in increasing order, each an
 //!   intrusive list ordered by last access; O(1) per pick.
 //! - `near_pick`, `belady`: the first key is a token index (the last near pick; the next use),
@@ -237,8 +239,8 @@ trait Evictor {
     /// Expert `e` was evicted (its key is still in `cache`).
     fn evicted(&mut self, _e: usize, _cache: &Cache<Self::Key>) {}
     /// Step 4 for one chosen expert: a hit, or a miss that evicts [`Evictor::victim`] when the
-    /// cache holds `cap` and then inserts; returns whether it hit. lru overrides it with one path
-    /// for both outcomes: a hit is as hard to predict as the hit rate is close to 1/2, and a
+    /// cache holds `cap` and then inserts; returns whether it hit. lru and fifo override it with one
+    /// path for both outcomes: a hit is as hard to predict as the hit rate is close to 1/2, and a
     /// mispredicted branch costs about as much as its whole update.
     #[inline(always)]
     fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<Self::Key>) -> bool {
@@ -365,7 +367,8 @@ fn scan_lowest(cache: &Cache<f64>, prot: &[u64], stamp: u64, q: usize, out: &mut
 
 /// Intrusive doubly-linked list over expert ids with a sentinel at index E; front = oldest.
 /// Index E + 1 is a spare entry, linked to itself whenever it is not in the list: unlinking it
-/// changes nothing, so lru's branch-free step unlinks it when it has nothing else to unlink.
+/// changes nothing, so the branch-free steps of lru and fifo unlink it (and fifo appends it)
+/// when they have nothing else to change.
 struct List {
     prev: Vec<u32>,
     next: Vec<u32>,
@@ -489,6 +492,30 @@ impl Evictor for Fifo {
         let v = self.0.first_unprotected(prot, stamp);
         debug_assert!(v != self.0.sentinel, "a full cache always holds an unprotected expert");
         v
+    }
+    /// Hit and miss on one path: the victim (on a miss into a full cache) or the spare leaves
+    /// the list, and `e` is appended on a miss; on a hit the append writes back the links it
+    /// found and links the spare to itself.
+    #[inline(always)]
+    fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<()>) -> bool {
+        let e = pick.e;
+        let hit = cache.contains(e);
+        let full = cache.len >= cap;
+        let evict = !hit & full;
+        let l = &mut self.0;
+        let v = l.first_unprotected(prot, stamp);
+        l.unlink(pick_if(evict, v, l.spare));
+        let s = l.sentinel;
+        let tail = l.prev[s] as usize;
+        let new = pick_if(hit, l.spare, e);
+        l.next[tail] = pick_if(hit, s, e) as u32;
+        l.prev[new] = pick_if(hit, l.spare, tail) as u32;
+        l.next[new] = pick_if(hit, l.spare, s) as u32;
+        l.prev[s] = pick_if(hit, tail, e) as u32;
+        cache.pos[pick_if(evict, v, e)] = ABSENT;
+        cache.pos[e] = 0;
+        cache.len += usize::from(!hit & !full);
+        hit
     }
 }
 

@@ -158,15 +158,18 @@ impl<K: Copy + Default> Cache<K> {
         self.pos[usize::from(self.order[j])] = j as u32;
     }
 
-    /// Inserts expert `e` (not cached); its key comes along.
+    /// Inserts expert `e` if `miss` (`e` is then not cached; its key comes along) and changes
+    /// nothing otherwise, without a branch on `miss`.
     #[inline(always)]
-    fn insert(&mut self, e: usize) {
+    fn admit(&mut self, e: usize, miss: bool) {
         if self.keep_slots {
-            self.swap(self.pos[e] as usize, self.len);
+            let p = self.pos[e] as usize;
+            // A swap of p with itself changes nothing.
+            self.swap(p, pick_if(miss, self.len, p));
         } else {
             self.pos[e] = 0;
         }
-        self.len += 1;
+        self.len += usize::from(miss);
     }
 
     /// Removes cached expert `e`; its key stays with it.
@@ -245,19 +248,16 @@ trait Evictor {
     #[inline(always)]
     fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<Self::Key>) -> bool {
         let Pick { e, now, t, i } = pick;
-        if cache.contains(e) {
-            self.access(e, now, t, i, false, cache);
-            true
-        } else {
-            if cache.len >= cap {
-                let v = self.victim(cache, prot, stamp);
-                cache.remove(v);
-                self.evicted(v, cache);
-            }
-            cache.insert(e);
-            self.access(e, now, t, i, true, cache);
-            false
+        let hit = cache.contains(e);
+        // Never true in k-way mode for the policies that evict a token's victims beforehand.
+        if !hit & (cache.len >= cap) {
+            let v = self.victim(cache, prot, stamp);
+            cache.remove(v);
+            self.evicted(v, cache);
         }
+        cache.admit(e, !hit);
+        self.access(e, now, t, i, !hit, cache);
+        hit
     }
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
     fn victim(&mut self, cache: &Cache<Self::Key>, prot: &[u64], stamp: u64) -> usize;
@@ -960,9 +960,7 @@ impl Evictor for Belady {
     #[inline(always)]
     fn access(&mut self, e: usize, _now: u64, t: usize, i: usize, inserted: bool, cache: &mut Cache<u32>) {
         let key = cache.key_mut(e);
-        if !inserted {
-            self.counts.sub(*key as usize, 1);
-        }
+        self.counts.sub(*key as usize, u32::from(!inserted));
         *key = self.next_of[t * self.k_used + i];
         self.counts.add(*key as usize, 1);
     }
@@ -1049,9 +1047,7 @@ impl Evictor for NearPick {
     #[inline(always)]
     fn access(&mut self, e: usize, now: u64, _t: usize, _i: usize, inserted: bool, cache: &mut Cache<u32>) {
         self.last[e] = now;
-        if inserted {
-            self.counts.add(cache.key(e) as usize, 1);
-        }
+        self.counts.add(cache.key(e) as usize, u32::from(inserted));
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize, cache: &Cache<u32>) {

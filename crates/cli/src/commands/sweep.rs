@@ -109,10 +109,14 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             if let Some(p) = &a.out_of_sample {
                 grid.traces.out_of_sample = p.clone();
             }
-            let open =
-                |p: &Path| -> Result<(TraceFile, String)> { Ok((TraceFile::open(p)?, trace_io::sha256_file(p)?)) };
-            let calib = open(&grid.traces.in_sample)?;
-            let heldout = open(&grid.traces.out_of_sample)?;
+            // Validation and hashing read every byte of both files: all four at once (the
+            // seed-scale calibration trace alone is 3 GB).
+            let open = |p: &Path| -> Result<(TraceFile, String)> {
+                let (file, sha) = rayon::join(|| TraceFile::open(p), || trace_io::sha256_file(p));
+                Ok((file?, sha?))
+            };
+            let (calib, heldout) = rayon::join(|| open(&grid.traces.in_sample), || open(&grid.traces.out_of_sample));
+            let (calib, heldout) = (calib?, heldout?);
             let recorded = grid.relative_to(path.parent().unwrap_or(Path::new("")));
             let (cs, hs) =
                 (recorded.traces.in_sample.display().to_string(), recorded.traces.out_of_sample.display().to_string());

@@ -86,6 +86,17 @@ pub enum SaliencyError {
         #[source]
         source: serde_json::Error,
     },
+    /// A binary file where a JSON file was expected: most often a trace (safetensors) given
+    /// where statistics or a keep map belong.
+    #[error("{path}: {found}, not JSON; expected {expected}")]
+    NotJson {
+        /// The file read.
+        path: PathBuf,
+        /// What the file looks like (`a safetensors file (a trace?)`, `a binary file`).
+        found: &'static str,
+        /// What was expected there, with the command that writes it.
+        expected: &'static str,
+    },
     /// A metric name that is not one of [`crate::Metric::ALL`].
     #[error("unknown metric `{name}`; expected one of: {}", crate::Metric::names().join(", "))]
     UnknownMetric {

@@ -497,9 +497,10 @@ impl KeepMap {
     /// Reads and validates a keep-map JSON file.
     ///
     /// # Errors
-    /// [`SaliencyError::Io`], [`SaliencyError::Json`], or a validation error of [`KeepMap::validate`].
+    /// [`SaliencyError::Io`], [`SaliencyError::Json`], [`SaliencyError::NotJson`] (a trace given
+    /// as a keep map, say), or a validation error of [`KeepMap::validate`].
     pub fn read_json(path: impl AsRef<Path>) -> Result<KeepMap> {
-        let map: KeepMap = jsonio::read(path.as_ref())?;
+        let map: KeepMap = jsonio::read(path.as_ref(), "a keep-map JSON (`moe-offload keep` writes it)")?;
         map.validate()?;
         Ok(map)
     }

@@ -279,10 +279,12 @@ impl Stats {
     /// Reads and validates a JSON statistics file (as written by [`Stats::write_json`]).
     ///
     /// # Errors
-    /// [`crate::SaliencyError::Io`], [`crate::SaliencyError::Json`], or a validation error of
-    /// [`Stats::validate`] naming the layer.
+    /// [`crate::SaliencyError::Io`], [`crate::SaliencyError::Json`],
+    /// [`crate::SaliencyError::NotJson`] (a trace given as statistics, say), or a validation error
+    /// of [`Stats::validate`] naming the layer.
     pub fn read_json(path: impl AsRef<Path>) -> Result<Stats> {
-        let stats: Stats = jsonio::read(path.as_ref())?;
+        let stats: Stats =
+            jsonio::read(path.as_ref(), "statistics JSON (`moe-offload stats TRACE -o stats.json` writes it)")?;
         stats.validate()?;
         Ok(stats)
     }

@@ -300,6 +300,23 @@ fn json_round_trips_and_validation() {
     assert!(matches!(short.validate(), Err(SaliencyError::Mismatch { .. })));
     // missing file
     assert!(matches!(Stats::read_json(dir.path().join("nope.json")), Err(SaliencyError::Io { .. })));
+
+    // a safetensors file (a trace) given as statistics or as a keep map: named as one
+    let header = br#"{"__metadata__":{}}"#;
+    let mut st = (header.len() as u64).to_le_bytes().to_vec();
+    st.extend_from_slice(header);
+    let tp = dir.path().join("trace.safetensors");
+    std::fs::write(&tp, &st).unwrap();
+    let err = Stats::read_json(&tp).unwrap_err();
+    assert!(matches!(err, SaliencyError::NotJson { found: "a safetensors file (a trace?)", .. }), "{err:?}");
+    assert!(err.to_string().contains("moe-offload stats"), "{err}");
+    let err = KeepMap::read_json(&tp).unwrap_err();
+    assert!(err.to_string().contains("expected a keep-map JSON"), "{err}");
+    // other binary content, and malformed text JSON (still a JSON error with its position)
+    std::fs::write(&tp, [0u8, 1, 2, 3]).unwrap();
+    assert!(matches!(Stats::read_json(&tp), Err(SaliencyError::NotJson { found: "a binary file", .. })));
+    std::fs::write(&tp, "{\"meta\": ").unwrap();
+    assert!(matches!(Stats::read_json(&tp), Err(SaliencyError::Json { .. })));
 }
 
 #[test]

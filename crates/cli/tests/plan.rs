@@ -77,4 +77,29 @@ fn mrc_and_a_verified_plan() {
     }
     let e = fails(&["replay", s(&held), "--policy", "lru", "--json"]);
     assert!(e.contains("--cap"), "{e}");
+
+    // A budget below k_used = 3 experts in each of the 4 layers (12 slots of 1 MB) is refused
+    // with the smallest budget that works, which then plans.
+    let small = |gb: &'static str| {
+        [
+            "plan",
+            "--in-sample",
+            s(&calib),
+            "--out-of-sample",
+            s(&held),
+            "--budget-gb",
+            gb,
+            "--expert-mb",
+            "1",
+            "-o",
+            s(&plan),
+        ]
+    };
+    let e = fails(&small("0.011"));
+    assert!(e.contains("11 slots cannot give every layer k_used = 3 experts (12 needed)"), "{e}");
+    assert!(
+        e.contains("smallest budget that caches k_used experts in every layer is 12 slots: --budget-gb 0.012"),
+        "{e}"
+    );
+    assert!(ok(&small("0.012")).contains("verified by replay"));
 }

@@ -222,6 +222,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         }
     };
     let mut candidates = Vec::new();
+    // The fewest slots any evaluated candidate needs (k_used per layer).
+    let mut fewest_needed: Option<usize> = None;
     for spec in &a.variants {
         let map = sweep::variant_keep_map(spec, &stats, &KeepConfig::default(), cm)?;
         let r = saliency::retention(&map, &held_stats, None)?;
@@ -245,6 +247,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             cand.non_convex_layers = non_convex_layers(&cin);
             cand.per_layer = allocate(&cin, slots).map(|x| eval(&x, &cin, &cout));
             cand.uniform = uniform(&cin, slots).map(|x| eval(&x, &cin, &cout));
+            let needed = cin.min_cap * cin.layers.len();
+            fewest_needed = Some(fewest_needed.map_or(needed, |f| f.min(needed)));
             if cand.per_layer.is_none() {
                 cand.excluded = Some(format!(
                     "{slots} slots cannot give every layer k_used = {} experts ({} needed)",
@@ -264,7 +268,23 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let chosen = best(|c| c.per_layer.as_ref());
     let uniform_best = best(|c| c.uniform.as_ref());
     let Some((chosen_c, chosen_e)) = chosen else {
-        bail!("no variant fits the budget: {slots} expert slots of {:.3} MB", profile.expert_mb);
+        let reasons: Vec<String> = candidates
+            .iter()
+            .map(|c| format!("{}: {}", c.variant, c.excluded.as_deref().unwrap_or("no plan")))
+            .collect();
+        let mut msg = format!(
+            "no variant fits the budget: {slots} expert slots of {:.3} MB ({})",
+            profile.expert_mb,
+            reasons.join("; ")
+        );
+        if let Some(need) = fewest_needed.filter(|&n| n > slots) {
+            // Rounded up, so that the budget printed is enough.
+            let gb = ((need as f64 * profile.expert_mb / 1000.0 + a.pinned_gb) * 1e4).ceil() / 1e4;
+            msg += &format!(
+                "; the smallest budget that caches k_used experts in every layer is {need} slots: --budget-gb {gb}"
+            );
+        }
+        bail!(msg);
     };
     // Verify by replay: the chosen variant with its per-layer caps, on both traces.
     let spec = a.variants.iter().find(|s| {

@@ -86,13 +86,13 @@ pub enum SaliencyError {
         #[source]
         source: serde_json::Error,
     },
-    /// A binary file where a JSON file was expected: most often a trace (safetensors) given
-    /// where statistics or a keep map belong.
-    #[error("{path}: {found}, not JSON; expected {expected}")]
+    /// A file of another kind where statistics or a keep map were expected: a trace
+    /// (safetensors) or other binary file, another of the tool's JSON files, a REAP aggregate.
+    #[error("{path}: {found}, not {expected}")]
     NotJson {
         /// The file read.
         path: PathBuf,
-        /// What the file looks like (`a safetensors file (a trace?)`, `a binary file`).
+        /// What the file looks like (`a safetensors file (a trace?)`, `a keep map (from ...)`).
         found: &'static str,
         /// What was expected there, with the command that writes it.
         expected: &'static str,

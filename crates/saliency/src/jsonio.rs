@@ -15,13 +15,61 @@ pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(io_err(path))
 }
 
-/// Reads a JSON file of `expected` content (named in the error when the file is binary).
-pub(crate) fn read<T: DeserializeOwned>(path: &Path, expected: &'static str) -> Result<T> {
+/// The tool's JSON files that [`read`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Stats,
+    KeepMap,
+}
+
+impl Kind {
+    /// What a file of this kind is, and the command that writes it.
+    fn described(self) -> &'static str {
+        match self {
+            Kind::Stats => "statistics JSON (`moe-offload stats TRACE -o stats.json` writes it)",
+            Kind::KeepMap => "a keep-map JSON (`moe-offload keep` writes it)",
+        }
+    }
+}
+
+/// Reads a JSON file of kind `expected`. A file of another kind is named as such in the error
+/// ([`SaliencyError::NotJson`]); a file of the expected kind with a bad field keeps the JSON
+/// error and its position.
+pub(crate) fn read<T: DeserializeOwned>(path: &Path, expected: Kind) -> Result<T> {
     let bytes = read_bytes(path)?;
-    serde_json::from_slice(&bytes).map_err(|source| match binary_kind(&bytes) {
-        Some(found) => SaliencyError::NotJson { path: path.to_path_buf(), found, expected },
-        None => SaliencyError::Json { path: path.to_path_buf(), source },
+    serde_json::from_slice(&bytes).map_err(|source| {
+        let other = match json_kind(&bytes) {
+            Some((kind, _)) if kind == Some(expected) => None,
+            Some((_, found)) => Some(found),
+            None => None,
+        };
+        match binary_kind(&bytes).or(other) {
+            Some(found) => SaliencyError::NotJson { path: path.to_path_buf(), found, expected: expected.described() },
+            None => SaliencyError::Json { path: path.to_path_buf(), source },
+        }
     })
+}
+
+/// What a JSON file holds, recognized by its top-level keys: one of the tool's files (with its
+/// [`Kind`] when [`read`] reads that kind), or a REAP aggregate file (per-corpus objects with
+/// `freq` and `tok`; they hold NaN, which JSON does not allow). `None` when it is none of them.
+fn json_kind(bytes: &[u8]) -> Option<(Option<Kind>, &'static str)> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let Ok(serde_json::Value::Object(top)) = serde_json::from_str::<serde_json::Value>(text) else {
+        let start = &text[..text.len().min(4096)];
+        return (start.contains("\"freq\"") && start.contains("\"tok\""))
+            .then_some((None, "a REAP aggregate file (read it with `moe-offload stats --reap-agg FILE`)"));
+    };
+    let has = |k: &str| top.contains_key(k);
+    if has("meta") && has("layers") {
+        Some((Some(Kind::Stats), "statistics JSON (from `moe-offload stats`)"))
+    } else if has("metric") && has("layers") && has("k") {
+        Some((Some(Kind::KeepMap), "a keep map (from `moe-offload keep`)"))
+    } else if has("provenance") && has("rows") {
+        Some((None, "sweep results (results.json of `moe-offload sweep`)"))
+    } else {
+        None
+    }
 }
 
 /// What a file that failed to parse as JSON looks like when it is binary: a safetensors file

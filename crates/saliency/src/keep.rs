@@ -500,7 +500,7 @@ impl KeepMap {
     /// [`SaliencyError::Io`], [`SaliencyError::Json`], [`SaliencyError::NotJson`] (a trace given
     /// as a keep map, say), or a validation error of [`KeepMap::validate`].
     pub fn read_json(path: impl AsRef<Path>) -> Result<KeepMap> {
-        let map: KeepMap = jsonio::read(path.as_ref(), "a keep-map JSON (`moe-offload keep` writes it)")?;
+        let map: KeepMap = jsonio::read(path.as_ref(), jsonio::Kind::KeepMap)?;
         map.validate()?;
         Ok(map)
     }

@@ -283,8 +283,7 @@ impl Stats {
     /// [`crate::SaliencyError::NotJson`] (a trace given as statistics, say), or a validation error
     /// of [`Stats::validate`] naming the layer.
     pub fn read_json(path: impl AsRef<Path>) -> Result<Stats> {
-        let stats: Stats =
-            jsonio::read(path.as_ref(), "statistics JSON (`moe-offload stats TRACE -o stats.json` writes it)")?;
+        let stats: Stats = jsonio::read(path.as_ref(), jsonio::Kind::Stats)?;
         stats.validate()?;
         Ok(stats)
     }

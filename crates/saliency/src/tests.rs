@@ -311,7 +311,17 @@ fn json_round_trips_and_validation() {
     assert!(matches!(err, SaliencyError::NotJson { found: "a safetensors file (a trace?)", .. }), "{err:?}");
     assert!(err.to_string().contains("moe-offload stats"), "{err}");
     let err = KeepMap::read_json(&tp).unwrap_err();
-    assert!(err.to_string().contains("expected a keep-map JSON"), "{err}");
+    assert!(err.to_string().contains("not a keep-map JSON"), "{err}");
+    // the tool's other JSON files, given in each other's place
+    let err = Stats::read_json(&mp).unwrap_err();
+    assert!(matches!(err, SaliencyError::NotJson { found: "a keep map (from `moe-offload keep`)", .. }), "{err:?}");
+    let err = KeepMap::read_json(&p).unwrap_err();
+    assert!(err.to_string().contains("statistics JSON (from `moe-offload stats`), not a keep-map JSON"), "{err}");
+    std::fs::write(&tp, r#"{"bible": {"n": 3, "tok": 10, "freq": {"0": [NaN]}}}"#).unwrap();
+    assert!(Stats::read_json(&tp).unwrap_err().to_string().contains("--reap-agg"));
+    // statistics with a bad field stay a JSON error with its position
+    std::fs::write(&tp, r#"{"meta": 5, "layers": []}"#).unwrap();
+    assert!(matches!(Stats::read_json(&tp), Err(SaliencyError::Json { .. })));
     // other binary content, and malformed text JSON (still a JSON error with its position)
     std::fs::write(&tp, [0u8, 1, 2, 3]).unwrap();
     assert!(matches!(Stats::read_json(&tp), Err(SaliencyError::NotJson { found: "a binary file", .. })));

@@ -87,12 +87,20 @@ pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::R
 }
 
 /// A temporary file in the directory of `path` (so that a rename can replace `path`), creating
-/// that directory and its missing parents first.
+/// that directory and its missing parents first; an error naming the file when one of them is a
+/// file.
 fn temp_beside(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    // A file where a directory is needed: say so (create_dir_all would report "File exists").
+    if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            format!("{} is a file, not a directory", file.display()),
+        ));
+    }
     std::fs::create_dir_all(dir)?;
     tempfile::NamedTempFile::new_in(dir)
 }

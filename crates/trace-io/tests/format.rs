@@ -1,6 +1,7 @@
 //! Round trips and hostile inputs for the trace file format.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 
 use trace_io::synth::{SynthConfig, generate};
@@ -490,4 +491,20 @@ fn a_directory_is_refused_as_one() {
     let dir = tempfile::tempdir().unwrap();
     let e = open_err(dir.path());
     assert!(e.to_string().contains("a directory, not a trace file"), "{e}");
+}
+
+#[test]
+fn atomic_writes_create_parents_and_name_a_file_in_the_way() {
+    let dir = tempfile::tempdir().unwrap();
+    // missing parents are created
+    let nested = dir.path().join("a/b/out.json");
+    trace_io::write_atomic(&nested, |w| w.write_all(b"{}")).unwrap();
+    assert_eq!(std::fs::read(&nested).unwrap(), b"{}");
+    // a file where a directory is needed is named, and nothing is written
+    let file = dir.path().join("j.json");
+    std::fs::write(&file, "x").unwrap();
+    let err = trace_io::write_atomic(&file.join("s.json"), |w| w.write_all(b"{}")).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotADirectory);
+    assert!(err.to_string().contains("j.json is a file, not a directory"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
 }

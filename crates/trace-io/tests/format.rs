@@ -1,7 +1,6 @@
 //! Round trips and hostile inputs for the trace file format.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 use trace_io::synth::{SynthConfig, generate};

@@ -109,7 +109,20 @@ fn refusals_leave_no_output() {
     ok(&["keep", s(&calib), "--metric", "frequency", "--k", "4", "-o", s(&m)]);
     let err = fails(&["retention", s(&m), "--heldout", s(&other)]);
     assert!(err.contains("layer"), "{err}");
-    let _ = trace;
+    // -o naming an input (the same file by another path too) is refused and the input kept
+    let before = std::fs::read(&trace).unwrap();
+    let err = fails(&["stats", s(&trace), "-o", s(&dir.path().join(".").join("calib.safetensors"))]);
+    assert!(err.contains("is an input of this command"), "{err}");
+    assert_eq!(std::fs::read(&trace).unwrap(), before);
+    let err = fails(&["keep", s(&m), "--metric", "frequency", "--k", "4", "-o", s(&m)]);
+    assert!(err.contains("is an input of this command"), "{err}");
+    let err = fails(&["export", "keep", s(&m), "--format", "reap", "-o", s(&m)]);
+    assert!(err.contains("is an input of this command"), "{err}");
+    // the wrong kind of file is named: statistics as a trace, a keep map as statistics
+    let err = fails(&["stats", s(&calib), "-o", s(&dir.path().join("x.json"))]);
+    assert!(err.contains("the file is JSON text"), "{err}");
+    let err = fails(&["keep", s(&m), "--metric", "frequency", "--k", "4", "-o", s(&dir.path().join("y.json"))]);
+    assert!(err.contains("a keep map (from `moe-offload keep`), not statistics JSON"), "{err}");
 }
 
 #[test]

@@ -149,7 +149,12 @@ impl TraceFile {
 
 /// Parses the container: metadata, dtypes, shapes and alignment (not row content).
 fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
-    let st = SafeTensors::deserialize(bytes).map_err(|e| TraceError::Container(e.to_string()))?;
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        // A text file that opens like JSON: most often statistics or a keep map given as a trace.
+        let json = bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|&b| b == b'{' || b == b'[');
+        let hint = if json { " (the file is JSON text: statistics or a keep map, not a trace?)" } else { "" };
+        TraceError::Container(format!("{e}{hint}"))
+    })?;
     let (header_len, md) = SafeTensors::read_metadata(bytes).map_err(|e| TraceError::Container(e.to_string()))?;
     let data_start = 8 + header_len;
     let empty = Default::default();

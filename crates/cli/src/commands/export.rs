@@ -43,6 +43,7 @@ pub enum ExportFormat {
 /// Runs `export`.
 pub fn run(cmd: &ExportCmd) -> Result<()> {
     let ExportCmd::Keep { keep, format, output } = cmd;
+    super::refuse_overwrite(output, [keep.as_path()])?;
     let map = KeepMap::read_json(keep)?;
     let bytes = render(&map, *format);
     trace_io::write_atomic(output, |w| w.write_all(&bytes)).with_context(|| format!("writing {}", output.display()))?;

@@ -84,10 +84,12 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
             (import_esft_with_report(&dir, &opts)?, output)
         }
         ImportCmd::VllmRoutelog { inputs, num_experts, keep_warmup, model, output } => {
+            super::refuse_overwrite(&output, inputs.iter().map(PathBuf::as_path))?;
             let opts = VllmRoutelogOptions { num_experts, keep_warmup, model };
             (import_vllm_routelog(&inputs, &opts)?, output)
         }
         ImportCmd::MixtralJsonl { input, num_experts, model, output } => {
+            super::refuse_overwrite(&output, [input.as_path()])?;
             let mut opts = MixtralJsonlOptions { num_experts, ..Default::default() };
             if let Some(m) = model {
                 opts.model = m;

@@ -10,6 +10,8 @@ mod saliency;
 mod sweep;
 mod synth;
 
+use std::path::Path;
+
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 
@@ -17,6 +19,21 @@ use clap::{Parser, Subcommand};
 fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> Result<()> {
     if let Some((i, v)) = values.iter().enumerate().find(|(i, v)| values[..*i].contains(v)) {
         bail!("--{flag}: {v} is given twice (value {} of {})", i + 1, values.len());
+    }
+    Ok(())
+}
+
+/// Refuses an output path that is one of the command's inputs: the atomic write would replace
+/// the input with the output (a trace with its statistics, say).
+fn refuse_overwrite<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a Path>) -> Result<()> {
+    let Ok(out) = output.canonicalize() else { return Ok(()) };
+    for input in inputs {
+        if input.canonicalize().is_ok_and(|i| i == out) {
+            bail!(
+                "-o {} is an input of this command; writing it would replace that input: choose another output",
+                output.display()
+            );
+        }
     }
     Ok(())
 }

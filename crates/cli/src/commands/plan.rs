@@ -86,6 +86,7 @@ fn curve(
 
 /// Runs `mrc`.
 pub fn mrc(a: &MrcArgs) -> Result<()> {
+    super::refuse_overwrite(&a.output, std::iter::once(a.trace.as_path()).chain(a.keep.as_deref()))?;
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
     let keep = open_keep(a.keep.as_ref(), &v)?;
@@ -186,6 +187,13 @@ struct Candidate {
 
 /// Runs `plan`.
 pub fn plan(a: &PlanArgs) -> Result<()> {
+    super::refuse_overwrite(&a.output, [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
+    if let Some(max) = a.max_slot_replacement.filter(|m| !(0.0..=1.0).contains(m)) {
+        bail!("--max-slot-replacement {max}: a fraction of slots, between 0 and 1");
+    }
+    if !a.budget_gb.is_finite() || !a.pinned_gb.is_finite() {
+        bail!("--budget-gb {} and --pinned-gb {} must be finite numbers of GB", a.budget_gb, a.pinned_gb);
+    }
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());

@@ -102,6 +102,9 @@ pub struct RetentionArgs {
 
 /// Runs `stats`.
 pub fn stats(a: &StatsArgs) -> Result<()> {
+    if let Some(o) = &a.output {
+        super::refuse_overwrite(o, a.trace.iter().chain(&a.reap_agg).map(PathBuf::as_path))?;
+    }
     let mut out = std::io::stdout().lock();
     if let Some(agg) = &a.reap_agg {
         if a.list_corpora {
@@ -168,6 +171,7 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
 
 /// Runs `keep`.
 pub fn keep(a: &KeepArgs) -> Result<()> {
+    super::refuse_overwrite(&a.output, [a.stats.as_path()])?;
     let stats = Stats::read_json(&a.stats)?;
     let cfg = KeepConfig {
         metric: MetricConfig { tau: a.tau, hybrid_base: (!a.hybrid_base.is_empty()).then(|| a.hybrid_base.clone()) },

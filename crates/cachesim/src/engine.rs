@@ -434,6 +434,14 @@ impl List {
         self.prev[s] = s as u32;
         self.next[s] = s as u32;
     }
+
+    /// The victim of a full cache: its oldest unprotected entry.
+    #[inline(always)]
+    fn victim(&self, prot: &[u64], stamp: u64) -> usize {
+        let v = self.first_unprotected(prot, stamp);
+        debug_assert!(v != self.sentinel, "a full cache always holds an unprotected expert");
+        v
+    }
 }
 
 /// `a` if `c`, else `b`, without a branch (`c` is a hit or an eviction: unpredictable).
@@ -462,9 +470,7 @@ impl Evictor for Lru {
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache<()>, prot: &[u64], stamp: u64) -> usize {
-        let v = self.0.first_unprotected(prot, stamp);
-        debug_assert!(v != self.0.sentinel, "a full cache always holds an unprotected expert");
-        v
+        self.0.victim(prot, stamp)
     }
     /// Hit and miss on one path: the entry that leaves its place in the list is `e` on a hit
     /// (it moves to the back), the victim on a miss into a full cache, and the spare on a miss
@@ -505,9 +511,7 @@ impl Evictor for Fifo {
     }
     #[inline(always)]
     fn victim(&mut self, _cache: &Cache<()>, prot: &[u64], stamp: u64) -> usize {
-        let v = self.0.first_unprotected(prot, stamp);
-        debug_assert!(v != self.0.sentinel, "a full cache always holds an unprotected expert");
-        v
+        self.0.victim(prot, stamp)
     }
     /// Hit and miss on one path: the victim (on a miss into a full cache) or the spare leaves
     /// the list, and `e` is appended on a miss; on a hit the append writes back the links it

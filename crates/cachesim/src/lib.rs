@@ -161,6 +161,11 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     if k_used == 0 {
         return invalid("k_used", "0".into(), "must be at least 1");
     }
+    // Before the caps' values: a list of the wrong length is the first thing to say.
+    if let Some(caps) = cfg.layer_caps.as_ref().filter(|c| c.len() != shape.layers) {
+        let value = format!("{} values for {} layers", caps.len(), shape.layers);
+        return invalid("layer_caps", value, "need one cap per trace layer");
+    }
     if cfg.cap == 0 {
         return invalid("cap", "0".into(), "must be at least 1");
     }
@@ -179,13 +184,8 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     if cfg.warmup >= shape.tokens {
         return Err(CacheSimError::WarmupCoversTrace { warmup: cfg.warmup, tokens: shape.tokens });
     }
-    if let Some(caps) = &cfg.layer_caps {
-        if caps.len() != shape.layers {
-            return invalid("layer_caps", format!("{} values", caps.len()), "need one cap per trace layer");
-        }
-        if let Some(&cap) = caps.iter().find(|&&c| c < k_used) {
-            return Err(CacheSimError::CapBelowKUsed { cap, k_used });
-        }
+    if let Some(&cap) = cfg.layer_caps.iter().flatten().find(|&&c| c < k_used) {
+        return Err(CacheSimError::CapBelowKUsed { cap, k_used });
     }
     if cfg.policy == Policy::Belady && cfg.lambda > 0.0 {
         return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });

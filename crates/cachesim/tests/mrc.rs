@@ -143,4 +143,8 @@ fn per_layer_caps_replay_each_layer_at_its_own_cap() {
     ));
     let bad = ReplayConfig { layer_caps: Some(vec![3, 4]), ..ReplayConfig::new(Policy::Lru, 3) };
     assert!(cachesim::replay(&v, &keep, &bad).is_err());
+    // a list of the wrong length is named as such, even when its caps are also too small
+    let bad = ReplayConfig { layer_caps: Some(vec![1, 1]), ..ReplayConfig::new(Policy::Lru, 1) };
+    let err = cachesim::replay(&v, &keep, &bad).unwrap_err();
+    assert!(err.to_string().contains("2 values for 3 layers"), "{err}");
 }

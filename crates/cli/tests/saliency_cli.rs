@@ -102,6 +102,11 @@ fn refusals_leave_no_output() {
     assert!(err.contains("cannot be used with"), "{err}");
     let err = fails(&["keep", s(&calib), "--metric", "reap", "--hybrid-base", "reap", "--k", "4", "-o", s(&maps)]);
     assert!(err.contains("--hybrid-base"), "{err}");
+    let err = fails(&["keep", s(&calib), "--metric", "frequency", "--k", "4", "--floor", "2", "-o", s(&maps)]);
+    assert!(err.contains("--floor and --budget-scale apply to --budget maps only"), "{err}");
+    // a negative λ reaches the replay's own check (not taken for an unknown flag)
+    let err = fails(&["replay", s(&trace), "--policy", "lru", "--cap", "4", "--lambda", "-1"]);
+    assert!(err.contains("invalid lambda = -1"), "{err}");
     // a map for another shape
     let other = dir.path().join("other.safetensors");
     synth(&other, [3, 16, 2, 4, 50], &[]);

@@ -518,16 +518,16 @@ impl KeepMap {
     pub(crate) fn check_shape(&self, stats: &Stats, what: &str) -> Result<()> {
         if self.num_experts != stats.meta.num_experts {
             return Err(mismatch(
-                format!("{what}: num_experts of map {}", self.label()),
-                stats.meta.num_experts,
-                self.num_experts,
+                format!("{what}: num_experts of map {} (built for another model?)", self.label()),
+                format!("{} (the statistics' or trace's)", stats.meta.num_experts),
+                format!("{} (the map's)", self.num_experts),
             ));
         }
         if self.layer_ids != stats.meta.layer_ids {
             return Err(mismatch(
-                format!("{what}: layer_ids of map {}", self.label()),
-                format!("{:?}", stats.meta.layer_ids),
-                format!("{:?}", self.layer_ids),
+                format!("{what}: layer_ids of map {} (built for another model?)", self.label()),
+                format!("{:?} (the statistics' or trace's)", stats.meta.layer_ids),
+                format!("{:?} (the map's)", self.layer_ids),
             ));
         }
         Ok(())

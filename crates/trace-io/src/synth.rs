@@ -178,7 +178,10 @@ impl SynthConfig {
                 format!("m = {} exceeds the {live} routable experts of a layer", self.candidates),
             );
         }
-        if self.tokens == 0 || self.sequences == 0 || self.sequences > self.tokens {
+        if self.tokens == 0 {
+            return bad("tokens", "must be at least 1".to_string());
+        }
+        if self.sequences == 0 || self.sequences > self.tokens {
             return bad(
                 "sequences",
                 format!("need 1 <= sequences <= tokens, got {} and {}", self.sequences, self.tokens),
@@ -874,8 +877,9 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_refused_by_key() {
-        let cases: [(&str, SynthConfig); 12] = [
+        let cases: [(&str, SynthConfig); 13] = [
             ("layers", SynthConfig { layers: 0, ..small() }),
+            ("tokens", SynthConfig { tokens: 0, ..small() }),
             ("experts", SynthConfig { experts: 70_000, ..small() }),
             ("top_k", SynthConfig { top_k: 0, ..small() }),
             ("top_k", SynthConfig { top_k: 7, ..small() }),

@@ -33,7 +33,7 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = 64)]
     pub warmup: usize,
     /// λ of cache-aware routing (0 = the model's own routing).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub lambda: f64,
     /// j: ranks boosted by cache-aware routing regardless of the cache.
     #[arg(long, default_value_t = 0)]

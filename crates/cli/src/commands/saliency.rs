@@ -182,6 +182,9 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     }
     super::no_repeats("k", &a.k)?;
     super::no_repeats("budget", &a.budget)?;
+    if a.budget.is_empty() && (a.floor.is_some() || a.budget_scale.is_some()) {
+        bail!("--floor and --budget-scale apply to --budget maps only: drop them, or use --budget instead of --k");
+    }
     let mut maps = if a.budget.is_empty() {
         KeepMap::build_many(&stats, a.metric, &a.k, &cfg).map_err(keep_hint)?
     } else {

@@ -90,6 +90,12 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     let mut seqs_per_domain = Vec::new();
     for domain in &opts.domains {
         let ddir = root.join(domain);
+        if !ddir.is_dir() {
+            return Err(TraceError::Config {
+                key: "domains",
+                reason: format!("no domain {domain:?} in {}; it has: {}", root.display(), domain_names(&root)),
+            });
+        }
         let files = layer_files(&ddir)?;
         let ids: Vec<u32> = files.iter().map(|(l, _)| *l).collect();
         match &layer_ids {
@@ -204,6 +210,20 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
         notes: Vec::new(),
     };
     Ok(Imported { trace, report })
+}
+
+/// The subdirectories of `root` (the domains), sorted and comma-separated, or `(none)`.
+fn domain_names(root: &Path) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    if names.is_empty() { "(none)".into() } else { names.join(", ") }
 }
 
 /// Lists `expert_weights_<layer>.txt` in `dir`, sorted by layer.
@@ -347,6 +367,6 @@ mod tests {
         assert!(e.contains("expert id 9 >= num_experts 8") && e.contains("token 0"), "{e}");
 
         let e = import_esft(dir.path(), &opts(&["missing"])).unwrap_err().to_string();
-        assert!(e.contains("missing") && e.contains("cannot read the domain directory"), "{e}");
+        assert!(e.contains(r#"no domain "missing""#) && e.contains("it has: a"), "{e}");
     }
 }

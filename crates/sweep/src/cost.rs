@@ -67,6 +67,22 @@ impl DeviceProfile {
     }
 }
 
+/// The [`PRESETS`] entry for a trace's model name as the importers record it, if one matches
+/// (case-insensitive): DeepSeek-V2-Lite and the ESFT models fine-tuned from it
+/// (`dsv2-lite-bf16`), Qwen1.5-MoE (`qwen15-moe-bf16`), Mixtral-8x7B (`mixtral-8x7b-q4`).
+pub fn preset_for_model(model: &str) -> Option<&'static str> {
+    let m = model.to_ascii_lowercase();
+    if m.contains("deepseek-v2-lite") || m.contains("esft-vanilla-lite") {
+        Some("dsv2-lite-bf16")
+    } else if m.contains("qwen1.5-moe") {
+        Some("qwen15-moe-bf16")
+    } else if m.contains("mixtral-8x7b") {
+        Some("mixtral-8x7b-q4")
+    } else {
+        None
+    }
+}
+
 /// Presets derived from model shapes (the study's 48-layer 512-expert model is [`DeviceProfile::reference`]) (name, shape, assumed compute ms per token), evaluated at
 /// 3.9 and 6.8 GB/s. The compute times are assumptions for a laptop-class accelerator, stated so
 /// they can be replaced; the expert sizes follow from the published model configurations.
@@ -93,5 +109,21 @@ mod tests {
         assert_eq!(p.tok_s(0.0, 6.8), 1.0 / 0.012);
         let dsv2 = DeviceProfile::preset("dsv2-lite-bf16").unwrap();
         assert!((dsv2.expert_mb - 17.301504).abs() < 1e-9);
+    }
+
+    #[test]
+    fn model_names_of_the_importers_find_their_presets() {
+        for (model, preset) in [
+            ("deepseek-ai/ESFT-vanilla-lite (DeepSeek-V2-Lite shape)", Some("dsv2-lite-bf16")),
+            ("deepseek-ai/DeepSeek-V2-Lite", Some("dsv2-lite-bf16")),
+            ("Qwen/Qwen1.5-MoE-A2.7B", Some("qwen15-moe-bf16")),
+            ("mistralai/Mixtral-8x7B-Instruct-v0.1 (FP8)", Some("mixtral-8x7b-q4")),
+            ("synthetic 4x32 top-4", None),
+            ("unknown", None),
+        ] {
+            assert_eq!(preset_for_model(model), preset, "{model}");
+            // every name found is a preset
+            assert!(preset.is_none_or(|p| DeviceProfile::preset(p).is_some()));
+        }
     }
 }

@@ -140,8 +140,10 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 0.0)]
     pub pinned_gb: f64,
     /// Device profile preset (reference, dsv2-lite-bf16, qwen15-moe-bf16, mixtral-8x7b-q4).
-    #[arg(long, default_value = "reference")]
-    pub profile: String,
+    /// Default: the preset of the in-sample trace's model when one matches (DeepSeek-V2-Lite and
+    /// ESFT, Qwen1.5-MoE, Mixtral-8x7B), else `reference`.
+    #[arg(long)]
+    pub profile: Option<String>,
     /// Override the profile's expert size, in MB (10^6 bytes).
     #[arg(long)]
     pub expert_mb: Option<f64>,
@@ -201,8 +203,11 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     if cm.num_experts != hm.num_experts || cm.layer_ids != hm.layer_ids {
         bail!("the in-sample and out-of-sample traces have different shapes (E, layers)");
     }
-    let mut profile = DeviceProfile::preset(&a.profile)
-        .with_context(|| format!("unknown profile {:?}; see docs/grid-format.md", a.profile))?;
+    // The profile named, else the one of the trace's model, else the study's reference.
+    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cm.model)).flatten();
+    let profile_name = a.profile.as_deref().or(inferred).unwrap_or("reference");
+    let mut profile = DeviceProfile::preset(profile_name)
+        .with_context(|| format!("unknown profile {profile_name:?}; see docs/grid-format.md"))?;
     if let Some(mb) = a.expert_mb {
         profile.expert_mb = mb;
     }
@@ -281,8 +286,9 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             .map(|c| format!("{}: {}", c.variant, c.excluded.as_deref().unwrap_or("no plan")))
             .collect();
         let mut msg = format!(
-            "no variant fits the budget: {slots} expert slots of {:.3} MB ({})",
+            "no variant can be planned in {slots} expert slots of {:.3} MB, profile {} ({})",
             profile.expert_mb,
+            profile.name,
             reasons.join("; ")
         );
         if let Some(need) = fewest_needed.filter(|&n| n > slots) {
@@ -336,10 +342,16 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "budget {} GB ({} pinned): {slots} expert slots of {:.3} MB; policy {}; plan in {}\n",
+        "budget {} GB ({} pinned): {slots} expert slots of {:.3} MB (profile {}{}); policy {}; plan in {}\n",
         a.budget_gb,
         a.pinned_gb,
         profile.expert_mb,
+        profile.name,
+        match (a.profile.is_some(), inferred.is_some()) {
+            (true, _) => "",
+            (false, true) => ", from the trace's model; --profile to choose",
+            (false, false) => ", the default; --profile to choose your model's",
+        },
         a.policy,
         a.output.display()
     )?;

@@ -253,26 +253,18 @@ trait Evictor {
     fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<Self::Key>) -> bool {
         let Pick { e, now, t, i } = pick;
         let hit = cache.contains(e);
-        if Self::ADMIT_WITHOUT_BRANCH {
-            // Never true in k-way mode for the policies that evict a token's victims beforehand.
-            if !hit & (cache.len >= cap) {
-                let v = self.victim(cache, prot, stamp);
-                cache.remove(v);
-                self.evicted(v, cache);
-            }
-            cache.admit(e, !hit);
-            self.access(e, now, t, i, !hit, cache);
-        } else if hit {
+        if hit && !Self::ADMIT_WITHOUT_BRANCH {
             self.access(e, now, t, i, false, cache);
-        } else {
-            if cache.len >= cap {
-                let v = self.victim(cache, prot, stamp);
-                cache.remove(v);
-                self.evicted(v, cache);
-            }
-            cache.admit(e, true);
-            self.access(e, now, t, i, true, cache);
+            return true;
         }
+        // Never true in k-way mode for the policies that evict a token's victims beforehand.
+        if !hit & (cache.len >= cap) {
+            let v = self.victim(cache, prot, stamp);
+            cache.remove(v);
+            self.evicted(v, cache);
+        }
+        cache.admit(e, !hit);
+        self.access(e, now, t, i, !hit, cache);
         hit
     }
     /// The cached, unprotected expert of lowest priority (ties: lowest id). The cache is full.
@@ -442,6 +434,31 @@ impl List {
         debug_assert!(v != self.sentinel, "a full cache always holds an unprotected expert");
         v
     }
+
+    /// The branch-free step 4 of lru and fifo for expert `e`: `relink(list, hit, evict, v)`
+    /// updates the list, with `v` the oldest unprotected entry (a real expert whenever `evict`:
+    /// a full cache holds an unprotected one); then the victim leaves the cache (on an
+    /// eviction) and `e` is in it. Returns whether `e` hit.
+    #[inline(always)]
+    fn step(
+        &mut self,
+        e: usize,
+        cap: usize,
+        prot: &[u64],
+        stamp: u64,
+        cache: &mut Cache<()>,
+        relink: impl FnOnce(&mut List, bool, bool, usize),
+    ) -> bool {
+        let hit = cache.contains(e);
+        let full = cache.len >= cap;
+        let evict = !hit & full;
+        let v = self.first_unprotected(prot, stamp);
+        relink(self, hit, evict, v);
+        cache.pos[pick_if(evict, v, e)] = ABSENT;
+        cache.pos[e] = 0;
+        cache.len += usize::from(!hit & !full);
+        hit
+    }
 }
 
 /// `a` if `c`, else `b`, without a branch (`c` is a hit or an eviction: unpredictable).
@@ -478,17 +495,10 @@ impl Evictor for Lru {
     #[inline(always)]
     fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<()>) -> bool {
         let e = pick.e;
-        let hit = cache.contains(e);
-        let full = cache.len >= cap;
-        let evict = !hit & full;
-        // A real expert whenever it is used: a full cache holds an unprotected expert.
-        let v = self.0.first_unprotected(prot, stamp);
-        self.0.unlink(pick_if(hit, e, pick_if(evict, v, self.0.spare)));
-        self.0.push_back(e);
-        cache.pos[pick_if(evict, v, e)] = ABSENT;
-        cache.pos[e] = 0;
-        cache.len += usize::from(!hit & !full);
-        hit
+        self.0.step(e, cap, prot, stamp, cache, |l, hit, evict, v| {
+            l.unlink(pick_if(hit, e, pick_if(evict, v, l.spare)));
+            l.push_back(e);
+        })
     }
 }
 
@@ -519,23 +529,16 @@ impl Evictor for Fifo {
     #[inline(always)]
     fn step(&mut self, pick: Pick, cap: usize, prot: &[u64], stamp: u64, cache: &mut Cache<()>) -> bool {
         let e = pick.e;
-        let hit = cache.contains(e);
-        let full = cache.len >= cap;
-        let evict = !hit & full;
-        let l = &mut self.0;
-        let v = l.first_unprotected(prot, stamp);
-        l.unlink(pick_if(evict, v, l.spare));
-        let s = l.sentinel;
-        let tail = l.prev[s] as usize;
-        let new = pick_if(hit, l.spare, e);
-        l.next[tail] = pick_if(hit, s, e) as u32;
-        l.prev[new] = pick_if(hit, l.spare, tail) as u32;
-        l.next[new] = pick_if(hit, l.spare, s) as u32;
-        l.prev[s] = pick_if(hit, tail, e) as u32;
-        cache.pos[pick_if(evict, v, e)] = ABSENT;
-        cache.pos[e] = 0;
-        cache.len += usize::from(!hit & !full);
-        hit
+        self.0.step(e, cap, prot, stamp, cache, |l, hit, evict, v| {
+            l.unlink(pick_if(evict, v, l.spare));
+            let s = l.sentinel;
+            let tail = l.prev[s] as usize;
+            let new = pick_if(hit, l.spare, e);
+            l.next[tail] = pick_if(hit, s, e) as u32;
+            l.prev[new] = pick_if(hit, l.spare, tail) as u32;
+            l.next[new] = pick_if(hit, l.spare, s) as u32;
+            l.prev[s] = pick_if(hit, tail, e) as u32;
+        })
     }
 }
 

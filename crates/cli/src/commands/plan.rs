@@ -235,8 +235,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         }
     };
     let mut candidates = Vec::new();
-    // The fewest slots any evaluated candidate needs (k_used per layer).
-    let mut fewest_needed: Option<usize> = None;
+    // The slots an evaluated candidate needs, k_used per layer (the same for every candidate).
+    let mut needed_slots: Option<usize> = None;
     for spec in &a.variants {
         let map = sweep::variant_keep_map(spec, &stats, &KeepConfig::default(), cm)?;
         let r = saliency::retention(&map, &held_stats, None)?;
@@ -261,12 +261,11 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             cand.per_layer = allocate(&cin, slots).map(|x| eval(&x, &cin, &cout));
             cand.uniform = uniform(&cin, slots).map(|x| eval(&x, &cin, &cout));
             let needed = cin.min_cap * cin.layers.len();
-            fewest_needed = Some(fewest_needed.map_or(needed, |f| f.min(needed)));
+            needed_slots = Some(needed);
             if cand.per_layer.is_none() {
                 cand.excluded = Some(format!(
-                    "{slots} slots cannot give every layer k_used = {} experts ({} needed)",
-                    cin.min_cap,
-                    cin.min_cap * cin.layers.len()
+                    "{slots} slots cannot give every layer k_used = {} experts ({needed} needed)",
+                    cin.min_cap
                 ));
             }
         }
@@ -291,7 +290,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             profile.name,
             reasons.join("; ")
         );
-        if let Some(need) = fewest_needed.filter(|&n| n > slots) {
+        if let Some(need) = needed_slots.filter(|&n| n > slots) {
             // Rounded up, so that the budget printed is enough.
             let gb = ((need as f64 * profile.expert_mb / 1000.0 + a.pinned_gb) * 1e4).ceil() / 1e4;
             msg += &format!(

@@ -304,15 +304,20 @@ fn mask_le_f64(keys: &[f64; 16], thr: f64) -> u32 {
     m
 }
 
-/// The sorted buffer of [`scan_lowest`]: the `q` lowest keys seen so far and the threshold a
+/// The sorted buffer of [`scan_lowest`]: the `q` lowest keys seen so far, padded with
+/// [`UNFILLED`] until `q` are seen (so an offer never asks how full it is), and the threshold a
 /// key must beat to enter.
 struct Lowest<'a> {
+    /// Exactly `q` keys, in increasing order.
     out: &'a mut Vec<u128>,
-    q: usize,
+    /// The last (largest) key of `out`.
     thr: u128,
-    /// The score of `thr` (+∞ until the buffer is full).
+    /// The score of `thr` (+∞ while `out` holds an [`UNFILLED`] entry).
     thr_s: f64,
 }
+
+/// A key above every real one (whose score is finite): +∞'s bits, then all ones.
+const UNFILLED: u128 = ((0x7FF0_0000_0000_0000_u64 as u128) << 64) | u64::MAX as u128;
 
 impl Lowest<'_> {
     /// Offers slot `i` of the cache.
@@ -325,21 +330,17 @@ impl Lowest<'_> {
         let e = usize::from(cache.order[i]);
         let key = pack(s.to_bits(), (last[e] << 16) | e as u64);
         if key < self.thr && prot[e] != stamp {
-            // Insertion into the sorted buffer (q <= k_used: short): shift the larger keys up.
+            // Insertion into the sorted buffer (q <= k_used: short): the largest key drops out,
+            // the larger ones shift up.
             let out = &mut *self.out;
-            if out.len() < self.q {
-                out.push(key);
-            }
             let mut j = out.len() - 1;
             while j > 0 && out[j - 1] > key {
                 out[j] = out[j - 1];
                 j -= 1;
             }
             out[j] = key;
-            if out.len() == self.q {
-                self.thr = out[self.q - 1];
-                self.thr_s = f64::from_bits((self.thr >> 64) as u64);
-            }
+            self.thr = out[out.len() - 1];
+            self.thr_s = f64::from_bits((self.thr >> 64) as u64);
         }
     }
 }
@@ -354,7 +355,8 @@ impl Lowest<'_> {
 #[inline(never)]
 fn scan_lowest(cache: &Cache<f64>, prot: &[u64], stamp: u64, q: usize, out: &mut Vec<u128>, last: &[u64]) {
     out.clear();
-    let mut low = Lowest { out, q, thr: u128::MAX, thr_s: f64::INFINITY };
+    out.resize(q, UNFILLED);
+    let mut low = Lowest { out, thr: UNFILLED, thr_s: f64::INFINITY };
     // Newest slots first: recently inserted experts tend to have the lowest scores, so the
     // threshold drops early and few later scores pass it.
     let (head, chunks) = cache.live_keys().as_rchunks::<16>();
@@ -370,7 +372,7 @@ fn scan_lowest(cache: &Cache<f64>, prot: &[u64], stamp: u64, q: usize, out: &mut
     for i in (0..head.len()).rev() {
         low.offer(cache, i, prot, stamp, last);
     }
-    debug_assert!(low.out.len() == q, "a full cache holds enough unprotected experts");
+    debug_assert!(low.thr != UNFILLED, "a full cache holds enough unprotected experts");
 }
 
 /// Intrusive doubly-linked list over expert ids with a sentinel at index E; front = oldest.

@@ -3,8 +3,11 @@
 //! for profilers (`valgrind --tool=callgrind --toggle-collect='*engine::run*'`), whose
 //! instruction counts are stable on a loaded machine where wall time is not.
 //!
-//! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned|full] [reps]`
-//! (with reps > 1 it prints the median throughput of the repetitions after the first).
+//! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned|full] [reps] [group]`
+//! (with reps > 1 it prints the median throughput of the repetitions after the first). With
+//! `group`, four configurations (λ = 0 and the given λ, j = 2 and 3) are replayed together by
+//! `cachesim::replay_many`, which shares their scores when the policy is near_pick_ema or
+//! inv_router; the throughput counts the picks of all four.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -20,6 +23,7 @@ fn main() {
     let cap: usize = args.get(3).map_or(Ok(128), |s| s.parse()).expect("a number");
     let pruned = args.get(4).is_some_and(|s| s == "pruned");
     let reps: usize = args.get(5).map_or(Ok(1), |s| s.parse()).expect("a number");
+    let group = args.get(6).is_some_and(|s| s == "group");
     let s = common::BENCH_TRACE;
     let trace = common::synth(common::BENCH_SEED, s);
     let view = trace.view();
@@ -31,16 +35,24 @@ fn main() {
         Keep::full(&shape)
     };
     let cfg = ReplayConfig { lambda, ..ReplayConfig::new(policy, cap) };
+    let cfgs: Vec<ReplayConfig> = if group {
+        [(0.0, 2), (lambda, 2), (lambda, 3), (lambda / 2.0, 2)]
+            .map(|(lambda, j)| ReplayConfig { lambda, j, ..cfg.clone() })
+            .to_vec()
+    } else {
+        vec![cfg.clone()]
+    };
+    let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (&keep, c)).collect();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
-    let picks = (s.layers * s.tokens * s.top_k) as f64;
+    let picks = (s.layers * s.tokens * s.top_k * runs.len()) as f64;
     let mut rates = Vec::new();
     let mut counts = None;
     for _ in 0..reps.max(1) {
         let start = Instant::now();
-        counts = Some(pool.install(|| cachesim::replay(&view, &keep, &cfg)).expect("valid config"));
+        counts = Some(pool.install(|| cachesim::replay_many(&view, &runs, &|_| {})).expect("valid config"));
         rates.push(picks / start.elapsed().as_secs_f64() / 1e6);
     }
-    let counts = counts.expect("at least one run");
+    let counts = counts.expect("at least one run").swap_remove(0);
     let timed = if rates.len() > 1 { &mut rates[1..] } else { &mut rates[..] };
     timed.sort_by(f64::total_cmp);
     let median = timed[timed.len() / 2];

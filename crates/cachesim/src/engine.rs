@@ -32,6 +32,14 @@
 //!   same order, as the reference) over the contiguous scores of the kept experts, so both
 //!   replayers compare identical f64 values: a lazy multiplier would round differently and
 //!   could flip near-ties, which the counts must not.
+//!
+//! Those scores do not depend on the cache, so configurations of the same layer that differ only
+//! in cap, λ, j, k_used or warmup can share them ([`TrackedScores`], used by
+//! `cachesim::replay_many`): the track computes every expert's score once per token, a block of
+//! tokens at a time, and each configuration ([`TrackedRun`]: the same token loop, resumed block
+//! after block, with its state moved in and out) gathers its cached experts' scores from the
+//! track's rows in its victim scans ([`scan_lowest_gathered`]) instead of decaying and crediting
+//! every kept expert itself.
 
 use trace_io::Shape;
 
@@ -271,7 +279,9 @@ trait Evictor {
     fn victim(&mut self, cache: &Cache<Self::Key>, prot: &[u64], stamp: u64) -> usize;
     /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`, each
     /// as a key whose low 16 bits are the expert id; `chosen` are the token's chosen experts
-    /// (the protected ones are those of them that are cached).
+    /// (the protected ones are those of them that are cached); `track`, for a policy whose
+    /// scores a [`TrackedScores`] computes, every expert's score before the token (`[E]`).
+    #[expect(clippy::too_many_arguments, reason = "the token loop's state, passed apart")]
     fn victims(
         &mut self,
         _cache: &Cache<Self::Key>,
@@ -279,6 +289,7 @@ trait Evictor {
         _stamp: u64,
         _q: usize,
         _chosen: &[u16],
+        _track: Option<&[f64]>,
         _out: &mut Vec<u128>,
     ) {
     }
@@ -324,10 +335,18 @@ impl Lowest<'_> {
     #[inline(always)]
     fn offer(&mut self, cache: &Cache<f64>, i: usize, prot: &[u64], stamp: u64, last: &[u64]) {
         let s = cache.keys[i];
+        // Checked before the expert is read (offer_value checks again: the compiler merges both).
+        if s <= self.thr_s {
+            self.offer_value(s, usize::from(cache.order[i]), prot, stamp, last);
+        }
+    }
+
+    /// Offers expert `e` with score `s`.
+    #[inline(always)]
+    fn offer_value(&mut self, s: f64, e: usize, prot: &[u64], stamp: u64, last: &[u64]) {
         if s > self.thr_s {
             return;
         }
-        let e = usize::from(cache.order[i]);
         let key = pack(s.to_bits(), (last[e] << 16) | e as u64);
         if key < self.thr && prot[e] != stamp {
             // Insertion into the sorted buffer (q <= k_used: short): the largest key drops out,
@@ -371,6 +390,42 @@ fn scan_lowest(cache: &Cache<f64>, prot: &[u64], stamp: u64, q: usize, out: &mut
     }
     for i in (0..head.len()).rev() {
         low.offer(cache, i, prot, stamp, last);
+    }
+    debug_assert!(low.thr != UNFILLED, "a full cache holds enough unprotected experts");
+}
+
+/// [`scan_lowest`] over the cached experts `order` (`[cached]`) with their scores gathered
+/// from `scores` (`[E]`, a [`TrackedScores`] row), sixteen at a time.
+#[inline(never)]
+fn scan_lowest_gathered(
+    order: &[u16],
+    scores: &[f64],
+    prot: &[u64],
+    stamp: u64,
+    q: usize,
+    out: &mut Vec<u128>,
+    last: &[u64],
+) {
+    out.clear();
+    out.resize(q, UNFILLED);
+    let mut low = Lowest { out, thr: UNFILLED, thr_s: f64::INFINITY };
+    // Newest slots first, as in scan_lowest.
+    let (head, chunks) = order.as_rchunks::<16>();
+    for chunk in chunks.iter().rev() {
+        let mut vals = [0.0; 16];
+        for (v, &e) in vals.iter_mut().zip(chunk) {
+            *v = scores[usize::from(e)];
+        }
+        let mut mask = mask_le_f64(&vals, low.thr_s);
+        while mask != 0 {
+            let b = 31 - mask.leading_zeros() as usize;
+            mask &= !(1 << b);
+            low.offer_value(vals[b], usize::from(chunk[b]), prot, stamp, last);
+        }
+    }
+    for &e in head.iter().rev() {
+        let e = usize::from(e);
+        low.offer_value(scores[e], e, prot, stamp, last);
     }
     debug_assert!(low.thr != UNFILLED, "a full cache holds enough unprotected experts");
 }
@@ -1009,6 +1064,7 @@ impl Evictor for Belady {
         stamp: u64,
         q: usize,
         _chosen: &[u16],
+        _track: Option<&[f64]>,
         out: &mut Vec<u128>,
     ) {
         self.farthest(cache, prot, stamp, q, out);
@@ -1087,7 +1143,16 @@ impl Evictor for NearPick {
         v
     }
     #[inline(always)]
-    fn victims(&mut self, cache: &Cache<u32>, prot: &[u64], stamp: u64, q: usize, chosen: &[u16], out: &mut Vec<u128>) {
+    fn victims(
+        &mut self,
+        cache: &Cache<u32>,
+        prot: &[u64],
+        stamp: u64,
+        q: usize,
+        chosen: &[u16],
+        _track: Option<&[f64]>,
+        out: &mut Vec<u128>,
+    ) {
         // Protected experts are not eligible: leave them out of the counts while walking.
         for &e in chosen {
             let e = usize::from(e);
@@ -1171,6 +1236,9 @@ impl<C> Decayed<C> {
 
 /// The credit x of a [`Decayed`] policy, added to the scores after the decay of token `t`.
 trait Credit {
+    /// The scores come from a [`TrackedScores`] shared with other configurations: the policy
+    /// neither decays nor credits; its victim scans read the track's rows.
+    const TRACKED: bool = false;
     /// How many leading candidates of F the credit reads.
     fn f_needed(&self) -> usize;
     /// Adds the credits of token `t` to the scores (`cache`'s keys).
@@ -1221,17 +1289,37 @@ impl<C: Credit> Evictor for Decayed<C> {
         stamp: u64,
         q: usize,
         _chosen: &[u16],
+        track: Option<&[f64]>,
         out: &mut Vec<u128>,
     ) {
-        scan_lowest(cache, prot, stamp, q, out, &self.last);
+        match track {
+            Some(scores) if C::TRACKED => {
+                scan_lowest_gathered(&cache.order[..cache.len], scores, prot, stamp, q, out, &self.last);
+            }
+            _ => scan_lowest(cache, prot, stamp, q, out, &self.last),
+        }
     }
     #[inline(always)]
     fn end_token(&mut self, t: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>, cache: &mut Cache<f64>) {
-        // Only kept experts can be cached: the scores of the others are never read.
-        let kept = cache.kept;
-        decay_all(&mut cache.keys[..kept], self.decay);
-        self.credit.credit(cache, t, f, row, scores);
+        // Tracked scores are read from the track's rows.
+        if !C::TRACKED {
+            // Only kept experts can be cached: the scores of the others are never read.
+            let kept = cache.kept;
+            decay_all(&mut cache.keys[..kept], self.decay);
+            self.credit.credit(cache, t, f, row, scores);
+        }
     }
+}
+
+/// The credit of a [`Decayed`] policy whose scores a [`TrackedScores`] computes.
+struct Tracked;
+
+impl Credit for Tracked {
+    const TRACKED: bool = true;
+    fn f_needed(&self) -> usize {
+        0
+    }
+    fn credit(&mut self, _cache: &mut Cache<f64>, _t: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {}
 }
 
 /// inv_router: x = the softmax of the row's scores over all m candidates (0 for experts not
@@ -1354,33 +1442,251 @@ impl Credit for RouterCredit<'_> {
     }
 }
 
-/// The token loop of one layer (SEMANTICS.md §5 steps 1-5).
+/// The scores of `near_pick_ema` or `inv_router` for every expert of one layer, token after
+/// token. They do not depend on the cache (the credits come from F or from the row, never from
+/// what is cached), so the configurations that differ only in cap, λ, j, k_used or warmup
+/// share them: the track decays and credits once per token, in blocks of rows, and each
+/// configuration ([`TrackedRun`]) copies its cached experts' scores from the rows. The values are
+/// those of [`Decayed`], bit for bit: the same operations in the same order (decays of the
+/// experts a configuration prunes, and their credits, are never read).
+pub(crate) struct TrackedScores<'a> {
+    credit: TrackCredit<'a>,
+    ids: &'a [u16],
+    scores_z: Option<&'a [f32]>,
+    m: usize,
+    num_experts: usize,
+    decay: f64,
+    resets: &'a [u64],
+    ri: usize,
+    /// Row 0: the scores before the block's first token; row i + 1: after its token i. `[block
+    /// + 1, E]`.
+    rows: Vec<f64>,
+    /// Tokens in the last block filled.
+    filled: usize,
+    /// inv_router: the softmax of the current row, `[m]`, and the `exp` memo.
+    exps: Vec<f64>,
+    memo: ExpMemo,
+}
+
+/// What [`TrackedScores`] credits after each token.
+pub(crate) enum TrackCredit<'a> {
+    /// near_pick_ema: 1 to each of the first `n` kept candidates (`keep`, `[E]`).
+    Ema { n: usize, keep: &'a [bool] },
+    /// inv_router: the softmax of the row's scores to each candidate.
+    Router,
+}
+
+impl<'a> TrackedScores<'a> {
+    /// A track over the layer of `p` and `inp` (its ids, its scores for `inv_router`), `block`
+    /// tokens at a time.
+    pub fn new(p: &Params<'a>, inp: &LayerInput<'a>, credit: TrackCredit<'a>, block: usize) -> TrackedScores<'a> {
+        TrackedScores {
+            credit,
+            ids: inp.ids,
+            scores_z: inp.scores,
+            m: p.m,
+            num_experts: p.num_experts,
+            decay: p.decay,
+            resets: p.resets,
+            ri: 0,
+            rows: vec![0.0; (block + 1) * p.num_experts],
+            filled: 0,
+            exps: vec![0.0; p.m],
+            memo: ExpMemo::new(),
+        }
+    }
+
+    /// Computes the rows of `tokens`: the block after the previous call's (the first from token
+    /// 0), at most `block` tokens.
+    pub fn fill(&mut self, tokens: std::ops::Range<usize>) -> TrackRows<'_> {
+        let (m, width) = (self.m, self.num_experts);
+        // The scores after the previous block are the ones before this one.
+        self.rows.copy_within(self.filled * width..(self.filled + 1) * width, 0);
+        let first = tokens.start;
+        self.filled = tokens.len();
+        for t in tokens {
+            let i = t - first;
+            let (done, rest) = self.rows.split_at_mut((i + 1) * width);
+            let (prev, cur) = (&done[i * width..], &mut rest[..width]);
+            if self.ri < self.resets.len() && self.resets[self.ri] == t as u64 {
+                // Scores restart from 0 (whose decay is 0).
+                cur.fill(0.0);
+                self.ri += 1;
+            } else {
+                decay_into(prev, cur, self.decay);
+            }
+            let row = &self.ids[t * m..(t + 1) * m];
+            match self.credit {
+                TrackCredit::Ema { n, keep } => {
+                    for &e in row.iter().filter(|&&e| keep[usize::from(e)]).take(n) {
+                        cur[usize::from(e)] += 1.0;
+                    }
+                }
+                TrackCredit::Router => {
+                    if let Some(z) = self.scores_z {
+                        softmax_row(&z[t * m..(t + 1) * m], &mut self.memo, &mut self.exps);
+                        for (&e, &x) in row.iter().zip(&self.exps) {
+                            cur[usize::from(e)] += x;
+                        }
+                    }
+                }
+            }
+        }
+        TrackRows { rows: &self.rows[..(self.filled + 1) * width], first, width }
+    }
+}
+
+/// `dst[i] = src[i] * d`, in chunks the compiler vectorizes (each product rounded alone, as in
+/// [`decay_all`]).
 #[inline(never)]
-fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCounts {
+fn decay_into(src: &[f64], dst: &mut [f64], d: f64) {
+    let mut chunks = dst.chunks_exact_mut(8);
+    let mut src_chunks = src.chunks_exact(8);
+    for (o, i) in (&mut chunks).zip(&mut src_chunks) {
+        for j in 0..8 {
+            o[j] = i[j] * d;
+        }
+    }
+    for (o, &i) in chunks.into_remainder().iter_mut().zip(src_chunks.remainder()) {
+        *o = i * d;
+    }
+}
+
+/// One configuration of `near_pick_ema` or `inv_router` replayed in steps, its scores from a
+/// [`TrackedScores`] shared with others (k-way mode only: in sequential mode a victim is chosen
+/// mid-token, when an expert inserted earlier in the token has no copied score yet).
+pub(crate) struct TrackedRun<'a> {
+    p: Params<'a>,
+    inp: LayerInput<'a>,
+    st: State<Decayed<Tracked>>,
+}
+
+impl<'a> TrackedRun<'a> {
+    pub fn new(p: Params<'a>, inp: LayerInput<'a>) -> TrackedRun<'a> {
+        let st = State::new(&p, &inp, Decayed::new(&p, Tracked));
+        TrackedRun { p, inp, st }
+    }
+
+    /// Replays `rows`' tokens (the next ones).
+    pub fn advance(self, rows: TrackRows<'_>) -> TrackedRun<'a> {
+        let tokens = rows.first..rows.first + rows.len();
+        let st = run_tokens(&self.p, &self.inp, self.st, tokens, Some(rows));
+        TrackedRun { st, ..self }
+    }
+
+    pub fn counts(&self) -> LayerCounts {
+        self.st.c
+    }
+}
+
+/// The whole token loop of one layer with policy `pol`.
+fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, pol: P) -> LayerCounts {
+    run_tokens(p, inp, State::new(p, inp, pol), 0..p.tokens, None).c
+}
+
+/// Everything one layer's replay carries from token to token: the policy, the cache, the
+/// buffers of the token loop (allocated once) and the counts so far.
+struct State<P: Evictor> {
+    pol: P,
+    cache: Cache<P::Key>,
+    /// `prot[e] == t + 1`: e is chosen for token t (k-way protection); never written in
+    /// sequential mode. `[E]`.
+    prot: Vec<u64>,
+    /// With a full keep set F is the row itself; otherwise F (expert, position in the row) is
+    /// built along the row in `f_ids`, `f_pos` (`[m]`), only as far as steps 2 and 5 read it.
+    keep_all: bool,
+    f_ids: Vec<u16>,
+    f_pos: Vec<u32>,
+    /// λ > 0: chosen (expert, position in the row) in processing order, and the merge's queue.
+    chosen_buf: Vec<(u16, u32)>,
+    chosen_ids: Vec<u16>,
+    pending: Vec<u32>,
+    /// A token's victims (at most one per miss: `<= k_used`).
+    victims: Vec<u128>,
+    c: LayerCounts,
+    /// The pick clock.
+    now: u64,
+    /// The next entry of `Params::resets`.
+    ri: usize,
+}
+
+impl<P: Evictor> State<P> {
+    fn new(p: &Params<'_>, inp: &LayerInput<'_>, pol: P) -> State<P> {
+        let (m, k) = (p.m, p.k_used);
+        State {
+            pol,
+            cache: Cache::new(inp.keep, P::SLOTS),
+            prot: vec![0; p.num_experts],
+            keep_all: inp.keep.iter().all(|&kept| kept),
+            f_ids: vec![0; m],
+            f_pos: vec![0; m],
+            chosen_buf: Vec::with_capacity(k),
+            chosen_ids: Vec::with_capacity(k),
+            pending: Vec::with_capacity(m),
+            victims: Vec::with_capacity(k),
+            c: LayerCounts::default(),
+            now: 0,
+            ri: 0,
+        }
+    }
+}
+
+/// Rows of a [`TrackedScores`]: the scores of every expert before token `first` and after each
+/// token of a block `first..first + len`, `[len + 1, E]`.
+#[derive(Clone, Copy)]
+pub(crate) struct TrackRows<'a> {
+    rows: &'a [f64],
+    first: usize,
+    width: usize,
+}
+
+impl<'a> TrackRows<'a> {
+    /// How many tokens the rows cover.
+    pub fn len(self) -> usize {
+        (self.rows.len() / self.width.max(1)).saturating_sub(1)
+    }
+
+    /// The scores before token `t` (one of the block's), `[E]`.
+    #[inline(always)]
+    fn before(self, t: usize) -> &'a [f64] {
+        let i = t - self.first;
+        &self.rows[i * self.width..(i + 1) * self.width]
+    }
+}
+
+/// The token loop of one layer (SEMANTICS.md §5 steps 1-5) over `tokens`, from `st` (moved in
+/// and out: inside, its parts are locals the compiler keeps apart). `track` holds the rows of
+/// those tokens for a policy whose scores are shared.
+#[inline(never)]
+fn run_tokens<P: Evictor>(
+    p: &Params<'_>,
+    inp: &LayerInput<'_>,
+    st: State<P>,
+    tokens: std::ops::Range<usize>,
+    track: Option<TrackRows<'_>>,
+) -> State<P> {
     let (m, k, cap) = (p.m, p.k_used, p.cap);
-    let mut cache = Cache::<P::Key>::new(inp.keep, P::SLOTS);
-    // prot[e] == t + 1: e is chosen for token t (k-way protection); never written in sequential.
-    let mut prot = vec![0u64; p.num_experts];
-    // With a full keep set F is the row itself; otherwise F (expert, position in the row) is
-    // built along the row, only as far as steps 2 and 5 read it.
-    let keep_all = inp.keep.iter().all(|&kept| kept);
-    let mut f_ids: Vec<u16> = vec![0; m];
-    let mut f_pos: Vec<u32> = vec![0; m];
-    // λ > 0: chosen (expert, position in the row) in processing order, and the merge's queue.
-    let mut chosen_buf: Vec<(u16, u32)> = Vec::with_capacity(k);
-    let mut chosen_ids: Vec<u16> = Vec::with_capacity(k);
-    let mut pending: Vec<u32> = Vec::with_capacity(m);
-    // A token evicts at most one expert per miss: q <= k_used.
-    let mut victims: Vec<u128> = Vec::with_capacity(k);
+    let State {
+        mut pol,
+        mut cache,
+        mut prot,
+        keep_all,
+        mut f_ids,
+        mut f_pos,
+        mut chosen_buf,
+        mut chosen_ids,
+        mut pending,
+        mut victims,
+        mut c,
+        mut now,
+        mut ri,
+    } = st;
     let cache_aware = p.lambda > 0.0;
     let batch = P::BATCH && !p.sequential;
     // The part of F that the λ = 0 selection and the credits read.
     let f_base = k.max(pol.f_needed()).min(m);
-    let mut c = LayerCounts::default();
-    let mut now = 0u64;
-    let mut ri = 0;
 
-    for t in 0..p.tokens {
+    for t in tokens {
         if ri < p.resets.len() && p.resets[ri] == t as u64 {
             pol.reset(&mut cache);
             cache.clear();
@@ -1473,7 +1779,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
             let missing = chosen.iter().filter(|&&e| !cache.contains(usize::from(e))).count();
             let q = (cache.len + missing).saturating_sub(cap);
             if q > 0 {
-                pol.victims(&cache, &prot, stamp, q, chosen, &mut victims);
+                pol.victims(&cache, &prot, stamp, q, chosen, track.map(|tr| tr.before(t)), &mut victims);
                 for &key in &victims {
                     let v = (key & 0xFFFF) as usize;
                     cache.remove(v);
@@ -1495,7 +1801,7 @@ fn run<P: Evictor>(p: &Params<'_>, inp: &LayerInput<'_>, mut pol: P) -> LayerCou
         let f = if keep_all { &row[..f_len] } else { &f_ids[..f_len] };
         pol.end_token(t, f, row, row_scores, &mut cache);
     }
-    c
+    State { pol, cache, prot, keep_all, f_ids, f_pos, chosen_buf, chosen_ids, pending, victims, c, now, ri }
 }
 
 /// Step 1 for a pruned keep set: appends the kept candidates of `row[*scanned..end]` to F

@@ -223,15 +223,25 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 }
 
 /// Replays several configurations of one trace, layer by layer, sharing the work they have in
-/// common: when two or more use `inv_router`, the softmax of every row (whose `exp` calls are
-/// most of that policy's cost) is computed once per layer for all of them. The counts are
-/// those of [`replay`] for each configuration, in the order of `runs`, whatever the thread count.
+/// common:
+/// - `near_pick_ema` and `inv_router` configurations (k-way mode) whose scores evolve alike
+///   (the same decay and sequence resets; for `near_pick_ema` also the same N and the same kept
+///   experts in the layer) share one computation of every expert's score per token, however
+///   their cap, λ, j, k_used or warmup differ: each copies its cached experts' scores from it
+///   instead of decaying and crediting every kept expert itself.
+/// - When two or more other `inv_router` configurations remain, the softmax of every row (whose
+///   `exp` calls are most of that policy's cost) is computed once per layer for all of them.
+///
+/// The counts are those of [`replay`] for each configuration, in the order of `runs`, whatever
+/// the thread count.
 ///
 /// Layers run in parallel on the rayon pool, each replaying every configuration in turn (its
-/// ids and scores stay in cache). Memory: one table of T · m `f64` (8 bytes each) per layer
-/// being replayed when the softmax is shared, e.g. 64 MiB for 131,072 tokens of 64 candidates.
-/// `progress(tokens)` is called once per (layer, configuration) replayed, with the trace's
-/// token count, from worker threads.
+/// ids and scores stay in cache); the configurations that share scores advance together, one
+/// block of tokens at a time. Memory per layer being replayed: for each group sharing scores,
+/// a block of rows of 8 · E bytes each (512 KiB); when the softmax is shared, one table of
+/// T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates).
+/// `progress(tokens)` is called from worker threads with the number of tokens replayed; the
+/// calls add up to the trace's token count per (layer, configuration).
 ///
 /// # Errors
 /// As [`replay`], for the first configuration that fails; nothing is replayed then.
@@ -241,31 +251,114 @@ pub fn replay_many(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<ReplayCounts>> {
     let shape = trace.shape();
+    replay_many_in_blocks(trace, runs, progress, (TRACK_BLOCK_BYTES / (8 * shape.num_experts.max(1))).max(16))
+}
+
+/// The bytes of one block of rows of shared scores (see [`replay_many`]).
+const TRACK_BLOCK_BYTES: usize = 512 << 10;
+
+/// What makes the scores of two `near_pick_ema` or `inv_router` configurations evolve alike on a
+/// layer.
+#[derive(PartialEq)]
+struct TrackKey<'a> {
+    policy: Policy,
+    decay: u64,
+    reset: bool,
+    /// near_pick_ema: N and the layer's keep mask; `inv_router` credits every candidate.
+    ema: Option<(usize, &'a [bool])>,
+}
+
+impl<'a> TrackKey<'a> {
+    /// The key of `cfg` on a layer where it keeps `mask`, if its scores can be shared.
+    fn of(cfg: &ReplayConfig, mask: &'a [bool]) -> Option<TrackKey<'a>> {
+        let ema = match cfg.policy {
+            Policy::NearPickEma => Some((cfg.near_pick_n, mask)),
+            Policy::InvRouter => None,
+            _ => return None,
+        };
+        (cfg.semantics == Semantics::KWay).then_some(TrackKey {
+            policy: cfg.policy,
+            decay: cfg.decay.to_bits(),
+            reset: cfg.reset_at_sequence,
+            ema,
+        })
+    }
+}
+
+/// [`replay_many`] with shared scores computed `block` tokens at a time.
+fn replay_many_in_blocks(
+    trace: &TraceView<'_>,
+    runs: &[(&Keep, &ReplayConfig)],
+    progress: &(dyn Fn(usize) + Sync),
+    block: usize,
+) -> Result<Vec<ReplayCounts>> {
+    let shape = trace.shape();
     for (keep, cfg) in runs {
         validate(&shape, trace.parts().scores.is_some(), cfg)?;
         keep.check_shape(&shape)?;
     }
-    let share_softmax = runs.iter().filter(|(_, cfg)| cfg.policy == Policy::InvRouter).count() >= 2;
     let per_layer: Vec<Vec<LayerCounts>> = (0..shape.layers)
         .into_par_iter()
         .map(|l| {
             let scores = trace.layer_scores(l);
+            let params = |i: usize| {
+                let cfg = runs[i].1;
+                let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
+                params.cap = cfg.cap_of(l);
+                params
+            };
+            // Groups of two or more configurations whose scores evolve alike.
+            let mut groups: Vec<(TrackKey<'_>, Vec<usize>)> = Vec::new();
+            for (i, (keep, cfg)) in runs.iter().enumerate() {
+                if let Some(key) = TrackKey::of(cfg, keep.layer_mask(l)) {
+                    match groups.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, members)) => members.push(i),
+                        None => groups.push((key, vec![i])),
+                    }
+                }
+            }
+            groups.retain(|(_, members)| members.len() >= 2);
+            let mut tracked = vec![false; runs.len()];
+            for &i in groups.iter().flat_map(|(_, members)| members) {
+                tracked[i] = true;
+            }
+            let share_softmax =
+                runs.iter().zip(&tracked).filter(|(run, t)| run.1.policy == Policy::InvRouter && !**t).count() >= 2;
             let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
-            runs.iter()
-                .map(|(keep, cfg)| {
-                    let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
-                    params.cap = cfg.cap_of(l);
-                    let input = engine::LayerInput {
-                        ids: trace.layer_ids(l),
-                        scores,
-                        keep: keep.layer_mask(l),
-                        probs: probs.as_deref().filter(|_| cfg.policy == Policy::InvRouter),
-                    };
-                    let counts = engine::replay_layer(&params, &input);
+            let input = |i: usize| {
+                let (keep, cfg) = runs[i];
+                engine::LayerInput {
+                    ids: trace.layer_ids(l),
+                    scores,
+                    keep: keep.layer_mask(l),
+                    probs: probs.as_deref().filter(|_| cfg.policy == Policy::InvRouter),
+                }
+            };
+            let mut counts = vec![LayerCounts::default(); runs.len()];
+            for i in 0..runs.len() {
+                if !tracked[i] {
+                    counts[i] = engine::replay_layer(&params(i), &input(i));
                     progress(shape.tokens);
-                    counts
-                })
-                .collect()
+                }
+            }
+            for (key, members) in &groups {
+                let credit = match key.ema {
+                    Some((n, mask)) => engine::TrackCredit::Ema { n, keep: mask },
+                    None => engine::TrackCredit::Router,
+                };
+                let mut track = engine::TrackedScores::new(&params(members[0]), &input(members[0]), credit, block);
+                let mut replays: Vec<engine::TrackedRun<'_>> =
+                    members.iter().map(|&i| engine::TrackedRun::new(params(i), input(i))).collect();
+                for start in (0..shape.tokens).step_by(block) {
+                    let rows = track.fill(start..(start + block).min(shape.tokens));
+                    replays = replays.into_iter().map(|r| r.advance(rows)).collect();
+                    progress(members.len() * rows.len());
+                }
+                for (&i, r) in members.iter().zip(&replays) {
+                    counts[i] = r.counts();
+                }
+            }
+            counts
         })
         .collect();
     Ok(runs
@@ -276,4 +369,72 @@ pub fn replay_many(
             ReplayCounts::from_layers(&shape, cfg.warmup, &layers)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Configurations that share scores, advanced 7 tokens at a time (blocks end mid-sequence and
+    /// at sequence starts), give the counts of `replay` and of the reference replayer: groups
+    /// of near_pick_ema per keep map and of inv_router across keep maps, with caps, λ, j, k_used
+    /// and warmups that differ, next to the ones that cannot share (sequential mode, another
+    /// decay, a group of one).
+    #[test]
+    fn shared_scores_in_blocks_equal_replay() {
+        let synth = trace_io::synth::SynthConfig {
+            layers: 2,
+            experts: 16,
+            top_k: 3,
+            candidates: 7,
+            tokens: 300,
+            sequences: 4,
+            ..Default::default()
+        };
+        let trace = trace_io::synth::generate(&synth).expect("a valid synthetic trace");
+        let view = trace.view();
+        let shape = view.shape();
+        let full = Keep::full(&shape);
+        let pruned = Keep::from_layers(&shape, &[(0..16).step_by(2).chain([1, 3]).collect(), (4..16).collect()])
+            .expect("a valid keep set");
+        let mut cfgs = Vec::new();
+        for policy in [Policy::NearPickEma, Policy::InvRouter] {
+            for (cap, lambda, j, k_used, warmup, reset) in [
+                (4, 0.0, 0, None, 0, false),
+                (4, 0.12, 2, None, 5, false),
+                (6, 0.5, 1, Some(2), 0, false),
+                (5, 0.0, 0, None, 3, true),
+                (3, 0.3, 2, None, 0, true),
+            ] {
+                cfgs.push(ReplayConfig {
+                    lambda,
+                    j,
+                    k_used,
+                    warmup,
+                    reset_at_sequence: reset,
+                    near_pick_n: 4,
+                    ..ReplayConfig::new(policy, cap)
+                });
+            }
+            cfgs.push(ReplayConfig { semantics: Semantics::Sequential, ..ReplayConfig::new(policy, 4) });
+            cfgs.push(ReplayConfig { decay: 0.9, ..ReplayConfig::new(policy, 4) });
+        }
+        let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| [(&full, c), (&pruned, c)]).collect();
+        let steps = std::sync::atomic::AtomicUsize::new(0);
+        let many = replay_many_in_blocks(
+            &view,
+            &runs,
+            &|tokens| {
+                steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+            },
+            7,
+        )
+        .expect("valid configs");
+        assert_eq!(steps.into_inner(), runs.len() * shape.layers * shape.tokens);
+        for ((keep, cfg), got) in runs.iter().zip(&many) {
+            assert!(got.misses > 0 && got.hits > 0, "{cfg:?}");
+            assert_eq!(got, &replay(&view, keep, cfg).expect("valid config"), "{cfg:?}");
+            assert_eq!(got, &reference::replay(&view, keep, cfg).expect("valid config"), "{cfg:?}");
+        }
+    }
 }

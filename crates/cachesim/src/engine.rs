@@ -2,7 +2,8 @@
 //! all state allocated before the token loop, no `Result`, no dynamic dispatch inside it.
 //!
 //! Token loop: with a full keep set F is the row itself (no copy); with a pruned one F is built
-//! along the row without a branch on the keep mask. At λ = 0 the chosen experts are F's prefix
+//! along the row without a branch on the keep mask, or read from an [`FTable`] built once for
+//! the configurations that share the keep set. At λ = 0 the chosen experts are F's prefix
 //! and the counts of step 3 need no per-slot work; at λ > 0 F is read only up to the cut past
 //! which no candidate can be chosen (its score plus the bonus below z(F[n−1])), and one pass
 //! over it merges the boosted and the plain candidates and stops once n are chosen. The
@@ -90,6 +91,43 @@ pub(crate) struct LayerInput<'a> {
     pub scores: Option<&'a [f32]>,
     pub keep: &'a [bool],
     pub probs: Option<&'a [f64]>,
+    /// F of every row for the pruned keep set `keep` ([`FTable`]), if built.
+    pub f_table: Option<&'a FTable>,
+}
+
+/// F of every row of one layer under one pruned keep set (SEMANTICS.md §5 step 1: the row's
+/// kept candidates, in order, with their row positions), built once and read by every
+/// configuration that prunes the layer with that set, instead of each building F along every
+/// row. Memory: 4 bytes per recorded candidate plus 4 per token (`[T, m]` ids and positions,
+/// `[T]` lengths), e.g. 32 MiB for 131,072 tokens of 64 candidates.
+pub(crate) struct FTable {
+    m: usize,
+    ids: Vec<u16>,
+    /// Row positions (< m <= 65,536).
+    pos: Vec<u16>,
+    len: Vec<u32>,
+}
+
+impl FTable {
+    /// F of every row of `ids` (`[T, m]`) under `keep` (`[E]`).
+    pub fn new(ids: &[u16], keep: &[bool], m: usize) -> FTable {
+        let tokens = ids.len() / m.max(1);
+        let mut table = FTable { m, ids: vec![0; tokens * m], pos: vec![0; tokens * m], len: vec![0; tokens] };
+        for (t, row) in ids.chunks_exact(m).enumerate() {
+            let (mut f_len, mut scanned) = (0, 0);
+            let (f_ids, f_pos) = (&mut table.ids[t * m..(t + 1) * m], &mut table.pos[t * m..(t + 1) * m]);
+            extend_f(row, keep, f_ids, f_pos, &mut f_len, &mut scanned, m, m);
+            table.len[t] = f_len as u32;
+        }
+        table
+    }
+
+    /// F of row `t`: its expert ids and their row positions, `[|F|]` each.
+    #[inline(always)]
+    fn row(&self, t: usize) -> (&[u16], &[u16]) {
+        let (start, len) = (t * self.m, self.len[t] as usize);
+        (&self.ids[start..start + len], &self.pos[start..start + len])
+    }
 }
 
 /// Replays one layer with the configured policy.
@@ -1596,7 +1634,7 @@ struct State<P: Evictor> {
     /// built along the row in `f_ids`, `f_pos` (`[m]`), only as far as steps 2 and 5 read it.
     keep_all: bool,
     f_ids: Vec<u16>,
-    f_pos: Vec<u32>,
+    f_pos: Vec<u16>,
     /// λ > 0: chosen (expert, position in the row) in processing order, and the merge's queue.
     chosen_buf: Vec<(u16, u32)>,
     chosen_ids: Vec<u16>,
@@ -1697,11 +1735,17 @@ fn run_tokens<P: Evictor>(
 
         // Step 1: F (its first f_base entries) and n; pruned slots (of the row's first k_used
         // ids, the ones not kept). `scanned`: row positions examined so far.
+        // With an F table, F is its row, whole.
         let (mut f_len, mut scanned) = (f_base, f_base);
         let mut pruned = 0;
+        let table_f = inp.f_table.map(|ft| ft.row(t));
         if !keep_all {
-            (f_len, scanned) = (0, 0);
-            extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, f_base, m);
+            if let Some((ids, _)) = table_f {
+                f_len = ids.len();
+            } else {
+                (f_len, scanned) = (0, 0);
+                extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, f_base, m);
+            }
             pruned = row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count();
         }
         let n = k.min(f_len);
@@ -1709,7 +1753,11 @@ fn run_tokens<P: Evictor>(
         // Step 2: selection; substituted = chosen experts outside the row's first k_used.
         let (chosen, substituted): (&[u16], usize) = match row_scores {
             Some(z) if cache_aware && n > 0 => {
-                let pos = |r: usize| if keep_all { r } else { f_pos[r] as usize };
+                let pos = |r: usize| match (keep_all, table_f) {
+                    (true, _) => r,
+                    (false, Some((_, table_pos))) => usize::from(table_pos[r]),
+                    (false, None) => usize::from(f_pos[r]),
+                };
                 // Only row positions before `end` can be chosen: a candidate at rank >= n whose
                 // score plus the bonus stays below z(F[n-1]) is beaten by all of F[0..n] (and
                 // scores are non-increasing along the row, so all later ones are too).
@@ -1722,18 +1770,20 @@ fn run_tokens<P: Evictor>(
                 let sel_len = if keep_all {
                     f_len = f_len.max(end);
                     end
+                } else if let Some((_, table_pos)) = table_f {
+                    table_pos.partition_point(|&i| usize::from(i) < end)
                 } else {
                     extend_f(row, inp.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, m, end);
-                    f_pos[..f_len].partition_point(|&i| (i as usize) < end)
+                    f_pos[..f_len].partition_point(|&i| usize::from(i) < end)
                 };
                 chosen_buf.clear();
                 if keep_all {
                     select_cache_aware(&row[..sel_len], |r| r, z, n, bonus, p.j, &cache, &mut pending, &mut chosen_buf);
                 } else {
-                    let f = &f_ids[..sel_len];
+                    let (fi, fp): (&[u16], &[u16]) = table_f.unwrap_or((&f_ids, &f_pos));
                     select_cache_aware(
-                        f,
-                        |r| f_pos[r] as usize,
+                        &fi[..sel_len],
+                        |r| usize::from(fp[r]),
                         z,
                         n,
                         bonus,
@@ -1750,7 +1800,11 @@ fn run_tokens<P: Evictor>(
             // F's first n: the kept ids among the row's first k_used (k_used − pruned of them)
             // come first, the rest lie beyond.
             _ => {
-                let f = if keep_all { &row[..n] } else { &f_ids[..n] };
+                let f = match (keep_all, table_f) {
+                    (true, _) => &row[..n],
+                    (false, Some((table_ids, _))) => &table_ids[..n],
+                    (false, None) => &f_ids[..n],
+                };
                 (f, n - (k - pruned))
             }
         };
@@ -1798,7 +1852,11 @@ fn run_tokens<P: Evictor>(
         }
 
         // Step 5: credits.
-        let f = if keep_all { &row[..f_len] } else { &f_ids[..f_len] };
+        let f = match (keep_all, table_f) {
+            (true, _) => &row[..f_len],
+            (false, Some((table_ids, _))) => table_ids,
+            (false, None) => &f_ids[..f_len],
+        };
         pol.end_token(t, f, row, row_scores, &mut cache);
     }
     State { pol, cache, prot, keep_all, f_ids, f_pos, chosen_buf, chosen_ids, pending, victims, c, now, ri }
@@ -1816,7 +1874,7 @@ fn extend_f(
     row: &[u16],
     keep: &[bool],
     f_ids: &mut [u16],
-    f_pos: &mut [u32],
+    f_pos: &mut [u16],
     f_len: &mut usize,
     scanned: &mut usize,
     want: usize,
@@ -1830,7 +1888,8 @@ fn extend_f(
     while len < want && i < end {
         let e = row[i];
         f_ids[len] = e;
-        f_pos[len] = i as u32;
+        // Row positions are below m <= 65,536.
+        f_pos[len] = i as u16;
         len += usize::from(keep[usize::from(e)]);
         i += 1;
     }

@@ -231,6 +231,9 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 ///   instead of decaying and crediting every kept expert itself.
 /// - When two or more other `inv_router` configurations remain, the softmax of every row (whose
 ///   `exp` calls are most of that policy's cost) is computed once per layer for all of them.
+/// - The other configurations replay one keep set after another; when two or more prune the
+///   layer with the same set, F (the kept candidates of every row, SEMANTICS.md §5 step 1) is
+///   built once for the layer and read by all of them.
 ///
 /// The counts are those of [`replay`] for each configuration, in the order of `runs`, whatever
 /// the thread count.
@@ -239,7 +242,8 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// ids and scores stay in cache); the configurations that share scores advance together, one
 /// block of tokens at a time. Memory per layer being replayed: for each group sharing scores,
 /// a block of rows of 8 · E bytes each (512 KiB); when the softmax is shared, one table of
-/// T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates).
+/// T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates); one F table at a time, 4 · T
+/// · m bytes (32 MiB there).
 /// `progress(tokens)` is called from worker threads with the number of tokens replayed; the
 /// calls add up to the trace's token count per (layer, configuration).
 ///
@@ -332,13 +336,27 @@ fn replay_many_in_blocks(
                     scores,
                     keep: keep.layer_mask(l),
                     probs: probs.as_deref().filter(|_| cfg.policy == Policy::InvRouter),
+                    f_table: None,
                 }
             };
             let mut counts = vec![LayerCounts::default(); runs.len()];
+            // The other configurations, those of one keep set after another: a pruned set that
+            // two or more of them use gets F built once for the layer (one table alive at a time).
+            let mut done = tracked.clone();
             for i in 0..runs.len() {
-                if !tracked[i] {
-                    counts[i] = engine::replay_layer(&params(i), &input(i));
+                if done[i] {
+                    continue;
+                }
+                let mask = runs[i].0.layer_mask(l);
+                let same: Vec<usize> =
+                    (i..runs.len()).filter(|&j| !done[j] && runs[j].0.layer_mask(l) == mask).collect();
+                let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
+                    .then(|| engine::FTable::new(trace.layer_ids(l), mask, shape.candidates));
+                for j in same {
+                    let inp = engine::LayerInput { f_table: table.as_ref(), ..input(j) };
+                    counts[j] = engine::replay_layer(&params(j), &inp);
                     progress(shape.tokens);
+                    done[j] = true;
                 }
             }
             for (key, members) in &groups {

@@ -1,13 +1,16 @@
 //! Replays the benchmark's synthetic trace (8 layers x 8192 tokens, 512 experts, k = 10, m = 64)
 //! once with one policy on one thread and prints the counts and the picks per second: a target
-//! for profilers (`valgrind --tool=callgrind --toggle-collect='*engine::run*'`), whose
+//! for profilers (`valgrind --tool=callgrind --toggle-collect='*engine::run_tokens*'`), whose
 //! instruction counts are stable on a loaded machine where wall time is not.
 //!
 //! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned|full] [reps] [group]`
 //! (with reps > 1 it prints the median throughput of the repetitions after the first). With
-//! `group`, four configurations (λ = 0 and the given λ, j = 2 and 3) are replayed together by
-//! `cachesim::replay_many`, which shares their scores when the policy is near_pick_ema or
-//! inv_router; the throughput counts the picks of all four.
+//! `group`, four configurations (λ = 0 with j = 2; the given λ with j = 2 and 3; half of it with
+//! j = 2) are replayed together by `cachesim::replay_many`, which shares their scores when the
+//! policy is near_pick_ema or inv_router, and F when the keep set is pruned; the throughput counts
+//! the picks of all four, and the counts printed are those of the given λ with j = 2. For
+//! callgrind, the shared work runs outside `engine::run_tokens`: add
+//! `--toggle-collect='*TrackedScores*' --toggle-collect='*FTable*'`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -52,7 +55,7 @@ fn main() {
         counts = Some(pool.install(|| cachesim::replay_many(&view, &runs, &|_| {})).expect("valid config"));
         rates.push(picks / start.elapsed().as_secs_f64() / 1e6);
     }
-    let counts = counts.expect("at least one run").swap_remove(0);
+    let counts = counts.expect("at least one run").swap_remove(usize::from(group));
     let timed = if rates.len() > 1 { &mut rates[1..] } else { &mut rates[..] };
     timed.sort_by(f64::total_cmp);
     let median = timed[timed.len() / 2];

@@ -1316,6 +1316,7 @@ impl<C: Credit> Evictor for Decayed<C> {
     }
     #[inline(always)]
     fn victim(&mut self, cache: &Cache<f64>, prot: &[u64], stamp: u64) -> usize {
+        debug_assert!(!C::TRACKED, "a tracked policy runs in k-way mode");
         scan_lowest(cache, prot, stamp, 1, &mut self.buf, &self.last);
         (self.buf[0] & 0xFFFF) as usize
     }
@@ -1330,6 +1331,7 @@ impl<C: Credit> Evictor for Decayed<C> {
         track: Option<&[f64]>,
         out: &mut Vec<u128>,
     ) {
+        debug_assert!(!C::TRACKED || track.is_some(), "a tracked policy reads the track's rows");
         match track {
             Some(scores) if C::TRACKED => {
                 scan_lowest_gathered(&cache.order[..cache.len], scores, prot, stamp, q, out, &self.last);
@@ -1484,7 +1486,8 @@ impl Credit for RouterCredit<'_> {
 /// token. They do not depend on the cache (the credits come from F or from the row, never from
 /// what is cached), so the configurations that differ only in cap, λ, j, k_used or warmup
 /// share them: the track decays and credits once per token, in blocks of rows, and each
-/// configuration ([`TrackedRun`]) copies its cached experts' scores from the rows. The values are
+/// configuration ([`TrackedRun`]) reads its cached experts' scores from the rows in its victim
+/// scans ([`scan_lowest_gathered`]). The values are
 /// those of [`Decayed`], bit for bit: the same operations in the same order (decays of the
 /// experts a configuration prunes, and their credits, are never read).
 pub(crate) struct TrackedScores<'a> {
@@ -1591,8 +1594,9 @@ fn decay_into(src: &[f64], dst: &mut [f64], d: f64) {
 }
 
 /// One configuration of `near_pick_ema` or `inv_router` replayed in steps, its scores from a
-/// [`TrackedScores`] shared with others (k-way mode only: in sequential mode a victim is chosen
-/// mid-token, when an expert inserted earlier in the token has no copied score yet).
+/// [`TrackedScores`] shared with others. k-way mode only: its victims are chosen together per
+/// token ([`Evictor::victims`], which reads the track's rows); sequential mode chooses one per
+/// miss ([`Evictor::victim`]), which scans `Cache::keys`, never written for a tracked policy.
 pub(crate) struct TrackedRun<'a> {
     p: Params<'a>,
     inp: LayerInput<'a>,
@@ -1601,6 +1605,7 @@ pub(crate) struct TrackedRun<'a> {
 
 impl<'a> TrackedRun<'a> {
     pub fn new(p: Params<'a>, inp: LayerInput<'a>) -> TrackedRun<'a> {
+        debug_assert!(!p.sequential, "scores are shared in k-way mode only");
         let st = State::new(&p, &inp, Decayed::new(&p, Tracked));
         TrackedRun { p, inp, st }
     }

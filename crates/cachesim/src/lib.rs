@@ -227,8 +227,8 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// - `near_pick_ema` and `inv_router` configurations (k-way mode) whose scores evolve alike
 ///   (the same decay and sequence resets; for `near_pick_ema` also the same N and the same kept
 ///   experts in the layer) share one computation of every expert's score per token, however
-///   their cap, λ, j, k_used or warmup differ: each copies its cached experts' scores from it
-///   instead of decaying and crediting every kept expert itself.
+///   their cap, λ, j, k_used or warmup differ: each reads its cached experts' scores from it in
+///   its victim scans instead of decaying and crediting every kept expert itself.
 /// - When two or more other `inv_router` configurations remain, the softmax of every row (whose
 ///   `exp` calls are most of that policy's cost) is computed once per layer for all of them.
 /// - The other configurations replay one keep set after another; when two or more prune the
@@ -240,10 +240,10 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 ///
 /// Layers run in parallel on the rayon pool, each replaying every configuration in turn (its
 /// ids and scores stay in cache); the configurations that share scores advance together, one
-/// block of tokens at a time. Memory per layer being replayed: for each group sharing scores,
-/// a block of rows of 8 · E bytes each (512 KiB); when the softmax is shared, one table of
-/// T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates); one F table at a time, 4 · T
-/// · m bytes (32 MiB there).
+/// block of tokens at a time. Memory per layer being replayed, one of each at a time: for a
+/// group sharing scores, a block of rows of 8 · E bytes each (512 KiB, and at least 17 rows);
+/// when the softmax is shared, a table of T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64
+/// candidates), freed before the groups run; an F table of 4 · T · m bytes (32 MiB there).
 /// `progress(tokens)` is called from worker threads with the number of tokens replayed; the
 /// calls add up to the trace's token count per (layer, configuration).
 ///
@@ -326,38 +326,43 @@ fn replay_many_in_blocks(
             for &i in groups.iter().flat_map(|(_, members)| members) {
                 tracked[i] = true;
             }
-            let share_softmax =
-                runs.iter().zip(&tracked).filter(|(run, t)| run.1.policy == Policy::InvRouter && !**t).count() >= 2;
-            let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
-            let input = |i: usize| {
-                let (keep, cfg) = runs[i];
-                engine::LayerInput {
-                    ids: trace.layer_ids(l),
-                    scores,
-                    keep: keep.layer_mask(l),
-                    probs: probs.as_deref().filter(|_| cfg.policy == Policy::InvRouter),
-                    f_table: None,
-                }
+            let input = |i: usize| engine::LayerInput {
+                ids: trace.layer_ids(l),
+                scores,
+                keep: runs[i].0.layer_mask(l),
+                probs: None,
+                f_table: None,
             };
             let mut counts = vec![LayerCounts::default(); runs.len()];
-            // The other configurations, those of one keep set after another: a pruned set that
-            // two or more of them use gets F built once for the layer (one table alive at a time).
-            let mut done = tracked.clone();
-            for i in 0..runs.len() {
-                if done[i] {
-                    continue;
+            {
+                let share_softmax =
+                    runs.iter().zip(&tracked).filter(|(run, t)| run.1.policy == Policy::InvRouter && !**t).count() >= 2;
+                let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
+                // The other configurations, those of one keep set after another: a pruned set
+                // that two or more of them use gets F built once for the layer (one table alive at
+                // a time).
+                let mut done = tracked.clone();
+                for i in 0..runs.len() {
+                    if done[i] {
+                        continue;
+                    }
+                    let mask = runs[i].0.layer_mask(l);
+                    let same: Vec<usize> =
+                        (i..runs.len()).filter(|&j| !done[j] && runs[j].0.layer_mask(l) == mask).collect();
+                    let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
+                        .then(|| engine::FTable::new(trace.layer_ids(l), mask, shape.candidates));
+                    for j in same {
+                        let inp = engine::LayerInput {
+                            probs: probs.as_deref().filter(|_| runs[j].1.policy == Policy::InvRouter),
+                            f_table: table.as_ref(),
+                            ..input(j)
+                        };
+                        counts[j] = engine::replay_layer(&params(j), &inp);
+                        progress(shape.tokens);
+                        done[j] = true;
+                    }
                 }
-                let mask = runs[i].0.layer_mask(l);
-                let same: Vec<usize> =
-                    (i..runs.len()).filter(|&j| !done[j] && runs[j].0.layer_mask(l) == mask).collect();
-                let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
-                    .then(|| engine::FTable::new(trace.layer_ids(l), mask, shape.candidates));
-                for j in same {
-                    let inp = engine::LayerInput { f_table: table.as_ref(), ..input(j) };
-                    counts[j] = engine::replay_layer(&params(j), &inp);
-                    progress(shape.tokens);
-                    done[j] = true;
-                }
+                // The softmax table is dropped here: the groups below compute their own scores.
             }
             for (key, members) in &groups {
                 let credit = match key.ema {
@@ -434,7 +439,13 @@ mod tests {
                     ..ReplayConfig::new(policy, cap)
                 });
             }
-            cfgs.push(ReplayConfig { semantics: Semantics::Sequential, ..ReplayConfig::new(policy, 4) });
+            // Outside the groups (and, pruned, reading one F table): at λ > 0 too.
+            cfgs.push(ReplayConfig {
+                semantics: Semantics::Sequential,
+                lambda: 0.2,
+                j: 1,
+                ..ReplayConfig::new(policy, 4)
+            });
             cfgs.push(ReplayConfig { decay: 0.9, ..ReplayConfig::new(policy, 4) });
         }
         let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| [(&full, c), (&pruned, c)]).collect();

@@ -1758,11 +1758,7 @@ fn run_tokens<P: Evictor>(
         // Step 2: selection; substituted = chosen experts outside the row's first k_used.
         let (chosen, substituted): (&[u16], usize) = match row_scores {
             Some(z) if cache_aware && n > 0 => {
-                let pos = |r: usize| match (keep_all, table_f) {
-                    (true, _) => r,
-                    (false, Some((_, table_pos))) => usize::from(table_pos[r]),
-                    (false, None) => usize::from(f_pos[r]),
-                };
+                let pos = |r: usize| if keep_all { r } else { usize::from(table_f.map_or(&f_pos[..], |t| t.1)[r]) };
                 // Only row positions before `end` can be chosen: a candidate at rank >= n whose
                 // score plus the bonus stays below z(F[n-1]) is beaten by all of F[0..n] (and
                 // scores are non-increasing along the row, so all later ones are too).
@@ -1805,11 +1801,7 @@ fn run_tokens<P: Evictor>(
             // F's first n: the kept ids among the row's first k_used (k_used − pruned of them)
             // come first, the rest lie beyond.
             _ => {
-                let f = match (keep_all, table_f) {
-                    (true, _) => &row[..n],
-                    (false, Some((table_ids, _))) => &table_ids[..n],
-                    (false, None) => &f_ids[..n],
-                };
+                let f = if keep_all { &row[..n] } else { &table_f.map_or(&f_ids[..], |t| t.0)[..n] };
                 (f, n - (k - pruned))
             }
         };
@@ -1857,11 +1849,8 @@ fn run_tokens<P: Evictor>(
         }
 
         // Step 5: credits.
-        let f = match (keep_all, table_f) {
-            (true, _) => &row[..f_len],
-            (false, Some((table_ids, _))) => table_ids,
-            (false, None) => &f_ids[..f_len],
-        };
+        // With a table, f_len is its row's length.
+        let f = if keep_all { &row[..f_len] } else { &table_f.map_or(&f_ids[..], |t| t.0)[..f_len] };
         pol.end_token(t, f, row, row_scores, &mut cache);
     }
     State { pol, cache, prot, keep_all, f_ids, f_pos, chosen_buf, chosen_ids, pending, victims, c, now, ri }

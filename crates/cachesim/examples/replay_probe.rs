@@ -4,7 +4,9 @@
 //! instruction counts are stable on a loaded machine where wall time is not.
 //!
 //! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned|full] [reps] [group]`
-//! (with reps > 1 it prints the median throughput of the repetitions after the first). With
+//! (with reps > 1 it prints the median throughput of the repetitions after the first; with
+//! `PROBE_TRACE=<file>` it replays that trace instead, e.g. `target/bench-traces/seed-calib.safetensors`,
+//! whose locality is the sweep's). With
 //! `group`, four configurations (λ = 0 with j = 2; the given λ with j = 2 and 3; half of it with
 //! j = 2) are replayed together by `cachesim::replay_many`, which shares their scores when the
 //! policy is near_pick_ema or inv_router, and F when the keep set is pruned; the throughput counts
@@ -28,12 +30,18 @@ fn main() {
     let reps: usize = args.get(5).map_or(Ok(1), |s| s.parse()).expect("a number");
     let group = args.get(6).is_some_and(|s| s == "group");
     let s = common::BENCH_TRACE;
-    let trace = common::synth(common::BENCH_SEED, s);
-    let view = trace.view();
+    let (synthetic, file);
+    let view = if let Ok(path) = std::env::var("PROBE_TRACE") {
+        file = trace_io::TraceFile::open(&path).expect("a readable trace");
+        file.view()
+    } else {
+        synthetic = common::synth(common::BENCH_SEED, s);
+        synthetic.view()
+    };
     let shape = view.shape();
     let keep = if pruned {
-        Keep::from_layers(&shape, &common::random_keep(common::BENCH_SEED, s.layers, s.num_experts, 0.6, 256))
-            .expect("valid keep")
+        let keep = common::random_keep(common::BENCH_SEED, shape.layers, shape.num_experts, 0.6, shape.num_experts / 2);
+        Keep::from_layers(&shape, &keep).expect("valid keep")
     } else {
         Keep::full(&shape)
     };
@@ -47,7 +55,7 @@ fn main() {
     };
     let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (&keep, c)).collect();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
-    let picks = (s.layers * s.tokens * s.top_k * runs.len()) as f64;
+    let picks = (shape.layers * shape.tokens * shape.top_k * runs.len()) as f64;
     let mut rates = Vec::new();
     let mut counts = None;
     for _ in 0..reps.max(1) {

@@ -325,3 +325,50 @@ fn near_pick_outside_its_window_equals_reference() {
     }
     assert!(substituted > 0, "λ > 0 chose beyond the row's first k_used");
 }
+
+/// near_pick_ema and inv_router with caps far above k_used (30 and 60 of 96 experts), the regime
+/// of the study (cap 128 of 512, k = 10) where a victim search must look past dozens of cached
+/// experts: decays that keep scores apart, that tie them (1.0, where near_pick_ema's credits are
+/// integers) and that underflow; λ = 0 and λ > 0; alone (`replay`) and with shared scores
+/// (`replay_many`). A victim search over a short candidate list with a score bound (tried in
+/// docs/performance.md's sixth round) passed every other test with a wrong bound; this one
+/// failed it.
+#[test]
+fn decayed_candidates_equal_reference() {
+    let s = Synth { num_experts: 96, top_k: 4, candidates: 12, reuse: 0.6, sequences: 2, tokens: 700, ..SMALL };
+    for seed in [51u64, 52] {
+        let trace = synth(seed, s);
+        let view = trace.view();
+        let shape = view.shape();
+        for (keep_name, keep) in keeps(&shape, seed).into_iter().take(2) {
+            let mut cfgs = Vec::new();
+            for policy in [Policy::NearPickEma, Policy::InvRouter] {
+                for decay in [0.99, 0.9, 1.0, 1e-200] {
+                    for (lambda, j) in [(0.0, 0), (0.12, 2), (0.7, 3)] {
+                        for cap in [30, 60] {
+                            for reset in [false, true] {
+                                cfgs.push(ReplayConfig {
+                                    lambda,
+                                    j,
+                                    decay,
+                                    warmup: 5,
+                                    near_pick_n: 6,
+                                    reset_at_sequence: reset,
+                                    ..ReplayConfig::new(policy, cap)
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (&keep, c)).collect();
+            let many = cachesim::replay_many(&view, &runs, &|_| {}).expect("valid configs");
+            for (cfg, shared) in cfgs.iter().zip(&many) {
+                let slow = reference::replay(&view, &keep, cfg).expect("valid config");
+                let fast = cachesim::replay(&view, &keep, cfg).expect("valid config");
+                assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
+                assert_eq!(shared, &slow, "replay_many: seed {seed}, keep {keep_name}, {cfg:?}");
+            }
+        }
+    }
+}

@@ -291,8 +291,9 @@ fn inv_router_on_continuous_scores() {
 /// near_pick with its window N below k_used, and with λ > 0 choosing beyond it: chosen experts
 /// outside F's first N keep their near value while their last access moves, so the order among
 /// experts of equal near value changes mid-sequence (a design that keeps the cached experts
-/// sorted by near value, tried in docs/performance.md's sixth round, got this wrong in a way only
-/// this test caught). Long traces, so that experts of one near value meet again.
+/// sorted by near value, tried in docs/performance.md's sixth round, failed only this test when
+/// its reordering after such a hit was removed). Long traces, so that experts of one near value
+/// meet again.
 #[test]
 fn near_pick_outside_its_window_equals_reference() {
     let s = Synth { num_experts: 16, top_k: 4, candidates: 8, reuse: 0.7, sequences: 2, tokens: 1500, ..SMALL };

@@ -265,10 +265,10 @@ const TRACK_BLOCK_BYTES: usize = 512 << 10;
 /// layer.
 #[derive(PartialEq)]
 struct TrackKey<'a> {
-    policy: Policy,
     decay: u64,
     reset: bool,
-    /// near_pick_ema: N and the layer's keep mask; `inv_router` credits every candidate.
+    /// near_pick_ema: N and the layer's keep mask; `None` for `inv_router`, which credits every
+    /// candidate (so this also tells the two policies apart).
     ema: Option<(usize, &'a [bool])>,
 }
 
@@ -281,7 +281,6 @@ impl<'a> TrackKey<'a> {
             _ => return None,
         };
         (cfg.semantics == Semantics::KWay).then_some(TrackKey {
-            policy: cfg.policy,
             decay: cfg.decay.to_bits(),
             reset: cfg.reset_at_sequence,
             ema,

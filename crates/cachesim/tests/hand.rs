@@ -62,6 +62,25 @@ fn lru_fifo_lfu_belady_differ() {
     assert_eq!(check(&trace, None, &cfg(Policy::Lru, 3)).misses, 3);
 }
 
+/// Belady is the offline optimum of all misses from token 0. Counted from W > 0 it is not a bound:
+/// it may enter the window with a worse cache than an online policy, having saved misses before
+/// W that are not counted. k = 1, cap 2, requests 0 0 1 2 1 0 (t0..t5).
+///
+/// belady: t0 0 miss [0]; t1 hit; t2 1 miss [0,1]; t3 2 miss, next use 0 -> t5, 1 -> t4: evict 0
+///         [1,2]; t4 1 hit; t5 0 miss.                                 misses t0, t2, t3, t5 = 4
+/// lfu:    t3: counts 0:2, 1:1: evict 1 [0,2]; t4 1 miss, evict 2 (count 1 < 2) [0,1]; t5 0 hit.
+///                                                                     misses t0, t2, t3, t4 = 4
+/// From W = 0 both have 4 (Belady <= lfu holds); from W = 5 Belady has 1 and lfu 0.
+#[test]
+fn belady_counted_from_warmup_is_not_a_bound() {
+    let rows: Vec<&[u16]> = vec![&[0], &[0], &[1], &[2], &[1], &[0]];
+    let trace = one_layer(3, 1, &rows, None);
+    for (warmup, belady, lfu) in [(0, 4, 4), (5, 1, 0)] {
+        let misses = |policy| check(&trace, None, &ReplayConfig { warmup, ..cfg(policy, 2) }).misses;
+        assert_eq!((misses(Policy::Belady), misses(Policy::Lfu)), (belady, lfu), "warmup {warmup}");
+    }
+}
+
 /// E = 4, k = 2, m = 3, keep {0, 1} (2 and 3 pruned), cap 2, lru.
 /// t0 [0,1,2]: F = [0,1], chosen 0,1 (2 cold misses); first-k {0,1} all kept: no pruned slot,
 ///             no substitution.

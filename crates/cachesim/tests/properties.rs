@@ -29,7 +29,13 @@ fn synth_params() -> impl Strategy<Value = (u64, Synth, f64)> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-    /// Belady (offline optimum) never misses more than an online policy at λ = 0, k-way.
+    /// Belady (offline optimum) never misses more than an online policy at λ = 0, k-way, when every
+    /// token counts (W = 0), in total and per layer (layers are independent).
+    ///
+    /// Counted from W > 0 it is not a bound (`hand.rs`, `belady_counted_from_warmup_is_not_a_bound`):
+    /// the two caches enter the window in different states. From token W on, Belady is the optimum
+    /// for the rest of the trace from its own state, and a state differing in at most `cap` experts
+    /// costs at most `cap` extra misses per layer; so per layer belady <= online + cap.
     #[test]
     fn belady_is_a_lower_bound((seed, s, keep_p) in synth_params(), cap_extra in 0usize..6, warmup in 0usize..20) {
         let trace = synth(seed, s);
@@ -37,17 +43,19 @@ proptest! {
         let shape = view.shape();
         let keep = Keep::from_layers(&shape, &random_keep(seed, s.layers, s.num_experts, keep_p, 1)).expect("valid");
         let cap = s.top_k + cap_extra;
-        let base = ReplayConfig { warmup, near_pick_n: 3, ..ReplayConfig::new(Policy::Belady, cap) };
-        let opt = cachesim::replay(&view, &keep, &base).expect("valid");
-        for policy in Policy::ALL {
-            let c = cachesim::replay(&view, &keep, &ReplayConfig { policy, ..base.clone() }).expect("valid");
-            prop_assert!(opt.misses <= c.misses, "belady {} > {policy} {}", opt.misses, c.misses);
-            // per layer too: layers are independent
-            for (b, o) in opt.layer_misses.iter().zip(&c.layer_misses) {
-                prop_assert!(b <= o);
+        for w in [0, warmup] {
+            let base = ReplayConfig { warmup: w, near_pick_n: 3, ..ReplayConfig::new(Policy::Belady, cap) };
+            let slack = if w == 0 { 0 } else { cap as u64 };
+            let opt = cachesim::replay(&view, &keep, &base).expect("valid");
+            for policy in Policy::ALL {
+                let c = cachesim::replay(&view, &keep, &ReplayConfig { policy, ..base.clone() }).expect("valid");
+                prop_assert!(opt.misses <= c.misses + slack * s.layers as u64, "W {w}: belady {} > {policy} {}", opt.misses, c.misses);
+                for (l, (b, o)) in opt.layer_misses.iter().zip(&c.layer_misses).enumerate() {
+                    prop_assert!(*b <= o + slack, "W {w}, layer {l}: belady {b} > {policy} {o} + {slack}");
+                }
+                prop_assert_eq!(c.hits + c.misses, c.picks);
+                prop_assert_eq!(c.forced_misses, opt.forced_misses);
             }
-            prop_assert_eq!(c.hits + c.misses, c.picks);
-            prop_assert_eq!(c.forced_misses, opt.forced_misses);
         }
     }
 

@@ -111,7 +111,9 @@ fn rows_are_identical_for_one_and_two_threads_and_derived_fields_follow_the_coun
         // misses >= forced misses.
         assert!(c.misses >= c.forced_misses);
     }
-    // Belady is a lower bound of every lambda = 0 policy.
+    // Belady is a lower bound of every lambda = 0 policy when every token counts; counted from
+    // W = 16 it may exceed one by up to the cap per layer (the caches enter the window in
+    // different states; see cachesim's `belady_counted_from_warmup_is_not_a_bound`).
     for r in &one {
         if r.config.lambda == 0.0 {
             let bel = one
@@ -123,7 +125,9 @@ fn rows_are_identical_for_one_and_two_threads_and_derived_fields_follow_the_coun
                         && x.config.cap == r.config.cap
                 })
                 .unwrap();
-            assert!(bel.counts.misses <= r.counts.misses, "{} vs {}", bel.key, r.key);
+            for (b, o) in bel.counts.layer_misses.iter().zip(&r.counts.layer_misses) {
+                assert!(*b <= o + r.config.cap as u64, "{} vs {}", bel.key, r.key);
+            }
         }
     }
 }

@@ -159,7 +159,7 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
 
     for (name, out) in &sweeps {
         let profiles = out.provenance.grid.device_profiles()?;
-        for mut c in sweep_checks(&profiles, &out.rows) {
+        for mut c in sweep_checks(&profiles, out.provenance.grid.warmup, &out.rows) {
             c.name = format!("{name}: {}", c.name);
             checks.push(c);
         }
@@ -351,5 +351,48 @@ mod tests {
         let r = audit_dir(dir.path()).unwrap();
         let c = first_failure(&r).expect("the audit fails");
         assert!(c.first_offending.as_deref().unwrap().contains("cannot be reproduced"), "{:?}", c.first_offending);
+    }
+
+    /// Belady above an online policy: within the cap per layer after a warmup it is a finding (the
+    /// caches enter the window in different states); beyond it, or with W = 0, a failure.
+    #[test]
+    fn belady_above_online_is_a_finding_within_the_warmup_slack_and_a_failure_beyond() {
+        let dir = outputs();
+        let text = std::fs::read_to_string(dir.path().join("sweep/results.json")).unwrap();
+        let out: SweepOutput = serde_json::from_str(&text).unwrap();
+        let profiles = out.provenance.grid.device_profiles().unwrap();
+        let status = |rows: &[sweep::Row], warmup| {
+            let checks = sweep_checks(&profiles, warmup, rows);
+            let c = checks.into_iter().find(|c| c.name == "belady is a lower bound").unwrap();
+            (c.status, c.figures["above_online_within_warmup_slack"].as_u64().unwrap(), c.first_offending)
+        };
+        assert_eq!(status(&out.rows, 64).0, Status::Pass);
+        // Raise layer 0 of full/belady at cap 4 (in sample) to lru's + 1, then to lru's + 4 + 1.
+        let b = out.rows.iter().position(|r| r.key == "full/belady/0/0/4/4").unwrap();
+        let lru = out.rows.iter().find(|r| r.key == "full/lru/0/0/4/4" && r.sample == out.rows[b].sample).unwrap();
+        let raised = |extra: u64| {
+            let mut rows = out.rows.clone();
+            let c = &mut rows[b].counts;
+            let add = lru.counts.layer_misses[0] + extra - c.layer_misses[0];
+            c.layer_misses[0] += add;
+            c.misses += add;
+            rows
+        };
+        let rows = raised(1);
+        let online_below = rows
+            .iter()
+            .filter(|r| r.key.starts_with("full/") && r.key.ends_with("/0/0/4/4") && r.sample == rows[b].sample)
+            .filter(|r| r.config.policy != cachesim::Policy::Belady && r.counts.misses < rows[b].counts.misses)
+            .count() as u64;
+        let (st, above, first) = status(&rows, 64);
+        assert_eq!((st, above), (Status::Finding, online_below), "{first:?}");
+        assert!(above >= 1);
+        assert!(first.unwrap().contains("within the slack of warmup 64"));
+        let (st, _, first) = status(&raised(1), 0);
+        assert_eq!(st, Status::Fail, "{first:?}");
+        let (st, _, first) = status(&raised(5), 64);
+        assert_eq!(st, Status::Fail);
+        let first = first.unwrap();
+        assert!(first.contains("layer 0: ") && first.ends_with(" + 4, beyond the warmup slack"), "{first}");
     }
 }

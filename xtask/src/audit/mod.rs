@@ -162,7 +162,7 @@ pub fn audit_grid(subject: &str, grid: &Grid, calib: &TraceView<'_>, heldout: &T
 
     // 5. Sweep rows.
     let rows = prepared.run(calib, heldout, &|_| {});
-    checks.extend(sweep_checks(&prepared.profiles, &rows));
+    checks.extend(sweep_checks(&prepared.profiles, grid.warmup, &rows));
 
     // 6. Bad configurations refused before any work.
     checks.push(refusals(grid, &ins, &oos));
@@ -216,8 +216,9 @@ fn differential(trace: &TraceView<'_>, maps: &[&KeepMap]) -> Check {
     check("4 replayer", "optimized equals reference", first.is_none() && n > 0, f, first)
 }
 
-/// The checks of SEMANTICS §8.5 on sweep rows computed with `profiles`.
-pub fn sweep_checks(profiles: &[DeviceProfile], rows: &[Row]) -> Vec<Check> {
+/// The checks of SEMANTICS §8.5 on sweep rows computed with `profiles`, counted from token
+/// `warmup` on (the grid's W: it decides how far Belady may exceed an online policy).
+pub fn sweep_checks(profiles: &[DeviceProfile], warmup: usize, rows: &[Row]) -> Vec<Check> {
     let mut out = Vec::new();
     // Derived fields follow §5-§6 from the counts.
     let mut first = None;
@@ -240,9 +241,13 @@ pub fn sweep_checks(profiles: &[DeviceProfile], rows: &[Row]) -> Vec<Check> {
     f.insert("rows".into(), json!(rows.len()));
     out.push(check("5 sweep rows", "derived fields follow from the counts", first.is_none(), f, first));
 
-    // Belady <= every λ = 0 online policy, per (sample, variant, cap, k_used).
-    let mut first = None;
-    let mut pairs = 0;
+    // Belady <= every λ = 0 online policy, per (sample, variant, cap, k_used). Exact only when every
+    // token counts (W = 0): counted from W > 0 the caches enter the window in different states, and
+    // Belady may exceed an online policy by up to the layer's cap (cachesim's `hand.rs` has a case).
+    // Beyond that slack it is a failure; within it, a finding.
+    let mut first_fail = None;
+    let mut first_finding = None;
+    let (mut pairs, mut above) = (0, 0);
     for b in rows.iter().filter(|r| r.config.policy == Policy::Belady) {
         for r in rows.iter().filter(|r| {
             r.config.policy != Policy::Belady
@@ -254,21 +259,48 @@ pub fn sweep_checks(profiles: &[DeviceProfile], rows: &[Row]) -> Vec<Check> {
                 && r.config.k_used == b.config.k_used
         }) {
             pairs += 1;
-            if b.counts.misses > r.counts.misses && first.is_none() {
-                first = Some(format!(
-                    "{} ({}) has {} misses > {} of {}",
+            let layers = b.counts.layer_misses.iter().zip(&r.counts.layer_misses).enumerate();
+            let mut beyond_slack = None;
+            for (l, (&bl, &rl)) in layers {
+                let cap =
+                    b.config.layer_caps.as_ref().and_then(|c| c.caps.get(l).copied()).unwrap_or(b.config.cap) as u64;
+                let slack = if warmup == 0 { 0 } else { cap };
+                if bl > rl + slack && beyond_slack.is_none() {
+                    beyond_slack = Some(format!("layer {l}: {bl} > {rl} + {slack}"));
+                }
+            }
+            let text = |why: &str| {
+                format!(
+                    "{} ({}) has {} misses > {} of {}{why}",
                     b.key,
                     b.sample.as_str(),
                     b.counts.misses,
                     r.counts.misses,
                     r.key
-                ));
+                )
+            };
+            if let Some(layer) = beyond_slack {
+                first_fail.get_or_insert_with(|| text(&format!("; {layer}, beyond the warmup slack")));
+            } else if b.counts.misses > r.counts.misses {
+                above += 1;
+                first_finding.get_or_insert_with(|| text(&format!(", within the slack of warmup {warmup}")));
             }
         }
     }
     let mut f = BTreeMap::new();
     f.insert("pairs".into(), json!(pairs));
-    out.push(check("5 sweep rows", "belady is a lower bound", first.is_none(), f, first));
+    f.insert("above_online_within_warmup_slack".into(), json!(above));
+    out.push(Check {
+        section: "5 sweep rows",
+        name: "belady is a lower bound".into(),
+        status: match (&first_fail, &first_finding) {
+            (Some(_), _) => Status::Fail,
+            (None, Some(_)) => Status::Finding,
+            (None, None) => Status::Pass,
+        },
+        figures: f,
+        first_offending: first_fail.or(first_finding),
+    });
 
     // Misses non-increasing in λ per (sample, variant, policy, j, cap, k_used): a finding, not a failure.
     let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();

@@ -238,12 +238,13 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// The counts are those of [`replay`] for each configuration, in the order of `runs`, whatever
 /// the thread count.
 ///
-/// Layers run in parallel on the rayon pool, each replaying every configuration in turn (its
-/// ids and scores stay in cache); the configurations that share scores advance together, one
-/// block of tokens at a time. Memory per layer being replayed, one of each at a time: for a
-/// group sharing scores, a block of rows of 8 · E bytes each (512 KiB, and at least 17 rows);
-/// when the softmax is shared, a table of T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64
-/// candidates), freed before the groups run; an F table of 4 · T · m bytes (32 MiB there).
+/// Runs as [`replay_many_traces`]: tasks of one layer and one set of configurations that share
+/// work, on the rayon pool, layer by layer (a layer's ids and scores stay in cache); the
+/// configurations that share scores advance together, one block of tokens at a time. Memory
+/// per task in flight: for a group sharing scores, a block of rows of 8 · E bytes each
+/// (512 KiB, and at least 17 rows); for the `inv_router` configurations that share the softmax,
+/// a table of T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates); an F table of
+/// 4 · T · m bytes (32 MiB there), one at a time.
 /// `progress(tokens)` is called from worker threads with the number of tokens replayed; the
 /// calls add up to the trace's token count per (layer, configuration).
 ///
@@ -254,8 +255,30 @@ pub fn replay_many(
     runs: &[(&Keep, &ReplayConfig)],
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<ReplayCounts>> {
-    let shape = trace.shape();
-    replay_many_in_blocks(trace, runs, progress, (TRACK_BLOCK_BYTES / (8 * shape.num_experts.max(1))).max(16))
+    let mut counts = replay_many_traces(std::slice::from_ref(trace), runs, progress)?;
+    Ok(counts.pop().expect("one trace"))
+}
+
+/// [`replay_many`] on several traces at once (a sweep's in-sample and out-of-sample traces):
+/// `result[t][i]` is the counts of `runs[i]` on `traces[t]`, each equal to [`replay`]'s.
+///
+/// The work is cut into tasks of one trace, one layer and one set of configurations that share
+/// work (a group sharing scores, the configurations of one keep set, the `inv_router` ones that
+/// share the softmax), and the rayon pool takes them from one queue: the longest trace first,
+/// layer by layer, within a layer the costliest set first (by an estimate: tokens ×
+/// instructions per pick of their policies), so that the short tasks fill the end and no core
+/// idles while another finishes a long layer.
+/// Memory: that of [`replay_many`] per task in flight.
+///
+/// # Errors
+/// As [`replay`], for the first configuration (in the order of `traces`, then `runs`) that fails;
+/// nothing is replayed then.
+pub fn replay_many_traces(
+    traces: &[TraceView<'_>],
+    runs: &[(&Keep, &ReplayConfig)],
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<Vec<ReplayCounts>>> {
+    replay_many_in_blocks(traces, runs, progress, |shape| (TRACK_BLOCK_BYTES / (8 * shape.num_experts.max(1))).max(16))
 }
 
 /// The bytes of one block of rows of shared scores (see [`replay_many`]).
@@ -288,107 +311,220 @@ impl<'a> TrackKey<'a> {
     }
 }
 
-/// [`replay_many`] with shared scores computed `block` tokens at a time.
-fn replay_many_in_blocks(
+/// Configurations of one layer replayed together in one task of [`replay_many_traces`].
+enum Unit<'a> {
+    /// Replayed one after another: those that prune the layer with the same set (two or more)
+    /// read one F table; `inv_router` ones (two or more) read one softmax table.
+    Plain(Vec<usize>),
+    /// Scores that evolve alike: one shared computation, the members advanced a block at a time.
+    Tracked(TrackKey<'a>, Vec<usize>),
+}
+
+impl Unit<'_> {
+    fn members(&self) -> &[usize] {
+        match self {
+            Unit::Plain(m) | Unit::Tracked(_, m) => m,
+        }
+    }
+}
+
+/// Splits layer `l`'s configurations into units: groups of two or more that share scores, then
+/// the other `inv_router` ones together (they share the softmax), then the rest by keep set.
+fn layer_units<'a>(runs: &[(&'a Keep, &ReplayConfig)], l: usize) -> Vec<Unit<'a>> {
+    let mut groups: Vec<(TrackKey<'a>, Vec<usize>)> = Vec::new();
+    for (i, (keep, cfg)) in runs.iter().enumerate() {
+        if let Some(key) = TrackKey::of(cfg, keep.layer_mask(l)) {
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((key, vec![i])),
+            }
+        }
+    }
+    groups.retain(|(_, members)| members.len() >= 2);
+    let mut done = vec![false; runs.len()];
+    for &i in groups.iter().flat_map(|(_, members)| members) {
+        done[i] = true;
+    }
+    let mut units: Vec<Unit<'a>> = groups.into_iter().map(|(key, members)| Unit::Tracked(key, members)).collect();
+    let inv: Vec<usize> = (0..runs.len()).filter(|&i| !done[i] && runs[i].1.policy == Policy::InvRouter).collect();
+    for &i in &inv {
+        done[i] = true;
+    }
+    if !inv.is_empty() {
+        units.push(Unit::Plain(inv));
+    }
+    for i in 0..runs.len() {
+        if done[i] {
+            continue;
+        }
+        let mask = runs[i].0.layer_mask(l);
+        let same: Vec<usize> = (i..runs.len()).filter(|&j| !done[j] && runs[j].0.layer_mask(l) == mask).collect();
+        for &j in &same {
+            done[j] = true;
+        }
+        units.push(Unit::Plain(same));
+    }
+    units
+}
+
+/// An estimate of a unit's cost on a layer of `tokens` tokens, only to order the tasks (longest
+/// first): instructions per pick of each member's policy, measured with callgrind on the
+/// seed-scale trace (docs/performance.md, "Sixth round"), shared scores included.
+fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit<'_>, tokens: usize) -> u64 {
+    let tracked = matches!(unit, Unit::Tracked(..));
+    let per_pick: u64 = unit
+        .members()
+        .iter()
+        .map(|&i| {
+            let cfg = runs[i].1;
+            let base = match cfg.policy {
+                Policy::Lru | Policy::Fifo => 100,
+                Policy::Lfu => 160,
+                Policy::Belady => 140,
+                Policy::NearPick => 290,
+                Policy::NearPickEma if tracked => 310,
+                Policy::NearPickEma => 350,
+                Policy::InvRouter if tracked => 420,
+                Policy::InvRouter => 810,
+            };
+            base + if cfg.lambda > 0.0 { 70 } else { 0 }
+        })
+        .sum();
+    per_pick * tokens as u64
+}
+
+/// Replays one unit on layer `l` of `trace`: the counts of its members, in its order.
+fn replay_unit(
     trace: &TraceView<'_>,
+    l: usize,
     runs: &[(&Keep, &ReplayConfig)],
+    unit: &Unit<'_>,
     progress: &(dyn Fn(usize) + Sync),
     block: usize,
-) -> Result<Vec<ReplayCounts>> {
+) -> Vec<LayerCounts> {
     let shape = trace.shape();
-    for (keep, cfg) in runs {
-        validate(&shape, trace.parts().scores.is_some(), cfg)?;
-        keep.check_shape(&shape)?;
-    }
-    let per_layer: Vec<Vec<LayerCounts>> = (0..shape.layers)
-        .into_par_iter()
-        .map(|l| {
-            let scores = trace.layer_scores(l);
-            let params = |i: usize| {
-                let cfg = runs[i].1;
-                let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
-                params.cap = cfg.cap_of(l);
-                params
-            };
-            // Groups of two or more configurations whose scores evolve alike.
-            let mut groups: Vec<(TrackKey<'_>, Vec<usize>)> = Vec::new();
-            for (i, (keep, cfg)) in runs.iter().enumerate() {
-                if let Some(key) = TrackKey::of(cfg, keep.layer_mask(l)) {
-                    match groups.iter_mut().find(|(k, _)| *k == key) {
-                        Some((_, members)) => members.push(i),
-                        None => groups.push((key, vec![i])),
-                    }
+    let scores = trace.layer_scores(l);
+    let params = |i: usize| {
+        let cfg = runs[i].1;
+        let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
+        params.cap = cfg.cap_of(l);
+        params
+    };
+    let input = |i: usize| engine::LayerInput {
+        ids: trace.layer_ids(l),
+        scores,
+        keep: runs[i].0.layer_mask(l),
+        probs: None,
+        f_table: None,
+    };
+    match unit {
+        Unit::Plain(members) => {
+            let share_softmax = members.iter().filter(|&&i| runs[i].1.policy == Policy::InvRouter).count() >= 2;
+            let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
+            let mut counts = vec![LayerCounts::default(); members.len()];
+            // One keep set after another, one F table alive at a time.
+            let mut done = vec![false; members.len()];
+            for a in 0..members.len() {
+                if done[a] {
+                    continue;
                 }
-            }
-            groups.retain(|(_, members)| members.len() >= 2);
-            let mut tracked = vec![false; runs.len()];
-            for &i in groups.iter().flat_map(|(_, members)| members) {
-                tracked[i] = true;
-            }
-            let input = |i: usize| engine::LayerInput {
-                ids: trace.layer_ids(l),
-                scores,
-                keep: runs[i].0.layer_mask(l),
-                probs: None,
-                f_table: None,
-            };
-            let mut counts = vec![LayerCounts::default(); runs.len()];
-            {
-                let share_softmax =
-                    runs.iter().zip(&tracked).filter(|(run, t)| run.1.policy == Policy::InvRouter && !**t).count() >= 2;
-                let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
-                // The other configurations, those of one keep set after another: a pruned set
-                // that two or more of them use gets F built once for the layer (one table alive at
-                // a time).
-                let mut done = tracked.clone();
-                for i in 0..runs.len() {
-                    if done[i] {
-                        continue;
-                    }
-                    let mask = runs[i].0.layer_mask(l);
-                    let same: Vec<usize> =
-                        (i..runs.len()).filter(|&j| !done[j] && runs[j].0.layer_mask(l) == mask).collect();
-                    let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
-                        .then(|| engine::FTable::new(trace.layer_ids(l), mask, shape.candidates));
-                    for j in same {
-                        let inp = engine::LayerInput {
-                            probs: probs.as_deref().filter(|_| runs[j].1.policy == Policy::InvRouter),
-                            f_table: table.as_ref(),
-                            ..input(j)
-                        };
-                        counts[j] = engine::replay_layer(&params(j), &inp);
-                        progress(shape.tokens);
-                        done[j] = true;
-                    }
-                }
-                // The softmax table is dropped here: the groups below compute their own scores.
-            }
-            for (key, members) in &groups {
-                let credit = match key.ema {
-                    Some((n, mask)) => engine::TrackCredit::Ema { n, keep: mask },
-                    None => engine::TrackCredit::Router,
-                };
-                let mut track = engine::TrackedScores::new(&params(members[0]), &input(members[0]), credit, block);
-                let mut replays: Vec<engine::TrackedRun<'_>> =
-                    members.iter().map(|&i| engine::TrackedRun::new(params(i), input(i))).collect();
-                for start in (0..shape.tokens).step_by(block) {
-                    let rows = track.fill(start..(start + block).min(shape.tokens));
-                    replays = replays.into_iter().map(|r| r.advance(rows)).collect();
-                    progress(members.len() * rows.len());
-                }
-                for (&i, r) in members.iter().zip(&replays) {
-                    counts[i] = r.counts();
+                let mask = runs[members[a]].0.layer_mask(l);
+                let same: Vec<usize> =
+                    (a..members.len()).filter(|&b| !done[b] && runs[members[b]].0.layer_mask(l) == mask).collect();
+                let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
+                    .then(|| engine::FTable::new(trace.layer_ids(l), mask, shape.candidates));
+                for b in same {
+                    let i = members[b];
+                    let inp = engine::LayerInput {
+                        probs: probs.as_deref().filter(|_| runs[i].1.policy == Policy::InvRouter),
+                        f_table: table.as_ref(),
+                        ..input(i)
+                    };
+                    counts[b] = engine::replay_layer(&params(i), &inp);
+                    progress(shape.tokens);
+                    done[b] = true;
                 }
             }
             counts
+        }
+        Unit::Tracked(key, members) => {
+            let credit = match key.ema {
+                Some((n, mask)) => engine::TrackCredit::Ema { n, keep: mask },
+                None => engine::TrackCredit::Router,
+            };
+            let mut track = engine::TrackedScores::new(&params(members[0]), &input(members[0]), credit, block);
+            let mut replays: Vec<engine::TrackedRun<'_>> =
+                members.iter().map(|&i| engine::TrackedRun::new(params(i), input(i))).collect();
+            for start in (0..shape.tokens).step_by(block) {
+                let rows = track.fill(start..(start + block).min(shape.tokens));
+                replays = replays.into_iter().map(|r| r.advance(rows)).collect();
+                progress(members.len() * rows.len());
+            }
+            replays.iter().map(|r| r.counts()).collect()
+        }
+    }
+}
+
+/// [`replay_many_traces`] with shared scores computed `block(shape)` tokens at a time.
+fn replay_many_in_blocks(
+    traces: &[TraceView<'_>],
+    runs: &[(&Keep, &ReplayConfig)],
+    progress: &(dyn Fn(usize) + Sync),
+    block: impl Fn(&Shape) -> usize + Sync,
+) -> Result<Vec<Vec<ReplayCounts>>> {
+    for trace in traces {
+        let shape = trace.shape();
+        for (keep, cfg) in runs {
+            validate(&shape, trace.parts().scores.is_some(), cfg)?;
+            keep.check_shape(&shape)?;
+        }
+    }
+    // Every (trace, layer, unit), then a queue of them: the longest trace first, layer by layer
+    // (a layer's ids and scores stay in cache while its units run), the costliest unit of a layer
+    // first; the short trace's tasks come last and fill the end. Each task's counts depend only
+    // on its inputs, so the order and the thread count change nothing but the time.
+    let mut tasks: Vec<(usize, usize, Unit<'_>, u64)> = Vec::new();
+    for (t, trace) in traces.iter().enumerate() {
+        let shape = trace.shape();
+        for l in 0..shape.layers {
+            for unit in layer_units(runs, l) {
+                let cost = unit_cost(runs, &unit, shape.tokens);
+                tasks.push((t, l, unit, cost));
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    order.sort_by_key(|&i| {
+        let (t, l, _, cost) = &tasks[i];
+        (std::cmp::Reverse(traces[*t].shape().tokens), *l, std::cmp::Reverse(*cost))
+    });
+    // `par_bridge` hands the items out in order as threads become free.
+    let done: Vec<(usize, Vec<LayerCounts>)> = order
+        .into_iter()
+        .par_bridge()
+        .map(|i| {
+            let (t, l, unit, _) = &tasks[i];
+            let shape = traces[*t].shape();
+            (i, replay_unit(&traces[*t], *l, runs, unit, progress, block(&shape)))
         })
         .collect();
-    Ok(runs
+    let mut per_trace: Vec<Vec<Vec<LayerCounts>>> =
+        traces.iter().map(|trace| vec![vec![LayerCounts::default(); trace.shape().layers]; runs.len()]).collect();
+    for (i, counts) in done {
+        let (t, l, unit, _) = &tasks[i];
+        for (&run, c) in unit.members().iter().zip(counts) {
+            per_trace[*t][run][*l] = c;
+        }
+    }
+    Ok(traces
         .iter()
-        .enumerate()
-        .map(|(i, (_, cfg))| {
-            let layers: Vec<LayerCounts> = per_layer.iter().map(|l| l[i]).collect();
-            ReplayCounts::from_layers(&shape, cfg.warmup, &layers)
+        .zip(per_trace)
+        .map(|(trace, per_run)| {
+            let shape = trace.shape();
+            runs.iter()
+                .zip(per_run)
+                .map(|((_, cfg), layers)| ReplayCounts::from_layers(&shape, cfg.warmup, &layers))
+                .collect()
         })
         .collect())
 }
@@ -401,7 +537,7 @@ mod tests {
     /// at sequence starts), give the counts of `replay` and of the reference replayer: groups
     /// of near_pick_ema per keep map and of inv_router across keep maps, with caps, λ, j, k_used
     /// and warmups that differ, next to the ones that cannot share (sequential mode, another
-    /// decay, a group of one).
+    /// decay, a group of one). Two traces of different lengths go through one task queue.
     #[test]
     fn shared_scores_in_blocks_equal_replay() {
         let synth = trace_io::synth::SynthConfig {
@@ -414,6 +550,8 @@ mod tests {
             ..Default::default()
         };
         let trace = trace_io::synth::generate(&synth).expect("a valid synthetic trace");
+        let short = trace_io::synth::generate(&trace_io::synth::SynthConfig { tokens: 180, seed: 9, ..synth })
+            .expect("a valid synthetic trace");
         let view = trace.view();
         let shape = view.shape();
         let full = Keep::full(&shape);
@@ -449,20 +587,24 @@ mod tests {
         }
         let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| [(&full, c), (&pruned, c)]).collect();
         let steps = std::sync::atomic::AtomicUsize::new(0);
+        let views = [view, short.view()];
         let many = replay_many_in_blocks(
-            &view,
+            &views,
             &runs,
             &|tokens| {
                 steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
             },
-            7,
+            |_| 7,
         )
         .expect("valid configs");
-        assert_eq!(steps.into_inner(), runs.len() * shape.layers * shape.tokens);
-        for ((keep, cfg), got) in runs.iter().zip(&many) {
-            assert!(got.misses > 0 && got.hits > 0, "{cfg:?}");
-            assert_eq!(got, &replay(&view, keep, cfg).expect("valid config"), "{cfg:?}");
-            assert_eq!(got, &reference::replay(&view, keep, cfg).expect("valid config"), "{cfg:?}");
+        assert_eq!(steps.into_inner(), runs.len() * shape.layers * (300 + 180));
+        assert_eq!(many.len(), 2);
+        for (view, many) in views.iter().zip(&many) {
+            for ((keep, cfg), got) in runs.iter().zip(many) {
+                assert!(got.misses > 0 && got.hits > 0, "{cfg:?}");
+                assert_eq!(got, &replay(view, keep, cfg).expect("valid config"), "{cfg:?}");
+                assert_eq!(got, &reference::replay(view, keep, cfg).expect("valid config"), "{cfg:?}");
+            }
         }
     }
 }

@@ -4,7 +4,8 @@
 //! the variants (`full`, `METRIC@K` keep maps built from the in-sample statistics, or keep-map
 //! files) and blocks of policies × λ × j × cap × k_used (SEMANTICS.md §7). [`prepare`] builds the
 //! keep maps and validates every configuration before any work; [`Prepared::run`] replays them
-//! all (with [`cachesim::replay_many`], layers in parallel on rayon's pool) and returns [`Row`]s
+//! all (with [`cachesim::replay_many_traces`]: both traces, tasks of one layer in parallel on
+//! rayon's pool) and returns [`Row`]s
 //! sorted by [`ConfigKey`], identical whatever the thread count. [`DeviceProfile`] is the cost model of SEMANTICS.md §6; [`SweepOutput`] writes
 //! `results.json`, `results.csv` and `summary.md`.
 //!

@@ -232,8 +232,8 @@ impl Prepared {
     }
 
     /// Replays every configuration on both traces and returns the rows sorted by (key, sample).
-    /// Each trace is replayed by [`cachesim::replay_many`]: layers in parallel (rayon), every
-    /// configuration in turn on a layer, the `inv_router` softmax computed once per layer.
+    /// Both traces are replayed by [`cachesim::replay_many_traces`]: tasks of one layer and one set
+    /// of configurations that share work, from one queue on the rayon pool, the longest first.
     /// `progress(n)` is called from worker threads as n token-layers are replayed (they add up
     /// to [`Prepared::work`]). The rows are identical whatever the number of threads.
     pub fn run(
@@ -251,13 +251,12 @@ impl Prepared {
             })
             .collect();
         let runs: Vec<(&Keep, &ReplayConfig)> = runs.iter().map(|(k, c)| (*k, c)).collect();
-        let replay = |trace: &TraceView<'_>| {
-            cachesim::replay_many(trace, &runs, &|tokens| progress(tokens as u64))
-                .expect("every configuration was validated by prepare")
-        };
-        // Both traces on the pool at once: the short out-of-sample layers fill the gaps the long
-        // in-sample ones leave at the end (a layer of every configuration is one task).
-        let (ins, oos) = rayon::join(|| replay(in_sample), || replay(out_of_sample));
+        // Both traces in one queue of tasks, the longest first: the short out-of-sample tasks
+        // fill the end.
+        let mut counts =
+            cachesim::replay_many_traces(&[*in_sample, *out_of_sample], &runs, &|tokens| progress(tokens as u64))
+                .expect("every configuration was validated by prepare");
+        let (oos, ins) = (counts.pop().expect("two traces"), counts.pop().expect("two traces"));
         // Configurations are sorted by key: rows in that order, in-sample first.
         self.configs
             .iter()

@@ -393,7 +393,8 @@ fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit<'_>, tokens: usize) ->
     per_pick * tokens as u64
 }
 
-/// Replays one unit on layer `l` of `trace`: the counts of its members, in its order.
+/// Replays one unit on layer `l` of `trace`: the counts of its members, in its order. `f_table`
+/// is the worker's F table, rebuilt here when the unit needs one.
 fn replay_unit(
     trace: &TraceView<'_>,
     l: usize,
@@ -401,6 +402,7 @@ fn replay_unit(
     unit: &Unit<'_>,
     progress: &(dyn Fn(usize) + Sync),
     block: usize,
+    f_table: &mut engine::FTable,
 ) -> Vec<LayerCounts> {
     let shape = trace.shape();
     let scores = trace.layer_scores(l);
@@ -432,12 +434,12 @@ fn replay_unit(
                 let same: Vec<usize> =
                     (a..members.len()).filter(|&b| !done[b] && runs[members[b]].0.layer_mask(l) == mask).collect();
                 let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
-                    .then(|| engine::FTable::new(trace.layer_ids(l), mask, shape.candidates));
+                    .then(|| f_table.rebuild(trace.layer_ids(l), mask, shape.candidates));
                 for b in same {
                     let i = members[b];
                     let inp = engine::LayerInput {
                         probs: probs.as_deref().filter(|_| runs[i].1.policy == Policy::InvRouter),
-                        f_table: table.as_ref(),
+                        f_table: table,
                         ..input(i)
                     };
                     counts[b] = engine::replay_layer(&params(i), &inp);
@@ -498,14 +500,15 @@ fn replay_many_in_blocks(
         let (t, l, _, cost) = &tasks[i];
         (std::cmp::Reverse(traces[*t].shape().tokens), *l, std::cmp::Reverse(*cost))
     });
-    // `par_bridge` hands the items out in order as threads become free.
+    // `par_bridge` hands the items out in order as threads become free; each worker keeps one F
+    // table whose buffers serve all its tasks.
     let done: Vec<(usize, Vec<LayerCounts>)> = order
         .into_iter()
         .par_bridge()
-        .map(|i| {
+        .map_init(engine::FTable::default, |f_table, i| {
             let (t, l, unit, _) = &tasks[i];
             let shape = traces[*t].shape();
-            (i, replay_unit(&traces[*t], *l, runs, unit, progress, block(&shape)))
+            (i, replay_unit(&traces[*t], *l, runs, unit, progress, block(&shape), f_table))
         })
         .collect();
     let mut per_trace: Vec<Vec<Vec<LayerCounts>>> =

@@ -243,8 +243,9 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// configurations that share scores advance together, one block of tokens at a time. Memory
 /// per task in flight: for a group sharing scores, a block of rows of 8 · E bytes each
 /// (512 KiB, and at least 17 rows); for the `inv_router` configurations that share the softmax,
-/// a table of T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates); an F table of
-/// 4 · T · m bytes (32 MiB there), one at a time.
+/// a table of T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates); and one F table
+/// of 4 · T · m bytes (32 MiB there) per worker thread, rebuilt in place from task to task and
+/// freed when the call returns.
 /// `progress(tokens)` is called from worker threads with the number of tokens replayed; the
 /// calls add up to the trace's token count per (layer, configuration).
 ///

@@ -354,7 +354,8 @@ mod tests {
     }
 
     /// Belady above an online policy: within the cap per layer after a warmup it is a finding (the
-    /// caches enter the window in different states); beyond it, or with W = 0, a failure.
+    /// caches enter the window in different states); beyond it, or with W = 0, a failure. With
+    /// per-layer caps the slack is the layer's own cap.
     #[test]
     fn belady_above_online_is_a_finding_within_the_warmup_slack_and_a_failure_beyond() {
         let dir = outputs();
@@ -364,35 +365,52 @@ mod tests {
         let status = |rows: &[sweep::Row], warmup| {
             let checks = sweep_checks(&profiles, warmup, rows);
             let c = checks.into_iter().find(|c| c.name == "belady is a lower bound").unwrap();
-            (c.status, c.figures["above_online_within_warmup_slack"].as_u64().unwrap(), c.first_offending)
+            (
+                c.status,
+                c.figures["above_online_within_warmup_slack"].as_u64().unwrap(),
+                c.first_offending.unwrap_or_default(),
+            )
         };
         assert_eq!(status(&out.rows, 64).0, Status::Pass);
-        // Raise layer 0 of full/belady at cap 4 (in sample) to lru's + 1, then to lru's + 4 + 1.
-        let b = out.rows.iter().position(|r| r.key == "full/belady/0/0/4/4").unwrap();
-        let lru = out.rows.iter().find(|r| r.key == "full/lru/0/0/4/4" && r.sample == out.rows[b].sample).unwrap();
-        let raised = |extra: u64| {
-            let mut rows = out.rows.clone();
+        // Raise layer 0 of full/belady at cap 8 (in sample) to `extra` above the online policy with
+        // the fewest misses on that layer (λ = 0, same variant, cap and k_used).
+        let b = out.rows.iter().position(|r| r.key == "full/belady/0/0/8/4").unwrap();
+        let online = (0..out.rows.len())
+            .filter(|&i| {
+                let r = &out.rows[i];
+                r.key.starts_with("full/") && r.key.ends_with("/0/0/8/4") && r.sample == out.rows[b].sample && i != b
+            })
+            .min_by_key(|&i| out.rows[i].counts.layer_misses[0])
+            .unwrap();
+        let raised = |rows: &[sweep::Row], extra: u64| {
+            let mut rows = rows.to_vec();
+            let target = rows[online].counts.layer_misses[0] + extra;
             let c = &mut rows[b].counts;
-            let add = lru.counts.layer_misses[0] + extra - c.layer_misses[0];
-            c.layer_misses[0] += add;
-            c.misses += add;
+            c.misses = c.misses + target - c.layer_misses[0];
+            c.layer_misses[0] = target;
             rows
         };
-        let rows = raised(1);
-        let online_below = rows
-            .iter()
-            .filter(|r| r.key.starts_with("full/") && r.key.ends_with("/0/0/4/4") && r.sample == rows[b].sample)
-            .filter(|r| r.config.policy != cachesim::Policy::Belady && r.counts.misses < rows[b].counts.misses)
-            .count() as u64;
-        let (st, above, first) = status(&rows, 64);
-        assert_eq!((st, above), (Status::Finding, online_below), "{first:?}");
-        assert!(above >= 1);
-        assert!(first.unwrap().contains("within the slack of warmup 64"));
-        let (st, _, first) = status(&raised(1), 0);
-        assert_eq!(st, Status::Fail, "{first:?}");
-        let (st, _, first) = status(&raised(5), 64);
-        assert_eq!(st, Status::Fail);
-        let first = first.unwrap();
-        assert!(first.contains("layer 0: ") && first.ends_with(" + 4, beyond the warmup slack"), "{first}");
+        let (st, above, first) = status(&raised(&out.rows, 1), 64);
+        assert!(st == Status::Finding && above >= 1, "{st:?} {above} {first}");
+        assert!(
+            first.contains(" on layer 0: ") && first.contains("within the slack of warmup 64 (the layer's cap, 8)"),
+            "{first}"
+        );
+        let (st, _, first) = status(&raised(&out.rows, 1), 0);
+        assert_eq!(st, Status::Fail, "{first}");
+        assert!(first.contains("W = 0: every token counts, no slack"), "{first}");
+        let (st, _, first) = status(&raised(&out.rows, 9), 64);
+        assert_eq!(st, Status::Fail, "{first}");
+        assert!(first.contains("beyond the slack of warmup 64 (the layer's cap, 8)"), "{first}");
+        // Per-layer caps (layer 0 at 2): 3 above is beyond that layer's slack though within 8.
+        let mut rows = out.rows.clone();
+        let caps = sweep::NamedCaps { name: "plan".into(), caps: vec![2, 8, 8, 8] };
+        for i in [b, online] {
+            rows[i].config.layer_caps = Some(caps.clone());
+        }
+        let (st, _, first) = status(&raised(&rows, 3), 64);
+        assert_eq!(st, Status::Fail, "{first}");
+        assert!(first.contains("beyond the slack of warmup 64 (the layer's cap, 2)"), "{first}");
+        assert_eq!(status(&raised(&rows, 2), 64).0, Status::Finding);
     }
 }

@@ -155,7 +155,7 @@ impl SweepOutput {
 }
 
 /// Per (variant, cap, k_used): the best online configuration (fewest misses per token, Belady
-/// excluded since it is an oracle) in and out of sample, and Belady's bound.
+/// excluded since it is an oracle) in and out of sample, and Belady's misses (the offline optimum).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct BestOf {
     /// Variant label.
@@ -195,7 +195,7 @@ impl SweepOutput {
     }
 
     /// The summary as a Markdown table: per (variant, cap), the best online policy chosen in
-    /// sample, what it gives out of sample, the out-of-sample best, and Belady's bound.
+    /// sample, what it gives out of sample, the out-of-sample best, and Belady (the offline optimum).
     pub fn summary_markdown(&self) -> String {
         let mut s = String::from(
             "Misses per token (lower is better); configurations as policy/lambda/j; Belady is the offline bound.\n\n\

@@ -510,7 +510,8 @@ fn render(sweep: &SweepOutput, retention: &[RetentionFile], mrc: &[MrcCurve]) ->
     let groups: BTreeSet<(usize, usize)> = oos.iter().map(|r| (r.config.cap, r.config.k_used)).collect();
     let mut html = String::from(
         "<p>Out-of-sample misses per token at λ = 0, one bar per policy, grouped by variant (keep map). \
-         Belady is the offline lower bound.</p>",
+         Belady is the offline optimum: a lower bound of every online policy when every token counts; \
+         counted after the warmup it may exceed one by up to the cap per layer.</p>",
     );
     for &(cap, k_used) in &groups {
         let series: Vec<(String, Vec<Option<f64>>)> = pols

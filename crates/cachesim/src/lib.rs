@@ -234,6 +234,7 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// - The other configurations replay one keep set after another; when two or more prune the
 ///   layer with the same set, F (the kept candidates of every row, SEMANTICS.md §5 step 1) is
 ///   built once for the layer and read by all of them.
+/// - The work is cut into tasks as [`replay_many_traces`] says.
 ///
 /// The counts are those of [`replay`] for each configuration, in the order of `runs`, whatever
 /// the thread count.
@@ -264,11 +265,12 @@ pub fn replay_many(
 /// `result[t][i]` is the counts of `runs[i]` on `traces[t]`, each equal to [`replay`]'s.
 ///
 /// The work is cut into tasks of one trace, one layer and one set of configurations that share
-/// work (a group sharing scores, the configurations of one keep set, the `inv_router` ones that
-/// share the softmax), and the rayon pool takes them from one queue: the longest trace first,
-/// layer by layer, within a layer the costliest set first (by an estimate: tokens ×
-/// instructions per pick of their policies), so that the short tasks fill the end and no core
-/// idles while another finishes a long layer.
+/// work (a group sharing scores; the configurations of one keep set; or, when two or more
+/// `inv_router` configurations are outside the groups, all the configurations outside them,
+/// which share the softmax and F), and the rayon pool takes them from one queue: the longest
+/// trace first (ties in the order of `traces`), layer by layer, within a layer the costliest set
+/// first (by an estimate: picks × instructions per pick of their policies), so that the short
+/// tasks fill the end and no core idles while another finishes a long layer.
 /// Memory: that of [`replay_many`] per task in flight.
 ///
 /// # Errors
@@ -314,8 +316,9 @@ impl<'a> TrackKey<'a> {
 
 /// Configurations of one layer replayed together in one task of [`replay_many_traces`].
 enum Unit<'a> {
-    /// Replayed one after another: those that prune the layer with the same set (two or more)
-    /// read one F table; `inv_router` ones (two or more) read one softmax table.
+    /// Replayed one after another, one keep set after another: those that prune the layer with
+    /// the same set (two or more) read one F table; `inv_router` ones (two or more) read one
+    /// softmax table.
     Plain(Vec<usize>),
     /// Scores that evolve alike: one shared computation, the members advanced a block at a time.
     Tracked(TrackKey<'a>, Vec<usize>),
@@ -330,7 +333,8 @@ impl Unit<'_> {
 }
 
 /// Splits layer `l`'s configurations into units: groups of two or more that share scores, then
-/// the other `inv_router` ones together (they share the softmax), then the rest by keep set.
+/// the rest by keep set, or, when two or more `inv_router` configurations are among the rest
+/// (they share the softmax), the rest as one unit.
 fn layer_units<'a>(runs: &[(&'a Keep, &ReplayConfig)], l: usize) -> Vec<Unit<'a>> {
     let mut groups: Vec<(TrackKey<'a>, Vec<usize>)> = Vec::new();
     for (i, (keep, cfg)) in runs.iter().enumerate() {
@@ -347,12 +351,11 @@ fn layer_units<'a>(runs: &[(&'a Keep, &ReplayConfig)], l: usize) -> Vec<Unit<'a>
         done[i] = true;
     }
     let mut units: Vec<Unit<'a>> = groups.into_iter().map(|(key, members)| Unit::Tracked(key, members)).collect();
-    let inv: Vec<usize> = (0..runs.len()).filter(|&i| !done[i] && runs[i].1.policy == Policy::InvRouter).collect();
-    for &i in &inv {
-        done[i] = true;
-    }
-    if !inv.is_empty() {
-        units.push(Unit::Plain(inv));
+    let untracked: Vec<usize> = (0..runs.len()).filter(|&i| !done[i]).collect();
+    if untracked.iter().filter(|&&i| runs[i].1.policy == Policy::InvRouter).count() >= 2 {
+        // They share the softmax, and F with the others of their keep set: one unit.
+        units.push(Unit::Plain(untracked));
+        return units;
     }
     for i in 0..runs.len() {
         if done[i] {
@@ -368,13 +371,13 @@ fn layer_units<'a>(runs: &[(&'a Keep, &ReplayConfig)], l: usize) -> Vec<Unit<'a>
     units
 }
 
-/// An estimate of a unit's cost on a layer of `tokens` tokens, only to order the tasks (longest
-/// first): instructions per pick of each member's policy, measured with callgrind on the
-/// seed-scale trace (docs/performance.md, "Sixth round"), shared scores included.
-fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit<'_>, tokens: usize) -> u64 {
+/// An estimate of a unit's cost on a layer of a trace of `shape`, only to order the tasks
+/// (costliest first): per member, its picks (tokens × k_used) times the instructions per pick of
+/// its policy measured with callgrind on the seed-scale trace (docs/performance.md, "Sixth
+/// round"), shared scores included.
+fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit<'_>, shape: &Shape) -> u64 {
     let tracked = matches!(unit, Unit::Tracked(..));
-    let per_pick: u64 = unit
-        .members()
+    unit.members()
         .iter()
         .map(|&i| {
             let cfg = runs[i].1;
@@ -388,10 +391,10 @@ fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit<'_>, tokens: usize) ->
                 Policy::InvRouter if tracked => 420,
                 Policy::InvRouter => 810,
             };
-            base + if cfg.lambda > 0.0 { 70 } else { 0 }
+            let per_pick = base + if cfg.lambda > 0.0 { 70 } else { 0 };
+            per_pick * (shape.tokens * cfg.k_used.unwrap_or(shape.top_k)) as u64
         })
-        .sum();
-    per_pick * tokens as u64
+        .sum()
 }
 
 /// Replays one unit on layer `l` of `trace`: the counts of its members, in its order. `f_table`
@@ -491,7 +494,7 @@ fn replay_many_in_blocks(
         let shape = trace.shape();
         for l in 0..shape.layers {
             for unit in layer_units(runs, l) {
-                let cost = unit_cost(runs, &unit, shape.tokens);
+                let cost = unit_cost(runs, &unit, &shape);
                 tasks.push((t, l, unit, cost));
             }
         }
@@ -499,7 +502,7 @@ fn replay_many_in_blocks(
     let mut order: Vec<usize> = (0..tasks.len()).collect();
     order.sort_by_key(|&i| {
         let (t, l, _, cost) = &tasks[i];
-        (std::cmp::Reverse(traces[*t].shape().tokens), *l, std::cmp::Reverse(*cost))
+        (std::cmp::Reverse(traces[*t].shape().tokens), *t, *l, std::cmp::Reverse(*cost))
     });
     // `par_bridge` hands the items out in order as threads become free; each worker keeps one F
     // table whose buffers serve all its tasks.

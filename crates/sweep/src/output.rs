@@ -198,7 +198,7 @@ impl SweepOutput {
     /// sample, what it gives out of sample, the out-of-sample best, and Belady (the offline optimum).
     pub fn summary_markdown(&self) -> String {
         let mut s = String::from(
-            "Misses per token (lower is better); configurations as policy/lambda/j; Belady is the offline bound.\n\n\
+            "Misses per token (lower is better); configurations as policy/lambda/j; Belady is the offline optimum (a lower bound of every online policy when every token counts; counted from the warmup it may exceed one by up to the cap per layer).\n\n\
              | variant | cap | best online in-sample | in-sample | out-of-sample | shift | best online out-of-sample | out-of-sample | Belady in / out |\n\
              |---|---:|---|---:|---:|---:|---|---:|---|\n",
         );

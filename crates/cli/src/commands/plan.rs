@@ -28,7 +28,8 @@ pub struct MrcArgs {
     /// Experts used per token (default: the trace's top-k).
     #[arg(long)]
     pub k_used: Option<usize>,
-    /// Warmup tokens not counted.
+    /// Warmup tokens not counted. Belady is a lower bound of every online policy only with
+    /// `--warmup 0`; counted from a warmup it may exceed one by up to the cap per layer.
     #[arg(long, default_value_t = 64)]
     pub warmup: usize,
     /// Residency semantics: k-way (default) or sequential.
@@ -153,7 +154,8 @@ pub struct PlanArgs {
     /// Experts used per token (default: the trace's top-k).
     #[arg(long)]
     pub k_used: Option<usize>,
-    /// Warmup tokens not counted.
+    /// Warmup tokens not counted. Belady is a lower bound of every online policy only with
+    /// `--warmup 0`; counted from a warmup it may exceed one by up to the cap per layer.
     #[arg(long, default_value_t = 64)]
     pub warmup: usize,
     /// Quality floor for pruned variants: the largest allowed mean held-out slot replacement

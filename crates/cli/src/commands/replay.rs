@@ -29,7 +29,9 @@ pub struct ReplayArgs {
     /// Experts used per token (default: the trace's top-k).
     #[arg(long)]
     pub k_used: Option<usize>,
-    /// Warmup tokens not counted.
+    /// Warmup tokens not counted (policy state still evolves through them). Belady is a lower
+    /// bound of every online policy only with `--warmup 0`; counted from a warmup it may exceed
+    /// one by up to the cap per layer.
     #[arg(long, default_value_t = 64)]
     pub warmup: usize,
     /// λ of cache-aware routing (0 = the model's own routing).

@@ -66,7 +66,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Audit { dir: Some(dir), json } => {
             let report = audit::dir::audit_dir(&dir)?;
             println!("{}", audit::markdown(&report));
-            println!("{}", serde_json::to_string_pretty(&report)?);
             if let Some(path) = json {
                 trace_io::write_atomic(&path, |w| {
                     serde_json::to_writer_pretty(w, &report).map_err(std::io::Error::other)

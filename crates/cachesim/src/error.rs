@@ -10,7 +10,7 @@ pub enum CacheSimError {
     /// The cache is smaller than the experts a token uses: under k-way residency a token needs
     /// all its `k_used` experts in memory at once (SEMANTICS.md §5).
     #[error(
-        "cache capacity {cap} is below k_used = {k_used} (a token needs all its experts resident at once); use --cap {k_used} or more"
+        "cache capacity {cap} is below k_used = {k_used} (a token needs all its experts resident at once); use a cap of {k_used} or more"
     )]
     CapBelowKUsed {
         /// The requested capacity, in experts per layer.

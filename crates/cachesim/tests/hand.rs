@@ -254,7 +254,7 @@ fn bad_configurations_are_refused() {
     };
     let e = run(&with_scores, cfg(Policy::Lru, 1));
     assert_eq!(e, CacheSimError::CapBelowKUsed { cap: 1, k_used: 2 });
-    assert!(e.to_string().contains("use --cap 2 or more"), "{e}");
+    assert!(e.to_string().contains("use a cap of 2 or more"), "{e}");
     // Two tokens: a warmup of 2 would count nothing; 1 leaves one token counted.
     let e = run(&with_scores, ReplayConfig { warmup: 2, ..cfg(Policy::Lru, 2) });
     assert_eq!(e, CacheSimError::WarmupCoversTrace { warmup: 2, tokens: 2 });

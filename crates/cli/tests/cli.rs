@@ -79,7 +79,7 @@ fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
     );
     // cap < k_used, belady with lambda > 0.
     let e = fails(&["replay", s(&trace), "--policy", "lru", "--cap", "1"]);
-    assert!(e.contains("use --cap 2 or more"), "{e}");
+    assert!(e.contains("use a cap of 2 or more"), "{e}");
     let e = fails(&["replay", s(&trace), "--policy", "belady", "--cap", "2", "--lambda", "0.1"]);
     assert!(e.contains("belady") && e.contains("lambda"), "{e}");
     let e = fails(&["replay", s(&trace), "--policy", "lruu", "--cap", "2"]);

@@ -147,7 +147,7 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
         matches!(&e, SweepError::Config { key, .. } if key == "frequency@8/lru/0/0/1/2 on the in-sample trace a"),
         "{e}"
     );
-    assert!(e.to_string().contains("use --cap 2 or more"), "{e}");
+    assert!(e.to_string().contains("use a cap of 2 or more"), "{e}");
     let e = err(&with_block(r#"{"policies": ["belady"], "lambda": [0.05], "cap": [4]}"#));
     assert!(matches!(&e, SweepError::Config { key, .. } if key.starts_with("frequency@8/belady/0.05/0/4/2 ")), "{e}");
     // A warmup as long as the held-out trace (300 tokens) would count nothing there.

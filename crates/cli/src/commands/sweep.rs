@@ -116,7 +116,9 @@ pub fn run(a: &SweepArgs) -> Result<()> {
                 Ok((file?, sha?))
             };
             let (calib, heldout) = rayon::join(|| open(&grid.traces.in_sample), || open(&grid.traces.out_of_sample));
-            let (calib, heldout) = (calib?, heldout?);
+            let calib = calib.context("the in-sample trace (the grid's traces.in_sample, or --in-sample)")?;
+            let heldout =
+                heldout.context("the out-of-sample trace (the grid's traces.out_of_sample, or --out-of-sample)")?;
             let recorded = grid.relative_to(path.parent().unwrap_or(Path::new("")));
             let (cs, hs) =
                 (recorded.traces.in_sample.display().to_string(), recorded.traces.out_of_sample.display().to_string());

@@ -357,18 +357,26 @@ fn layer_units<'a>(runs: &[(&'a Keep, &ReplayConfig)], l: usize) -> Vec<Unit<'a>
         units.push(Unit::Plain(untracked));
         return units;
     }
-    for i in 0..runs.len() {
-        if done[i] {
-            continue;
-        }
-        let mask = runs[i].0.layer_mask(l);
-        let same: Vec<usize> = (i..runs.len()).filter(|&j| !done[j] && runs[j].0.layer_mask(l) == mask).collect();
-        for &j in &same {
-            done[j] = true;
-        }
-        units.push(Unit::Plain(same));
-    }
+    units.extend(
+        by_keep_set(runs, l, &untracked)
+            .into_iter()
+            .map(|set| Unit::Plain(set.iter().map(|&p| untracked[p]).collect())),
+    );
     units
+}
+
+/// `members` (indices into `runs`) split by their keep set of layer `l`, in order of first
+/// appearance: positions in `members`.
+fn by_keep_set(runs: &[(&Keep, &ReplayConfig)], l: usize, members: &[usize]) -> Vec<Vec<usize>> {
+    let mut sets: Vec<(&[bool], Vec<usize>)> = Vec::new();
+    for (p, &i) in members.iter().enumerate() {
+        let mask = runs[i].0.layer_mask(l);
+        match sets.iter_mut().find(|(m, _)| *m == mask) {
+            Some((_, set)) => set.push(p),
+            None => sets.push((mask, vec![p])),
+        }
+    }
+    sets.into_iter().map(|(_, set)| set).collect()
 }
 
 /// An estimate of a unit's cost on a layer of a trace of `shape`, only to order the tasks
@@ -429,14 +437,8 @@ fn replay_unit(
             let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
             let mut counts = vec![LayerCounts::default(); members.len()];
             // One keep set after another, one F table alive at a time.
-            let mut done = vec![false; members.len()];
-            for a in 0..members.len() {
-                if done[a] {
-                    continue;
-                }
-                let mask = runs[members[a]].0.layer_mask(l);
-                let same: Vec<usize> =
-                    (a..members.len()).filter(|&b| !done[b] && runs[members[b]].0.layer_mask(l) == mask).collect();
+            for same in by_keep_set(runs, l, members) {
+                let mask = runs[members[same[0]]].0.layer_mask(l);
                 let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
                     .then(|| f_table.rebuild(trace.layer_ids(l), mask, shape.candidates));
                 for b in same {
@@ -448,7 +450,6 @@ fn replay_unit(
                     };
                     counts[b] = engine::replay_layer(&params(i), &inp);
                     progress(shape.tokens);
-                    done[b] = true;
                 }
             }
             counts

@@ -159,7 +159,7 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
 
     for (name, out) in &sweeps {
         let profiles = out.provenance.grid.device_profiles()?;
-        for mut c in sweep_checks(&profiles, out.provenance.grid.warmup, &out.rows) {
+        for mut c in sweep_checks(&profiles, &out.provenance.grid, &out.rows) {
             c.name = format!("{name}: {}", c.name);
             checks.push(c);
         }
@@ -363,7 +363,8 @@ mod tests {
         let out: SweepOutput = serde_json::from_str(&text).unwrap();
         let profiles = out.provenance.grid.device_profiles().unwrap();
         let status = |rows: &[sweep::Row], warmup| {
-            let checks = sweep_checks(&profiles, warmup, rows);
+            let grid = sweep::Grid { warmup, ..out.provenance.grid.clone() };
+            let checks = sweep_checks(&profiles, &grid, rows);
             let c = checks.into_iter().find(|c| c.name == "belady is a lower bound").unwrap();
             (
                 c.status,

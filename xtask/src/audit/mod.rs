@@ -162,7 +162,7 @@ pub fn audit_grid(subject: &str, grid: &Grid, calib: &TraceView<'_>, heldout: &T
 
     // 5. Sweep rows.
     let rows = prepared.run(calib, heldout, &|_| {});
-    checks.extend(sweep_checks(&prepared.profiles, grid.warmup, &rows));
+    checks.extend(sweep_checks(&prepared.profiles, grid, &rows));
 
     // 6. Bad configurations refused before any work.
     checks.push(refusals(grid, &ins, &oos));
@@ -216,9 +216,10 @@ fn differential(trace: &TraceView<'_>, maps: &[&KeepMap]) -> Check {
     check("4 replayer", "optimized equals reference", first.is_none() && n > 0, f, first)
 }
 
-/// The checks of SEMANTICS §8.5 on sweep rows computed with `profiles`, counted from token
-/// `warmup` on (the grid's W: it decides how far Belady may exceed an online policy).
-pub fn sweep_checks(profiles: &[DeviceProfile], warmup: usize, rows: &[Row]) -> Vec<Check> {
+/// The checks of SEMANTICS §8.5 on sweep rows computed with `profiles` from `grid` (its warmup W
+/// and caps decide how far Belady may exceed an online policy).
+pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Vec<Check> {
+    let warmup = grid.warmup;
     let mut out = Vec::new();
     // Derived fields follow §5-§6 from the counts.
     let mut first = None;
@@ -250,6 +251,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], warmup: usize, rows: &[Row]) -> 
     let mut first_finding = None;
     let (mut pairs, mut above) = (0, 0);
     for b in rows.iter().filter(|r| r.config.policy == Policy::Belady) {
+        let b_cfg = sweep::replay_config(grid, &b.config);
         for r in rows.iter().filter(|r| {
             r.config.policy != Policy::Belady
                 && r.config.lambda == 0.0
@@ -263,9 +265,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], warmup: usize, rows: &[Row]) -> 
             // The first layer beyond the slack (a failure), else the first above the online policy.
             let (mut beyond, mut within) = (None, None);
             for (l, (&bl, &rl)) in b.counts.layer_misses.iter().zip(&r.counts.layer_misses).enumerate() {
-                let cap =
-                    b.config.layer_caps.as_ref().and_then(|c| c.caps.get(l).copied()).unwrap_or(b.config.cap) as u64;
-                let slack = if warmup == 0 { 0 } else { cap };
+                let slack = if warmup == 0 { 0 } else { b_cfg.cap_of(l) as u64 };
                 if bl > rl + slack {
                     beyond.get_or_insert((l, bl, rl, slack));
                 } else if bl > rl {

@@ -43,7 +43,7 @@
 //! every kept expert itself.
 
 use trace_io::Shape;
-use wide::f64x8;
+use wide::{f64x8, u32x8};
 
 use crate::{LayerCounts, Policy, ReplayConfig, Semantics};
 
@@ -988,13 +988,17 @@ fn take_bit<const HIGHEST: bool>(word: &mut u64) -> usize {
     b
 }
 
-/// Bit i: `keys[i]` is at or past `bound` (`>=` with `FROM_HIGH`, else `<=`); the loop
-/// compiles to vector compares.
+/// Bit i: `keys[i]` is at or past `bound` (`>=` with `FROM_HIGH`, else `<=`), eight keys per
+/// vector compare.
 #[inline(always)]
 fn mask_past<const FROM_HIGH: bool>(keys: &[u32; 32], bound: u32) -> u32 {
+    let b = u32x8::splat(bound);
     let mut m = 0;
-    for (i, &k) in keys.iter().enumerate() {
-        m |= u32::from(if FROM_HIGH { k >= bound } else { k <= bound }) << i;
+    for (i, c) in keys.as_chunks::<8>().0.iter().enumerate() {
+        let k = u32x8::from(*c);
+        // Past the bound: not strictly on the near side of it.
+        let near_side = if FROM_HIGH { b.simd_gt(k) } else { k.simd_gt(b) };
+        m |= (!near_side.to_bitmask() & 0xFF) << (8 * i);
     }
     m
 }
@@ -1053,10 +1057,10 @@ fn pick_counted<const FROM_HIGH: bool>(
     for _ in nb..q {
         let (mut best, mut bi) = (u64::MAX, 0);
         for (i, &x) in at_buf[..na].iter().enumerate() {
-            if x < best {
-                best = x;
-                bi = i;
-            }
+            // As likely as not: a conditional move, not a branch.
+            let lower = x < best;
+            best = std::hint::select_unpredictable(lower, x, best);
+            bi = std::hint::select_unpredictable(lower, i, bi);
         }
         out.push(u128::from(best));
         na -= 1;
@@ -1283,13 +1287,20 @@ fn move_near(f: &[u16], key: u32, count: &mut [u32], keys: &mut [u32], pos: &[u3
     moved
 }
 
-/// `keys[pos[e]] += x` for each credited `(e, x)`, in order: the scores of [`Decayed`]. A pruned
-/// expert (inv_router credits every candidate of the row) collects credits without decay in an
-/// entry nobody reads: it is never cached.
+/// `keys[pos[ids[i]]] += xs[i]` for each credited expert, in order: the scores of [`Decayed`];
+/// with `xs` empty, every expert of `ids` is credited 1. A pruned expert (inv_router credits every
+/// candidate of the row) collects credits without decay in an entry nobody reads: it is never
+/// cached.
 #[inline(never)]
-fn add_credits(credits: impl Iterator<Item = (u16, f64)>, keys: &mut [f64], pos: &[u32]) {
-    for (e, x) in credits {
-        keys[pos[usize::from(e)] as usize] += x;
+fn add_credits(ids: &[u16], xs: &[f64], keys: &mut [f64], pos: &[u32]) {
+    if xs.is_empty() {
+        for &e in ids {
+            keys[pos[usize::from(e)] as usize] += 1.0;
+        }
+    } else {
+        for (&e, &x) in ids.iter().zip(xs) {
+            keys[pos[usize::from(e)] as usize] += x;
+        }
     }
 }
 
@@ -1349,7 +1360,7 @@ impl Credit for EmaCredit {
     }
     #[inline(always)]
     fn credit(&mut self, cache: &mut Cache<f64>, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        add_credits(f.iter().take(self.n).map(|&e| (e, 1.0)), &mut cache.keys, &cache.pos);
+        add_credits(&f[..f.len().min(self.n)], &[], &mut cache.keys, &cache.pos);
     }
 }
 
@@ -1536,7 +1547,7 @@ impl Credit for RouterCredit<'_> {
             // validate() guarantees scores for inv_router; without them there is nothing to credit.
             (None, None) => return,
         };
-        add_credits(row.iter().copied().zip(p.iter().copied()), &mut cache.keys, &cache.pos);
+        add_credits(row, p, &mut cache.keys, &cache.pos);
     }
 }
 

@@ -29,10 +29,11 @@
 //!   branches; a walk over the values in use finds the bound of the q victims and one vector
 //!   pass over the cached keys collects them ([`pick_counted`]).
 //! - `near_pick_ema`, `inv_router` (every score decays every token): a token's victims come from
-//!   a copy of the cached scores, one round per victim over chunk minimums ([`Selector`]). Decays are eager (the same arithmetic, in the
-//!   same order, as the reference) over the contiguous scores of the kept experts, so both
-//!   replayers compare identical f64 values: a lazy multiplier would round differently and
-//!   could flip near-ties, which the counts must not.
+//!   a copy of the cached scores, one round per victim over chunk minimums ([`Selector`]).
+//!   Decays are eager (the same arithmetic, in the same order, as the reference) over the
+//!   contiguous scores of the kept experts, so both replayers compare identical f64 values: a
+//!   lazy multiplier would round differently and could flip near-ties, which the counts must
+//!   not.
 //!
 //! Those scores do not depend on the cache, so configurations of the same layer that differ only
 //! in cap, λ, j, k_used or warmup can share them ([`TrackedScores`], used by
@@ -401,8 +402,9 @@ fn mask_eq(c: &[f64; CHUNK], v: f64) -> u32 {
 /// Victim selection of [`Decayed`]: the `q` unprotected cached experts of lowest
 /// `(score, last access, id)`, found in `q` rounds over a scratch copy of the cached scores
 /// (slot order; protected ones and the padding to whole chunks set to +∞) and the minimum of each
-/// chunk of 16: a round takes the lowest chunk minimum, finds its slot with one vector compare,
-/// sets it to +∞ and recomputes that chunk's minimum. Equal scores (a tie, in one chunk or
+/// chunk of 16: a round takes the lowest chunk minimum, finds its chunk by comparing the
+/// minimums with it and its slot by comparing the chunk, sets the slot to +∞ and recomputes that
+/// chunk's minimum. Equal scores (a tie, in one chunk or
 /// several) go to the lowest `(last access, id)` on a slower path. Only the tie test depends on
 /// how the scores compare; the threshold scan this replaces took about 19 mispredicted branches
 /// per token (callgrind) in its offers. Chunks and minimums are stored whole (vector stores),
@@ -419,8 +421,10 @@ struct Selector {
 const LANES: [f64; 8] = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
 
 impl Selector {
-    fn new() -> Selector {
-        Selector { vals: Vec::new(), mins: Vec::new() }
+    /// A selector for up to `slots` cached experts, its buffers allocated once.
+    fn new(slots: usize) -> Selector {
+        let chunks = slots.div_ceil(CHUNK);
+        Selector { vals: Vec::with_capacity(chunks * CHUNK + 1), mins: Vec::with_capacity(chunks.div_ceil(8)) }
     }
 
     /// Starts a selection: `vals` is cleared; the caller pushes the cached experts' scores in
@@ -460,6 +464,7 @@ impl Selector {
         for _ in 0..q {
             let low = self.mins.iter().fold(f64x8::splat(f64::INFINITY), |m, &g| m.fast_min(g));
             let v = lane_min(low);
+            debug_assert!(v < f64::INFINITY, "fewer than q unprotected cached experts");
             let sv = f64x8::splat(v);
             // The first chunk whose minimum is v, and how many are.
             let (mut first, mut holders) = (usize::MAX, 0);
@@ -518,6 +523,7 @@ fn lowest_tie(vals: &[[f64; CHUNK]], mins: &[f64x8], v: f64, order: &[u16], last
             }
         }
     }
+    debug_assert!(best.0 != u64::MAX, "a tie has at least one slot");
     best.1
 }
 
@@ -1008,7 +1014,7 @@ fn mask_past<const FROM_HIGH: bool>(keys: &[u32; 32], bound: u32) -> u32 {
 /// victims, the unprotected experts strictly past the bound (below it, or above it with
 /// `FROM_HIGH`) are all victims (fewer than `q`), and the rest are the lowest `tie(e)` keys
 /// (unique, the id in the low 16 bits) of those at the bound, taken by repeated minimum. One
-/// pass over the cached keys, 32 compared with the bound per vector step; only the experts
+/// pass over the cached keys, 32 at a time (four compares of eight with the bound); only the experts
 /// at or past it (about as many as there are victims) are looked at further. `below`,
 /// `at_buf`: buffers of length > cached count.
 #[expect(clippy::too_many_arguments, reason = "a helper of two policies")]
@@ -1333,14 +1339,15 @@ struct Decayed<C> {
 impl<C> Decayed<C> {
     fn new(p: &Params<'_>, credit: C) -> Decayed<C> {
         let e = p.num_experts;
-        Decayed { last: vec![0; e], decay: p.decay, buf: Vec::with_capacity(1), sel: Selector::new(), credit }
+        let sel = Selector::new(p.cap.min(e));
+        Decayed { last: vec![0; e], decay: p.decay, buf: Vec::with_capacity(1), sel, credit }
     }
 }
 
 /// The credit x of a [`Decayed`] policy, added to the scores after the decay of token `t`.
 trait Credit {
     /// The scores come from a [`TrackedScores`] shared with other configurations: the policy
-    /// neither decays nor credits; its victim scans read the track's rows.
+    /// neither decays nor credits; its victim selection reads the track's rows.
     const TRACKED: bool = false;
     /// How many leading candidates of F the credit reads.
     fn f_needed(&self) -> usize;

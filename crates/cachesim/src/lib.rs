@@ -228,7 +228,7 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 ///   (the same decay and sequence resets; for `near_pick_ema` also the same N and the same kept
 ///   experts in the layer) share one computation of every expert's score per token, however
 ///   their cap, λ, j, k_used or warmup differ: each reads its cached experts' scores from it in
-///   its victim scans instead of decaying and crediting every kept expert itself.
+///   its victim selection instead of decaying and crediting every kept expert itself.
 /// - When two or more other `inv_router` configurations remain, the softmax of every row (whose
 ///   `exp` calls are most of that policy's cost) is computed once per layer for all of them.
 /// - The other configurations replay one keep set after another; when two or more prune the

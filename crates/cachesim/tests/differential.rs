@@ -374,15 +374,18 @@ fn decayed_candidates_equal_reference() {
     }
 }
 
-/// Every policy with caps of dozens to over a hundred experts (33, 70 and 140 of 160): the victim
-/// searches compare the cached keys in vectors (32 at a time for near_pick and belady, chunks of
-/// 16 for near_pick_ema and inv_router, whose chunk minimums then span more than one vector), with
-/// a partial last chunk at 33 and 70. The other tests keep caps small enough that these paths
-/// run only on the real traces; with the vector compare made strict at the bound (a mutation),
-/// this test failed without them.
+/// Every policy with caps of dozens to over a hundred experts (33, 70 and 140 of 160), each of
+/// which evicts (it misses more than a cache of all 160 experts): the victim searches compare
+/// the cached keys in vectors (32 at a time for near_pick and belady, chunks of 16 for
+/// near_pick_ema and inv_router, whose chunk minimums span two vectors once more than 128 are
+/// cached), with a partial last chunk at 33 and 70; alone (`replay`) and together
+/// (`replay_many`: shared scores, F tables). The other tests keep caps small enough that these
+/// paths ran only on the real traces: making the vector compare strict at the bound (two
+/// mutations) or reading only the first vector of chunk minimums (one) passed every test without
+/// `MOE_OFFLOAD_REAL_DATA`, and each fails this one.
 #[test]
 fn every_policy_with_large_caps_equals_reference() {
-    let s = Synth { num_experts: 160, top_k: 6, candidates: 24, reuse: 0.6, sequences: 2, tokens: 500, ..SMALL };
+    let s = Synth { num_experts: 160, top_k: 6, candidates: 24, reuse: 0.6, sequences: 1, tokens: 900, ..SMALL };
     for seed in [61u64, 62] {
         let trace = synth(seed, s);
         let view = trace.view();
@@ -390,6 +393,7 @@ fn every_policy_with_large_caps_equals_reference() {
         let pruned = Keep::from_layers(&shape, &random_keep(seed, shape.layers, shape.num_experts, 0.95, 145))
             .expect("valid keep");
         for (keep_name, keep) in [("full", Keep::full(&shape)), ("pruned", pruned)] {
+            let mut cfgs = Vec::new();
             for policy in Policy::ALL {
                 for (lambda, j) in [(0.0, 0), (0.12, 2)] {
                     if policy == Policy::Belady && lambda > 0.0 {
@@ -397,22 +401,28 @@ fn every_policy_with_large_caps_equals_reference() {
                     }
                     for cap in [33, 70, 140] {
                         for semantics in [Semantics::KWay, Semantics::Sequential] {
-                            let cfg = ReplayConfig {
+                            cfgs.push(ReplayConfig {
                                 lambda,
                                 j,
                                 warmup: 5,
                                 near_pick_n: 12,
                                 semantics,
-                                reset_at_sequence: true,
                                 ..ReplayConfig::new(policy, cap)
-                            };
-                            let slow = reference::replay(&view, &keep, &cfg).expect("valid config");
-                            let fast = cachesim::replay(&view, &keep, &cfg).expect("valid config");
-                            assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
-                            assert!(slow.misses > slow.forced_misses, "evictions happen: {cfg:?}");
+                            });
                         }
                     }
                 }
+            }
+            let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (&keep, c)).collect();
+            let many = cachesim::replay_many(&view, &runs, &|_| {}).expect("valid configs");
+            for (cfg, shared) in cfgs.iter().zip(&many) {
+                let slow = reference::replay(&view, &keep, cfg).expect("valid config");
+                let fast = cachesim::replay(&view, &keep, cfg).expect("valid config");
+                assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
+                assert_eq!(shared, &slow, "replay_many: seed {seed}, keep {keep_name}, {cfg:?}");
+                let all = ReplayConfig { cap: shape.num_experts, ..cfg.clone() };
+                let unbounded = reference::replay(&view, &keep, &all).expect("valid config");
+                assert!(slow.misses > unbounded.misses, "cap {} evicts: {cfg:?}", cfg.cap);
             }
         }
     }

@@ -5,6 +5,7 @@ mod common;
 
 use cachesim::{Keep, Policy, ReplayConfig, ReplayCounts, Semantics, reference};
 use common::{Synth, random_keep, synth};
+use trace_io::TraceView;
 
 const SMALL: Synth = Synth {
     layers: 2,
@@ -25,6 +26,23 @@ fn keeps(shape: &trace_io::Shape, seed: u64) -> Vec<(&'static str, Keep)> {
         // 4 of 12 experts: rows often have fewer than k kept candidates: forced misses.
         ("forcing", Keep::from_layers(shape, &random_keep(seed + 1, l, e, 0.25, 2)).expect("valid keep")),
     ]
+}
+
+/// Replays every configuration of `cfgs` alone (`replay`) and all together (`replay_many`:
+/// shared scores, F tables) and asserts that both equal the reference; returns the reference's
+/// counts in the order of `cfgs`. `what` names the case in a failure.
+fn equal_alone_and_together(view: &TraceView<'_>, keep: &Keep, cfgs: &[ReplayConfig], what: &str) -> Vec<ReplayCounts> {
+    let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (keep, c)).collect();
+    let many = cachesim::replay_many(view, &runs, &|_| {}).expect("valid configs");
+    let mut slow = Vec::with_capacity(cfgs.len());
+    for (cfg, shared) in cfgs.iter().zip(&many) {
+        let reference = reference::replay(view, keep, cfg).expect("valid config");
+        let fast = cachesim::replay(view, keep, cfg).expect("valid config");
+        assert_eq!(fast, reference, "{what}, {cfg:?}");
+        assert_eq!(shared, &reference, "replay_many: {what}, {cfg:?}");
+        slow.push(reference);
+    }
+    slow
 }
 
 fn run_matrix(trace: &trace_io::TraceData, seed: u64) -> usize {
@@ -362,14 +380,7 @@ fn decayed_candidates_equal_reference() {
                     }
                 }
             }
-            let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (&keep, c)).collect();
-            let many = cachesim::replay_many(&view, &runs, &|_| {}).expect("valid configs");
-            for (cfg, shared) in cfgs.iter().zip(&many) {
-                let slow = reference::replay(&view, &keep, cfg).expect("valid config");
-                let fast = cachesim::replay(&view, &keep, cfg).expect("valid config");
-                assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
-                assert_eq!(shared, &slow, "replay_many: seed {seed}, keep {keep_name}, {cfg:?}");
-            }
+            equal_alone_and_together(&view, &keep, &cfgs, &format!("seed {seed}, keep {keep_name}"));
         }
     }
 }
@@ -413,13 +424,8 @@ fn every_policy_with_large_caps_equals_reference() {
                     }
                 }
             }
-            let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().map(|c| (&keep, c)).collect();
-            let many = cachesim::replay_many(&view, &runs, &|_| {}).expect("valid configs");
-            for (cfg, shared) in cfgs.iter().zip(&many) {
-                let slow = reference::replay(&view, &keep, cfg).expect("valid config");
-                let fast = cachesim::replay(&view, &keep, cfg).expect("valid config");
-                assert_eq!(fast, slow, "seed {seed}, keep {keep_name}, {cfg:?}");
-                assert_eq!(shared, &slow, "replay_many: seed {seed}, keep {keep_name}, {cfg:?}");
+            let slow = equal_alone_and_together(&view, &keep, &cfgs, &format!("seed {seed}, keep {keep_name}"));
+            for (cfg, slow) in cfgs.iter().zip(&slow) {
                 let all = ReplayConfig { cap: shape.num_experts, ..cfg.clone() };
                 let unbounded = reference::replay(&view, &keep, &all).expect("valid config");
                 assert!(slow.misses > unbounded.misses, "cap {} evicts: {cfg:?}", cfg.cap);

@@ -404,8 +404,8 @@ fn mask_eq(c: &[f64; CHUNK], v: f64) -> u32 {
 /// (slot order; protected ones and the padding to whole chunks set to +∞) and the minimum of each
 /// chunk of 16: a round takes the lowest chunk minimum, finds its chunk by comparing the
 /// minimums with it and its slot by comparing the chunk, sets the slot to +∞ and recomputes that
-/// chunk's minimum. Equal scores (a tie, in one chunk or
-/// several) go to the lowest `(last access, id)` on a slower path. Only the tie test depends on
+/// chunk's minimum. Equal scores (a tie, in one chunk or several) go to the lowest
+/// `(last access, id)` on a slower path. Only the tie test depends on
 /// how the scores compare; the threshold scan this replaces took about 19 mispredicted branches
 /// per token (callgrind) in its offers. Chunks and minimums are stored whole (vector stores),
 /// so that the next round's vector loads are forwarded from them.
@@ -476,22 +476,22 @@ impl Selector {
             let (a, b) = halves(&vals[first]);
             let (ea, eb) = (a.simd_eq(sv), b.simd_eq(sv));
             let mask = ea.to_bitmask() | (eb.to_bitmask() << 8);
-            let (c, a, b) = if holders == 1 && mask.is_power_of_two() {
+            let unique = holders == 1 && mask.is_power_of_two();
+            let slot = if unique {
+                first * CHUNK + mask.trailing_zeros() as usize
+            } else {
+                lowest_tie(vals, &self.mins, v, order, last)
+            };
+            let e = usize::from(order[slot]);
+            out.push(pack(v.to_bits(), (last[e] << 16) | e as u64));
+            let c = slot / CHUNK;
+            let (a, b) = if unique {
                 // The one lane equal to v becomes +∞.
                 let inf = f64x8::splat(f64::INFINITY);
-                let (a, b) = (ea.bitselect(inf, a), eb.bitselect(inf, b));
-                let slot = first * CHUNK + mask.trailing_zeros() as usize;
-                let e = usize::from(order[slot]);
-                out.push(pack(v.to_bits(), (last[e] << 16) | e as u64));
-                (first, a, b)
+                (ea.bitselect(inf, a), eb.bitselect(inf, b))
             } else {
-                let slot = lowest_tie(vals, &self.mins, v, order, last);
-                let e = usize::from(order[slot]);
-                out.push(pack(v.to_bits(), (last[e] << 16) | e as u64));
-                let c = slot / CHUNK;
                 vals[c][slot % CHUNK] = f64::INFINITY;
-                let (a, b) = halves(&vals[c]);
-                (c, a, b)
+                halves(&vals[c])
             };
             let (lo, hi) = vals[c].split_at_mut(CHUNK / 2);
             lo.copy_from_slice(&a.to_array());
@@ -1293,20 +1293,21 @@ fn move_near(f: &[u16], key: u32, count: &mut [u32], keys: &mut [u32], pos: &[u3
     moved
 }
 
-/// `keys[pos[ids[i]]] += xs[i]` for each credited expert, in order: the scores of [`Decayed`];
-/// with `xs` empty, every expert of `ids` is credited 1. A pruned expert (inv_router credits every
-/// candidate of the row) collects credits without decay in an entry nobody reads: it is never
-/// cached.
+/// `keys[pos[ids[i]]] += xs[i]` for each credited expert, in order: the scores of [`Decayed`]. A
+/// pruned expert (inv_router credits every candidate of the row) collects credits without decay
+/// in an entry nobody reads: it is never cached.
 #[inline(never)]
 fn add_credits(ids: &[u16], xs: &[f64], keys: &mut [f64], pos: &[u32]) {
-    if xs.is_empty() {
-        for &e in ids {
-            keys[pos[usize::from(e)] as usize] += 1.0;
-        }
-    } else {
-        for (&e, &x) in ids.iter().zip(xs) {
-            keys[pos[usize::from(e)] as usize] += x;
-        }
+    for (&e, &x) in ids.iter().zip(xs) {
+        keys[pos[usize::from(e)] as usize] += x;
+    }
+}
+
+/// `keys[pos[e]] += 1` for each expert of `ids`: the credits of near_pick_ema.
+#[inline(never)]
+fn add_ones(ids: &[u16], keys: &mut [f64], pos: &[u32]) {
+    for &e in ids {
+        keys[pos[usize::from(e)] as usize] += 1.0;
     }
 }
 
@@ -1367,7 +1368,7 @@ impl Credit for EmaCredit {
     }
     #[inline(always)]
     fn credit(&mut self, cache: &mut Cache<f64>, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        add_credits(&f[..f.len().min(self.n)], &[], &mut cache.keys, &cache.pos);
+        add_ones(&f[..f.len().min(self.n)], &mut cache.keys, &cache.pos);
     }
 }
 
@@ -1387,12 +1388,14 @@ impl<C: Credit> Evictor for Decayed<C> {
         self.last[e] = now;
     }
     #[inline(always)]
-    fn victim(&mut self, cache: &Cache<f64>, _prot: &[u64], _stamp: u64) -> usize {
+    fn victim(&mut self, cache: &Cache<f64>, prot: &[u64], stamp: u64) -> usize {
         // Only sequential mode asks for one victim per miss, and it protects nothing.
         debug_assert!(!C::TRACKED, "a tracked policy runs in k-way mode");
-        self.sel.start().extend_from_slice(cache.live_keys());
-        self.sel.select(&cache.order[..cache.len], &cache.pos, &[], &self.last, 1, &mut self.buf);
-        (self.buf[0] & 0xFFFF) as usize
+        let mut out = std::mem::take(&mut self.buf);
+        self.victims(cache, prot, stamp, 1, &[], None, &mut out);
+        let v = (out[0] & 0xFFFF) as usize;
+        self.buf = out;
+        v
     }
     #[inline(always)]
     fn victims(

@@ -5,6 +5,13 @@
 //! one after the other on one core: the reported throughput is per core. Every policy at λ = 0
 //! and lru at λ = 0.12 with the full keep set, and lru at λ = 0 and 0.12 with a pruned one
 //! (about 60% of the experts kept: F is built and filtered, not the row itself).
+//!
+//! The `floor` group times two parts of the work that the exact semantics fix, alone, on the same
+//! number of tokens and reported in the same picks (k = 10 per token), so a policy's figure can
+//! be read against them: the eager decay of 512 f64 scores per token (near_pick_ema,
+//! inv_router), and the softmax of 64 continuous router scores per token with `f64::exp`
+//! (inv_router, when its exp memo does not pay; the benchmark trace's scores are quantized, so
+//! there the memo serves them). A replay cannot run faster than the parts it must do.
 
 #![expect(missing_docs, reason = "criterion_group! generates an undocumented pub fn")]
 
@@ -26,7 +33,7 @@ fn bench_replay(c: &mut Criterion) {
         .expect("valid keep");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
     let mut group = c.benchmark_group("replay");
-    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(4));
     let lru12 = ReplayConfig { lambda: 0.12, ..ReplayConfig::new(Policy::Lru, 128) };
     let mut configs: Vec<(String, ReplayConfig, &Keep)> =
         Policy::ALL.iter().map(|&p| (format!("{p}/lambda0"), ReplayConfig::new(p, 128), &full)).collect();
@@ -46,5 +53,77 @@ fn bench_replay(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_replay);
+fn bench_floor(c: &mut Criterion) {
+    let s = common::BENCH_TRACE;
+    let tokens = s.layers * s.tokens;
+    let picks = (tokens * s.top_k) as u64;
+    let mut group = c.benchmark_group("floor");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(4));
+    group.throughput(Throughput::Elements(picks));
+
+    // s <- d*s for 512 experts once per token, as the replay's decay does.
+    let mut scores = vec![1.0f64; s.num_experts];
+    group.bench_function("decay_512_experts", |b| {
+        b.iter(|| {
+            for t in 0..tokens {
+                for x in scores.iter_mut() {
+                    *x *= 0.99;
+                }
+                scores[t % s.num_experts] += 1.0;
+            }
+            std::hint::black_box(&scores);
+        })
+    });
+
+    // exp(z - max) / sum over 64 continuous scores per token, summed in order, in f64.
+    let trace = continuous_trace();
+    let view = trace.view();
+    let mut p = vec![0.0f64; s.candidates];
+    group.bench_function("softmax_64_continuous", |b| {
+        b.iter(|| {
+            let rows = (0..s.layers).flat_map(|l| view.layer_scores(l).expect("scores").chunks_exact(s.candidates));
+            for row in rows {
+                let max = f64::from(row[0]);
+                let mut sum = 0.0;
+                for (x, &zi) in p.iter_mut().zip(row) {
+                    *x = (f64::from(zi) - max).exp();
+                    sum += *x;
+                }
+                for x in p.iter_mut() {
+                    *x /= sum;
+                }
+                std::hint::black_box(&p);
+            }
+        })
+    });
+    group.finish();
+
+    // inv_router itself on those scores: its exp memo turns itself off.
+    let mut group = c.benchmark_group("replay");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(4));
+    group.throughput(Throughput::Elements(picks));
+    let keep = Keep::full(&view.shape());
+    let cfg = ReplayConfig::new(Policy::InvRouter, 128);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
+    group.bench_function("inv_router/lambda0/continuous", |b| {
+        b.iter(|| pool.install(|| cachesim::replay(&view, &keep, &cfg).expect("valid config")))
+    });
+    group.finish();
+}
+
+/// The benchmark trace's shape with the trace generator's continuous logits (not quantized).
+fn continuous_trace() -> trace_io::TraceData {
+    let s = common::BENCH_TRACE;
+    let cfg = trace_io::synth::SynthConfig {
+        layers: s.layers,
+        experts: s.num_experts,
+        top_k: s.top_k,
+        candidates: s.candidates,
+        tokens: s.tokens,
+        ..Default::default()
+    };
+    trace_io::synth::generate(&cfg).expect("a valid synthetic trace")
+}
+
+criterion_group!(benches, bench_replay, bench_floor);
 criterion_main!(benches);

@@ -35,7 +35,9 @@
 //!
 //! Layer l is generated from its own ChaCha8 streams seeded by `(model_seed, l)` (popularity, norm
 //! scales) and `(seed, l)` (tokens), so the output depends only on the configuration, never on
-//! threads or platform. [`write()`] streams the trace to disk block by block ([`BLOCK_ROWS`] rows), one
+//! threads. Across platforms it also depends on `f64::exp`, `ln` and `powf`, which Rust takes from
+//! the system's libm: another libm (macOS, Windows, musl) can change last bits, so the committed
+//! fixtures are checked (`gen-data --check`) on the CI's Linux/glibc. [`write()`] streams the trace to disk block by block ([`BLOCK_ROWS`] rows), one
 //! layer per thread, through [`write_trace_streamed`]; its memory does not grow with T or L.
 
 use std::collections::BTreeMap;

@@ -32,6 +32,19 @@ fn mrc_and_a_verified_plan() {
     ok(&["mrc", s(&calib), "--policy", "lfu", "--caps", "4..8", "-o", s(&lfu)]);
     assert_eq!(json(&lfu)["layers"][0]["misses"].as_array().unwrap().len(), 5);
 
+    // The CSV beside the output must be neither the output itself nor an input: both refused
+    // before any file is written, and the trace is left as it was.
+    let csv_out = dir.path().join("m.csv");
+    let err = fails(&["mrc", s(&calib), "-o", s(&csv_out)]);
+    assert!(err.contains("would be this same file"), "{err}");
+    assert!(!csv_out.exists());
+    let trace_csv = dir.path().join("t.csv");
+    std::fs::copy(&calib, &trace_csv).unwrap();
+    let err = fails(&["mrc", s(&trace_csv), "-o", s(&dir.path().join("t.json"))]);
+    assert!(err.contains("is an input of this command"), "{err}");
+    assert_eq!(std::fs::read(&trace_csv).unwrap(), std::fs::read(&calib).unwrap());
+    assert!(!dir.path().join("t.json").exists());
+
     // 40 slots of 1 MB within a 0.04 GB budget.
     let plan = dir.path().join("plan.json");
     let out = ok(&[

@@ -108,6 +108,12 @@ fn report_errors_say_how_to_fix() {
     let sweep = default_sweep(dir.path());
     let err = fails(&["report", s(&sweep), "--retention", s(&bogus)]);
     assert!(err.contains("--json"), "{err}");
+    // The report must not replace the results it reads.
+    let results = sweep.join("results.json");
+    let before = std::fs::read(&results).unwrap();
+    let err = fails(&["report", s(&sweep), "-o", s(&results)]);
+    assert!(err.contains("is an input of this command"), "{err}");
+    assert_eq!(std::fs::read(&results).unwrap(), before);
 }
 
 #[test]

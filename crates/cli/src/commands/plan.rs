@@ -87,7 +87,16 @@ fn curve(
 
 /// Runs `mrc`.
 pub fn mrc(a: &MrcArgs) -> Result<()> {
-    super::refuse_overwrite(&a.output, std::iter::once(a.trace.as_path()).chain(a.keep.as_deref()))?;
+    let csv_path = a.output.with_extension("csv");
+    if csv_path == a.output {
+        bail!(
+            "-o {}: the CSV written beside the JSON output would be this same file; give the output a .json name",
+            a.output.display()
+        );
+    }
+    for out in [&a.output, &csv_path] {
+        super::refuse_overwrite(out, std::iter::once(a.trace.as_path()).chain(a.keep.as_deref()))?;
+    }
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
     let keep = open_keep(a.keep.as_ref(), &v)?;
@@ -96,7 +105,6 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     let json = serde_json::to_vec_pretty(&c)?;
     trace_io::write_atomic(&a.output, |w| w.write_all(&json))
         .with_context(|| format!("writing {}", a.output.display()))?;
-    let csv_path = a.output.with_extension("csv");
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(["layer_id", "cap", "misses", "misses_per_token"])?;
     for l in &c.layers {

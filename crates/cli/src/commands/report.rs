@@ -136,8 +136,12 @@ pub fn run(a: &ReportArgs) -> Result<()> {
             ),
         }
     }
-    let html = render(&sweep, &retention, &mrc).context("drawing the plots")?;
     let output = a.output.clone().unwrap_or_else(|| a.dir.join("report.html"));
+    super::refuse_overwrite(
+        &output,
+        [results.as_path()].into_iter().chain(found.iter().chain(&a.retention).chain(&a.mrc).map(PathBuf::as_path)),
+    )?;
+    let html = render(&sweep, &retention, &mrc).context("drawing the plots")?;
     trace_io::write_atomic(&output, |w| w.write_all(html.as_bytes()))
         .with_context(|| format!("writing {}", output.display()))?;
     let mut out = std::io::stdout().lock();

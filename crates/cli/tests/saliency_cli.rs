@@ -145,6 +145,11 @@ fn reap_aggregate_stats() {
     let a = dir.path().join("a.json");
     let out = ok(&["stats", "--reap-agg", s(&agg), "--corpus", "a", "-o", s(&a)]);
     assert!(out.contains("top-k 2"), "inferred from the counts: {out}");
+    // A --top-k the counts contradict (they sum to 4 = 2 tokens x 2 in both layers) would write
+    // statistics that the audit rejects: refused; the one they imply is accepted.
+    let err = fails(&["stats", "--reap-agg", s(&agg), "--corpus", "a", "--top-k", "4", "-o", s(&a)]);
+    assert!(err.contains("--top-k 4 disagrees") && err.contains("pass 2"), "{err}");
+    ok(&["stats", "--reap-agg", s(&agg), "--corpus", "a", "--top-k", "2", "-o", s(&a)]);
     let b = dir.path().join("b.json");
     let out = ok(&["stats", "--reap-agg", s(&agg), "--corpus", "b", "-o", s(&b)]);
     assert!(out.contains("reap_sum dropped") && out.contains("--non-finite-reap mask"), "{out}");

@@ -29,7 +29,8 @@ pub struct StatsArgs {
     #[arg(long, requires = "reap_agg")]
     pub list_corpora: bool,
     /// The model's top-k for --reap-agg (the file does not record it). Default: inferred from the
-    /// counts (sum of freq / tok, which must be the same whole number in every layer).
+    /// counts (sum of freq / tok, which must be the same whole number in every layer); a value the
+    /// counts contradict is refused.
     #[arg(long, requires = "reap_agg")]
     pub top_k: Option<u32>,
     /// What to do with NaN/Infinity in a corpus's `reap`: `drop` the corpus's reap_sum (counts

@@ -1,6 +1,6 @@
 //! The one error type of the saliency crate.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong computing statistics, metrics, keep maps and retention, or reading
 /// and writing their JSON files. Variants carry the context needed to find the problem (metric,
@@ -111,6 +111,22 @@ pub enum SaliencyError {
         /// Why.
         reason: String,
     },
+    /// A file that parsed but failed validation ([`crate::KeepMap::read_json`],
+    /// [`crate::Stats::read_json`]): the validation error, with the file it came from.
+    #[error("{path}: {source}")]
+    InFile {
+        /// The file read.
+        path: PathBuf,
+        /// The validation error.
+        source: Box<SaliencyError>,
+    },
+}
+
+impl SaliencyError {
+    /// The error with the file it came from, as [`SaliencyError::InFile`].
+    pub(crate) fn in_file(self, path: &Path) -> SaliencyError {
+        SaliencyError::InFile { path: path.to_path_buf(), source: Box::new(self) }
+    }
 }
 
 fn missing_hint(statistic: &str) -> &'static str {

@@ -498,10 +498,11 @@ impl KeepMap {
     ///
     /// # Errors
     /// [`SaliencyError::Io`], [`SaliencyError::Json`], [`SaliencyError::NotJson`] (a trace given
-    /// as a keep map, say), or a validation error of [`KeepMap::validate`].
+    /// as a keep map, say), or a validation error of [`KeepMap::validate`] inside
+    /// [`SaliencyError::InFile`] (naming the file).
     pub fn read_json(path: impl AsRef<Path>) -> Result<KeepMap> {
         let map: KeepMap = jsonio::read(path.as_ref(), jsonio::Kind::KeepMap)?;
-        map.validate()?;
+        map.validate().map_err(|e| e.in_file(path.as_ref()))?;
         Ok(map)
     }
 

@@ -281,10 +281,11 @@ impl Stats {
     /// # Errors
     /// [`crate::SaliencyError::Io`], [`crate::SaliencyError::Json`],
     /// [`crate::SaliencyError::NotJson`] (a trace given as statistics, say), or a validation error
-    /// of [`Stats::validate`] naming the layer.
+    /// of [`Stats::validate`] naming the layer, inside [`crate::SaliencyError::InFile`] (naming
+    /// the file).
     pub fn read_json(path: impl AsRef<Path>) -> Result<Stats> {
         let stats: Stats = jsonio::read(path.as_ref(), jsonio::Kind::Stats)?;
-        stats.validate()?;
+        stats.validate().map_err(|e| e.in_file(path.as_ref()))?;
         Ok(stats)
     }
 

@@ -283,6 +283,7 @@ fn json_round_trips_and_validation() {
     std::fs::write(&mp, serde_json::to_vec(&dup).unwrap()).unwrap();
     let err = KeepMap::read_json(&mp).unwrap_err();
     assert!(err.to_string().contains("listed twice"), "{err}");
+    assert!(err.to_string().starts_with(&format!("{}: ", mp.display())), "names the file: {err}");
     // id out of range
     let mut big = map.clone();
     big.layers[0] = vec![1, 3];
@@ -294,6 +295,7 @@ fn json_round_trips_and_validation() {
     std::fs::write(&p, serde_json::to_vec(&neg).unwrap()).unwrap();
     let err = Stats::read_json(&p).unwrap_err();
     assert!(err.to_string().contains("layer 7 gate_sum[1]"), "{err}");
+    assert!(matches!(&err, SaliencyError::InFile { path, .. } if path == &p), "names the file: {err}");
     // wrong vector length
     let mut short = s.clone();
     short.layers[0].count.pop();

@@ -18,6 +18,18 @@ pub enum CacheSimError {
         /// The experts used per token.
         k_used: usize,
     },
+    /// A per-layer cache (`layer_caps`) is smaller than the experts a token uses.
+    #[error(
+        "layer_caps: the cap of layer {layer} (its position in the trace, from 0) is {cap}, below k_used = {k_used} (a token needs all its experts resident at once); use {k_used} or more"
+    )]
+    LayerCapBelowKUsed {
+        /// The layer's position in the trace (and in `layer_caps`), from 0.
+        layer: usize,
+        /// Its requested capacity, in experts.
+        cap: usize,
+        /// The experts used per token.
+        k_used: usize,
+    },
     /// Belady's policy is exact only when selection does not depend on the cache, so it cannot be
     /// combined with cache-aware routing (λ > 0).
     #[error(

@@ -151,6 +151,7 @@ impl ReplayCounts {
 ///   decay outside (0, 1], `belady` or `near_pick` on a trace of 2^32 tokens or more.
 /// - [`CacheSimError::KUsedAboveCandidates`]: `k_used` > m.
 /// - [`CacheSimError::CapBelowKUsed`]: `cap` < `k_used`.
+/// - [`CacheSimError::LayerCapBelowKUsed`]: a per-layer cap < `k_used`.
 /// - [`CacheSimError::WarmupCoversTrace`]: warmup >= the trace's tokens (nothing would count).
 /// - [`CacheSimError::BeladyWithLambda`]: `belady` with λ > 0.
 /// - [`CacheSimError::NeedsScores`]: λ > 0 or `inv_router` on a trace without scores.
@@ -184,8 +185,8 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     if cfg.warmup >= shape.tokens {
         return Err(CacheSimError::WarmupCoversTrace { warmup: cfg.warmup, tokens: shape.tokens });
     }
-    if let Some(&cap) = cfg.layer_caps.iter().flatten().find(|&&c| c < k_used) {
-        return Err(CacheSimError::CapBelowKUsed { cap, k_used });
+    if let Some((layer, &cap)) = cfg.layer_caps.iter().flatten().enumerate().find(|&(_, &c)| c < k_used) {
+        return Err(CacheSimError::LayerCapBelowKUsed { layer, cap, k_used });
     }
     if cfg.policy == Policy::Belady && cfg.lambda > 0.0 {
         return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });

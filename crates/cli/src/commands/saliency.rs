@@ -127,14 +127,14 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
         let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
         let opts = ReapAggOptions { top_k: a.top_k.unwrap_or(1), non_finite_reap: a.non_finite_reap };
         let mut stats = Stats::from_reap_agg_with(agg, corpus, &opts)?;
-        if let (Some(given), Some(counted)) = (a.top_k, stats.infer_top_k()) {
-            if given != counted {
-                bail!(
-                    "--top-k {given} disagrees with corpus {corpus} of {}: its counts sum to {counted} x tokens in every \
+        if let (Some(given), Some(counted)) = (a.top_k, stats.infer_top_k())
+            && given != counted
+        {
+            bail!(
+                "--top-k {given} disagrees with corpus {corpus} of {}: its counts sum to {counted} x tokens in every \
                      layer (SEMANTICS.md §8.1: sum of counts = tokens x k); omit --top-k or pass {counted}",
-                    agg.display()
-                );
-            }
+                agg.display()
+            );
         }
         if a.top_k.is_none() {
             let k = stats.infer_top_k().with_context(|| {

@@ -200,6 +200,9 @@ fn sharded_sweep_merges_to_the_same_bytes() {
     }
     let e = fails(&["sweep", "--shard", "3/3"]);
     assert!(e.contains("need 0 <= I < N"), "{e}");
+    // An unsharded output among the shards is refused, naming its directory.
+    let e = fails(&["sweep", "merge", s(&shards[0]), s(&shards[1]), s(&whole), "-o", s(&dir.path().join("m"))]);
+    assert!(e.contains("output 2 is not a shard") && e.contains(&format!("output 2 = {}", whole.display())), "{e}");
 }
 
 /// A grid with relative paths gives the same results.json from any working directory (paths are

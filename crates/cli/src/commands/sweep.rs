@@ -67,7 +67,11 @@ fn parse_shard(s: &str) -> std::result::Result<sweep::Shard, String> {
 pub fn run(a: &SweepArgs) -> Result<()> {
     if let Some(MergeCmd::Merge { shards, output }) = &a.merge {
         let parts = shards.iter().map(|d| SweepOutput::read(&d.join("results.json"))).collect::<Result<Vec<_>, _>>()?;
-        let merged = SweepOutput::merge(parts)?;
+        let merged = SweepOutput::merge(parts).with_context(|| {
+            let named: Vec<String> =
+                shards.iter().enumerate().map(|(i, d)| format!("output {i} = {}", d.display())).collect();
+            format!("merging {}", named.join(", "))
+        })?;
         merged.write(output)?;
         let mut out = std::io::stdout().lock();
         writeln!(out, "merged {} shards, {} rows; results in {}\n", shards.len(), merged.rows.len(), output.display())?;

@@ -98,6 +98,9 @@ fn refusals_leave_no_output() {
     assert!(!maps.exists());
     let err = fails(&["keep", s(&calib), "--metric", "frequency", "--budget", "3", "-o", s(&maps)]);
     assert!(err.contains("floor"), "{err}");
+    // Neither --k nor --budget: the message offers both.
+    let err = fails(&["keep", s(&calib), "--metric", "frequency", "-o", s(&maps)]);
+    assert!(err.contains("--k <K>|--budget <BUDGET>"), "{err}");
     let err = fails(&["keep", s(&calib), "--metric", "frequency", "--k", "4", "--budget", "8", "-o", s(&maps)]);
     assert!(err.contains("cannot be used with"), "{err}");
     let err = fails(&["keep", s(&calib), "--metric", "reap", "--hybrid-base", "reap", "--k", "4", "-o", s(&maps)]);

@@ -44,6 +44,7 @@ pub struct StatsArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("size").required(true).args(["k", "budget"])))]
 pub struct KeepArgs {
     /// Statistics JSON written by `moe-offload stats`.
     pub stats: PathBuf,
@@ -51,7 +52,7 @@ pub struct KeepArgs {
     #[arg(long)]
     pub metric: Metric,
     /// Experts kept per layer; several comma-separated values (`--k 32,48`) write one map each.
-    #[arg(long, value_delimiter = ',', required_unless_present = "budget", conflicts_with = "budget")]
+    #[arg(long, value_delimiter = ',', conflicts_with = "budget")]
     pub k: Vec<usize>,
     /// Global budget: experts kept over all layers, a different K per layer (each layer keeps at
     /// least --floor, the rest go to the best experts of the whole model). Several comma-separated

@@ -58,7 +58,8 @@ struct LayerFile {
 /// Imports one or more ESFT domains into one trace.
 ///
 /// # Errors
-/// [`TraceError::Import`] naming the file and line for a missing directory, no layer files, a line
+/// [`TraceError::Import`] naming the file and line for a missing directory, no layer files, a
+/// layer file missing between the lowest and highest layer found (a gap in the layer ids), a line
 /// without the empty separator field, unequal id and probability counts, a count not divisible by
 /// k, an unparsable number, an id `>= num_experts`, an id repeated within a row, or layer files
 /// of one domain that disagree on sequence count or lengths; [`TraceError::Config`] for
@@ -104,6 +105,18 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
         }
         let files = layer_files(&ddir)?;
         let ids: Vec<u32> = files.iter().map(|(l, _)| *l).collect();
+        if let Some((first, missing)) = super::missing_layers(&ids) {
+            return Err(import_err(
+                &ddir,
+                None,
+                format!(
+                    "no layer file for {missing} (expert_weights_{first}.txt), between layers {} and {}: \
+                     every MoE layer of the model is logged, so a gap means a lost file",
+                    ids[0],
+                    ids[ids.len() - 1]
+                ),
+            ));
+        }
         match &layer_ids {
             None => {
                 per_layer = (0..ids.len()).map(|_| Vec::new()).collect();
@@ -415,6 +428,26 @@ mod tests {
             }
             other => panic!("expected an import error, got {other}"),
         }
+
+        // A layer file missing between the lowest and highest (layer 3 of 1..5; the ids need not
+        // start at 0): refused, naming the domain directory and the missing file.
+        let dir = tempfile::tempdir().unwrap();
+        write_domain(dir.path(), "a", &[(1, good), (2, good), (4, good), (5, good)]);
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err();
+        match &e {
+            TraceError::Import { format: "esft", location, message } => {
+                assert_eq!(location, &dir.path().join("a").display().to_string());
+                assert!(
+                    message.starts_with("no layer file for layer 3 (expert_weights_3.txt), between layers 1 and 5"),
+                    "{e}"
+                );
+            }
+            other => panic!("expected an import error, got {other}"),
+        }
+        std::fs::remove_file(dir.path().join("a/expert_weights_5.txt")).unwrap();
+        std::fs::remove_file(dir.path().join("a/expert_weights_2.txt")).unwrap();
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
+        assert!(e.contains("no layer file for layers 2, 3 (expert_weights_2.txt), between layers 1 and 4"), "{e}");
 
         let e = import_esft(dir.path(), &opts(&["missing"])).unwrap_err().to_string();
         assert!(e.contains(r#"no domain "missing""#) && e.contains("it has: a"), "{e}");

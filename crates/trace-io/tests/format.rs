@@ -371,14 +371,44 @@ fn tensor_geometry_violations_are_refused() {
         serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([big, big, big]), 12)}),
         &[0u8; 12],
     );
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
-    // Element count disagreeing with the byte range.
+    let e = open_err(&p);
+    assert!(
+        matches!(&e, TraceError::Shape { tensor: "ids", expected, .. } if expected.contains("fits in memory")),
+        "{e}"
+    );
+    // Element count disagreeing with the byte range: safetensors does not say which tensor, we do.
     raw_file(
         &p,
         serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 10)}),
         &[0u8; 10],
     );
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    let e = open_err(&p);
+    assert!(matches!(&e, TraceError::Shape { tensor: "ids", actual, .. } if actual == &[1, 2, 3]), "{e}");
+    // Zero layers, [0, T, m], with the data of one layer: the message names the tensor.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([0, 2, 3]), 12)}),
+        &[0u8; 12],
+    );
+    assert_eq!(
+        open_err(&p).to_string(),
+        "tensor `ids` has shape [0, 2, 3], expected 6 elements of U16 to fill data_offsets 0..12 (12 bytes), not 0"
+    );
+    // The same for the second tensor in data order, and for a tensor the format does not define.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "scores": {"dtype": "F32", "shape": [0, 2, 3], "data_offsets": [12, 36]}}),
+        &[0u8; 36],
+    );
+    assert!(matches!(open_err(&p), TraceError::Shape { tensor: "scores", .. }));
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "extra": {"dtype": "F32", "shape": [3], "data_offsets": [12, 14]}}),
+        &[0u8; 14],
+    );
+    assert!(matches!(open_err(&p), TraceError::Container(m) if m.contains("tensor `extra`") && m.contains("2 bytes")));
     // Data bytes beyond the last tensor.
     raw_file(
         &p,

@@ -4,7 +4,8 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use safetensors::{Dtype, SafeTensors};
+use safetensors::tensor::TensorInfo;
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
 use crate::view::{Shape, TraceParts, TraceView};
 use crate::{Result, TraceError, TraceMeta};
@@ -150,6 +151,14 @@ impl TraceFile {
 /// Parses the container: metadata, dtypes, shapes and alignment (not row content).
 fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        // safetensors does not say which tensor's byte range disagrees with its shape: find it.
+        if matches!(
+            e,
+            SafeTensorError::TensorInvalidInfo | SafeTensorError::ValidationOverflow | SafeTensorError::MisalignedSlice
+        ) && let Some(named) = tensor_size_error(bytes)
+        {
+            return named;
+        }
         // A text file that opens like JSON: most often statistics or a keep map given as a trace.
         let json = bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|&b| b == b'{' || b == b'[');
         let hint = if json { " (the file is JSON text: statistics or a keep map, not a trace?)" } else { "" };
@@ -160,7 +169,7 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
     let empty = Default::default();
     let meta = TraceMeta::from_map(md.metadata().as_ref().unwrap_or(&empty))?;
     for name in st.names() {
-        if !["ids", "scores", "gates", "out_norms", "seq_offsets", "step_offsets"].contains(&name) {
+        if !TENSORS.contains(&name) {
             return Err(TraceError::Container(format!("unexpected tensor `{name}`")));
         }
     }
@@ -227,6 +236,50 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
         return Err(TraceError::MissingTensor { tensor: "scores" });
     }
     Ok((meta, shape, layout))
+}
+
+/// The tensor names the format defines.
+const TENSORS: [&str; 6] = ["ids", "scores", "gates", "out_norms", "seq_offsets", "step_offsets"];
+
+/// After safetensors refused the header because a tensor's shape and dtype do not fill its
+/// `data_offsets` (or its element count overflows), finds the first such tensor in data order, as
+/// safetensors checks them, and names it: [`TraceError::Shape`] for a tensor of the format, a
+/// [`TraceError::Container`] naming any other. `None` when the header cannot be read here either.
+fn tensor_size_error(bytes: &[u8]) -> Option<TraceError> {
+    let n = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+    let header = bytes.get(8..8usize.checked_add(n)?)?;
+    let map: std::collections::HashMap<String, serde_json::Value> = serde_json::from_slice(header).ok()?;
+    let mut infos: Vec<(String, TensorInfo)> = map
+        .into_iter()
+        .filter(|(name, _)| name != "__metadata__")
+        .map(|(name, v)| Some((name, serde_json::from_value(v).ok()?)))
+        .collect::<Option<_>>()?;
+    infos.sort_by_key(|(_, info)| info.data_offsets);
+    infos.into_iter().find_map(|(name, info)| {
+        let (start, end) = info.data_offsets;
+        let held = end.checked_sub(start)?;
+        let elements = info.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let bits = elements.and_then(|n| n.checked_mul(info.dtype.bitsize()));
+        if bits.is_some_and(|b| b.is_multiple_of(8) && b / 8 == held) {
+            return None;
+        }
+        let size = info.dtype.bitsize() / 8;
+        let dtype = info.dtype;
+        let expected = match elements {
+            None => format!("an element count that fits in memory (data_offsets {start}..{end} hold {held} bytes)"),
+            Some(n) if size > 0 && held.is_multiple_of(size) => {
+                format!(
+                    "{} elements of {dtype} to fill data_offsets {start}..{end} ({held} bytes), not {n}",
+                    held / size
+                )
+            }
+            Some(n) => format!("{n} elements of {dtype}, but data_offsets {start}..{end} hold {held} bytes"),
+        };
+        Some(match TENSORS.iter().find(|t| **t == name) {
+            Some(tensor) => TraceError::Shape { tensor, expected, actual: info.shape },
+            None => TraceError::Container(format!("tensor `{name}` has shape {:?}, expected {expected}", info.shape)),
+        })
+    })
 }
 
 fn check_dtype(tensor: &'static str, actual: Dtype, want: Dtype, expected: &'static str) -> Result<()> {

@@ -116,7 +116,8 @@ impl TraceMeta {
     ///
     /// # Errors
     /// [`TraceError::MissingMetadata`] for an absent required key, [`TraceError::UnsupportedVersion`]
-    /// for another format version, [`TraceError::BadMetadata`] for an unparsable value.
+    /// for another format version, [`TraceError::BadMetadata`] for an unparsable or invalid value
+    /// (for example `layer_ids` repeating an id).
     pub fn from_map(m: &HashMap<String, String>) -> Result<TraceMeta> {
         let get = |key: &'static str| m.get(key).ok_or(TraceError::MissingMetadata { key });
         let format = get("format")?;
@@ -138,9 +139,7 @@ impl TraceMeta {
         let raw_ids = get("layer_ids")?;
         let layer_ids: Vec<u32> = serde_json::from_str(raw_ids)
             .map_err(|e| bad("layer_ids", raw_ids, format!("expected a JSON list of integers: {e}")))?;
-        if layer_ids.is_empty() {
-            return Err(bad("layer_ids", raw_ids, "a trace needs at least one MoE layer".into()));
-        }
+        check_layer_ids(&layer_ids)?;
         let score_kind = get("score_kind")?;
         let score_kind = score_kind.parse().map_err(|r| bad("score_kind", score_kind, r))?;
         let phase = get("phase")?;
@@ -158,6 +157,30 @@ impl TraceMeta {
             extra,
         })
     }
+}
+
+/// Checks a `layer_ids` list: at least one layer, and no layer id twice (every consumer that keys
+/// by layer id, such as keep maps, would otherwise merge two trace layers into one). The order is
+/// free; the importers write them increasing.
+///
+/// # Errors
+/// [`TraceError::BadMetadata`] for `layer_ids`, naming the repeated id and both of its positions.
+pub(crate) fn check_layer_ids(layer_ids: &[u32]) -> Result<()> {
+    let raw = || serde_json::to_string(layer_ids).expect("a slice of u32 always serializes");
+    if layer_ids.is_empty() {
+        return Err(bad("layer_ids", &raw(), "a trace needs at least one MoE layer".into()));
+    }
+    let mut first_at: HashMap<u32, usize> = HashMap::with_capacity(layer_ids.len());
+    for (i, &id) in layer_ids.iter().enumerate() {
+        if let Some(first) = first_at.insert(id, i) {
+            return Err(bad(
+                "layer_ids",
+                &raw(),
+                format!("layer id {id} is repeated (entries {first} and {i}); every traced layer needs its own id"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn parse_u32(m: &HashMap<String, String>, key: &'static str) -> Result<u32> {

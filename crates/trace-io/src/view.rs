@@ -52,10 +52,12 @@ impl<'a> TraceView<'a> {
     ///
     /// # Errors
     /// [`TraceError::Shape`] when a slice length disagrees with `[L, T, m]` or `[L, T, k]`,
-    /// [`TraceError::BadMetadata`] when `k > m`, [`TraceError::Value`] for the first row that
-    /// breaks a content rule (id `>= E`, repeated id, non-finite or increasing score, negative or
-    /// non-finite gate or norm), [`TraceError::Offsets`] for bad sequence or step boundaries.
+    /// [`TraceError::BadMetadata`] when `k > m` or `layer_ids` is empty or repeats an id,
+    /// [`TraceError::Value`] for the first row that breaks a content rule (id `>= E`, repeated id,
+    /// non-finite or increasing score, negative or non-finite gate or norm), [`TraceError::Offsets`]
+    /// for bad sequence or step boundaries.
     pub fn new(meta: &'a TraceMeta, tokens: usize, candidates: usize, parts: TraceParts<'a>) -> Result<TraceView<'a>> {
+        crate::meta::check_layer_ids(&meta.layer_ids)?;
         let shape = Shape {
             layers: meta.layer_ids.len(),
             tokens,

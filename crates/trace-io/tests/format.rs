@@ -280,6 +280,56 @@ fn with_header(header: &[u8], data: &[u8]) -> Vec<u8> {
     b
 }
 
+/// The ids of two layers of 2 tokens, m = 3, E = 4, as little-endian bytes.
+fn two_layer_ids_bytes() -> Vec<u8> {
+    [0u16, 1, 2, 3, 2, 1, 0, 1, 2, 3, 2, 1].iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn repeated_layer_ids_are_refused_on_open_and_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("dup.safetensors");
+    let ids_t = serde_json::json!({"dtype": "U16", "shape": [2, 2, 3], "data_offsets": [0, 24]});
+    let mut m = meta(2, 4, 2);
+    m.score_kind = ScoreKind::None;
+    // The same file with distinct ids, in any order, opens.
+    for ok in [vec![0, 1], vec![7, 3]] {
+        m.layer_ids = ok;
+        raw_file(&p, serde_json::json!({"__metadata__": meta_json(&m), "ids": ids_t}), &two_layer_ids_bytes());
+        assert_eq!(TraceFile::open(&p).unwrap().meta().layer_ids, m.layer_ids);
+    }
+    m.layer_ids = vec![0, 0];
+    raw_file(&p, serde_json::json!({"__metadata__": meta_json(&m), "ids": ids_t}), &two_layer_ids_bytes());
+    let full = TraceFile::open(&p).unwrap_err().to_string();
+    assert!(full.contains("dup.safetensors") && full.contains("layer id 0 is repeated (entries 0 and 1)"), "{full}");
+    match open_err(&p) {
+        TraceError::BadMetadata { key: "layer_ids", value, reason } => {
+            assert_eq!(value, "[0,0]");
+            assert!(reason.contains("layer id 0 is repeated"), "{reason}");
+        }
+        other => panic!("expected BadMetadata for layer_ids, got {other}"),
+    }
+    // The reported case: 32 layers all claiming id 0 (the bytes do not matter, metadata comes first).
+    m.layer_ids = vec![0; 32];
+    raw_file(&p, serde_json::json!({"__metadata__": meta_json(&m), "ids": ids_t}), &two_layer_ids_bytes());
+    assert!(matches!(open_err(&p), TraceError::BadMetadata { key: "layer_ids", .. }));
+    // In memory: a later repeat, with the positions of both entries.
+    let mut m = meta(3, 4, 2);
+    m.layer_ids = vec![5, 3, 5];
+    let mut parts = tiny_parts();
+    parts.ids = [0u16, 1, 2, 3, 2, 1].repeat(3);
+    parts.scores = Some([3.0f32, 2.0, 1.0, 5.0, 5.0, -1.0].repeat(3));
+    parts.gates = None;
+    parts.out_norms = None;
+    let e = TraceData::new(m, 2, 3, parts).unwrap_err();
+    match e {
+        TraceError::BadMetadata { key: "layer_ids", reason, .. } => {
+            assert!(reason.contains("layer id 5 is repeated (entries 0 and 2)"), "{reason}");
+        }
+        other => panic!("expected BadMetadata for layer_ids, got {other}"),
+    }
+}
+
 #[test]
 fn malformed_headers_are_container_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -321,14 +371,44 @@ fn tensor_geometry_violations_are_refused() {
         serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([big, big, big]), 12)}),
         &[0u8; 12],
     );
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
-    // Element count disagreeing with the byte range.
+    let e = open_err(&p);
+    assert!(
+        matches!(&e, TraceError::Shape { tensor: "ids", expected, .. } if expected.contains("fits in memory")),
+        "{e}"
+    );
+    // Element count disagreeing with the byte range: safetensors does not say which tensor, we do.
     raw_file(
         &p,
         serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 10)}),
         &[0u8; 10],
     );
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    let e = open_err(&p);
+    assert!(matches!(&e, TraceError::Shape { tensor: "ids", actual, .. } if actual == &[1, 2, 3]), "{e}");
+    // Zero layers, [0, T, m], with the data of one layer: the message names the tensor.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([0, 2, 3]), 12)}),
+        &[0u8; 12],
+    );
+    assert_eq!(
+        open_err(&p).to_string(),
+        "tensor `ids` has shape [0, 2, 3], expected 6 elements of U16 to fill data_offsets 0..12 (12 bytes), not 0"
+    );
+    // The same for the second tensor in data order, and for a tensor the format does not define.
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "scores": {"dtype": "F32", "shape": [0, 2, 3], "data_offsets": [12, 36]}}),
+        &[0u8; 36],
+    );
+    assert!(matches!(open_err(&p), TraceError::Shape { tensor: "scores", .. }));
+    raw_file(
+        &p,
+        serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "extra": {"dtype": "F32", "shape": [3], "data_offsets": [12, 14]}}),
+        &[0u8; 14],
+    );
+    assert!(matches!(open_err(&p), TraceError::Container(m) if m.contains("tensor `extra`") && m.contains("2 bytes")));
     // Data bytes beyond the last tensor.
     raw_file(
         &p,

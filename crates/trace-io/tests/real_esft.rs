@@ -46,3 +46,26 @@ fn all_four_domains_concatenate_in_order() {
     // The data README counts 99 zero probabilities in the whole release.
     assert_eq!(floored, 99);
 }
+
+#[test]
+fn a_deleted_layer_file_is_refused_not_skipped() {
+    let Some(real) = real_data() else { return };
+    // A copy of the translation domain without layer 7 (the real data is never modified).
+    let src = real.join("esft-dsv2lite/results/expert_scores/translation");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("translation");
+    std::fs::create_dir(&copy).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "expert_weights_7.txt" {
+            std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+        }
+    }
+    let opts = EsftOptions { domains: vec!["translation".into()], ..Default::default() };
+    let e = import_esft(dir.path(), &opts).unwrap_err().to_string();
+    assert!(e.contains("no layer file for layer 7 (expert_weights_7.txt), between layers 1 and 26"), "{e}");
+    // Layer 0 (dense, never logged) is not a gap: the complete copy imports with layers 1..26.
+    std::fs::copy(src.join("expert_weights_7.txt"), copy.join("expert_weights_7.txt")).unwrap();
+    let t = import_esft(dir.path(), &opts).unwrap();
+    assert_eq!(t.view().meta().layer_ids, (1..=26).collect::<Vec<u32>>());
+}

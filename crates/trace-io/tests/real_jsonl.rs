@@ -112,3 +112,17 @@ fn mixtral_decode_keeps_tokens_of_every_layer() {
     }
     assert!(v.parts().scores.unwrap().iter().all(|&x| x >= PROB_FLOOR.ln()));
 }
+
+#[test]
+fn mixtral_decode_without_one_layer_is_refused() {
+    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let text = std::fs::read_to_string(real.join("mixtral-decode/gsm8k_2_routing.jsonl")).unwrap();
+    let kept: Vec<&str> = text.lines().filter(|l| !l.contains("\"layer\": 13,")).collect();
+    assert!(kept.len() < text.lines().count(), "the filter must remove layer 13's records");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("no-layer-13.jsonl");
+    std::fs::write(&p, kept.join("\n")).unwrap();
+    let e = import_mixtral_jsonl(&p, &MixtralJsonlOptions::default()).unwrap_err();
+    assert!(matches!(e, TraceError::Import { format: "mixtral-jsonl", .. }), "{e}");
+    assert!(e.to_string().contains("no record for layer 13, between layers 0 and 31"), "{e}");
+}

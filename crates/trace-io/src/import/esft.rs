@@ -58,11 +58,12 @@ struct LayerFile {
 /// Imports one or more ESFT domains into one trace.
 ///
 /// # Errors
-/// [`TraceError::Import`] naming the file and line for a missing directory, no layer files, a line
+/// [`TraceError::Import`] naming the file and line for a missing directory, no layer files, a
+/// layer file missing between the lowest and highest layer found (a gap in the layer ids), a line
 /// without the empty separator field, unequal id and probability counts, a count not divisible by
-/// k, an unparsable number, or layer files of one domain that disagree on sequence count or
-/// lengths; [`TraceError::Value`] (wrapped with the directory) when a row breaks a trace rule
-/// (an id `>= num_experts`, a repeated id).
+/// k, an unparsable number, an id `>= num_experts`, an id repeated within a row, or layer files
+/// of one domain that disagree on sequence count or lengths; [`TraceError::Config`] for
+/// `num_experts` outside `1..=65536`.
 pub fn import_esft(dir: impl AsRef<Path>, opts: &EsftOptions) -> Result<TraceData> {
     import_esft_with_report(dir, opts).map(|i| i.trace)
 }
@@ -79,6 +80,12 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     }
     if opts.top_k == 0 {
         return Err(TraceError::Config { key: "top_k", reason: "must be at least 1".into() });
+    }
+    if opts.num_experts == 0 || opts.num_experts > u32::from(u16::MAX) + 1 {
+        return Err(TraceError::Config {
+            key: "num_experts",
+            reason: format!("{} is not in 1..=65536", opts.num_experts),
+        });
     }
     let k = opts.top_k as usize;
     let root =
@@ -98,6 +105,18 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
         }
         let files = layer_files(&ddir)?;
         let ids: Vec<u32> = files.iter().map(|(l, _)| *l).collect();
+        if let Some((first, missing)) = super::missing_layers(&ids) {
+            return Err(import_err(
+                &ddir,
+                None,
+                format!(
+                    "no layer file for {missing} (expert_weights_{first}.txt), between layers {} and {}: \
+                     every MoE layer of the model is logged, so a gap means a lost file",
+                    ids[0],
+                    ids[ids.len() - 1]
+                ),
+            ));
+        }
         match &layer_ids {
             None => {
                 per_layer = (0..ids.len()).map(|_| Vec::new()).collect();
@@ -110,7 +129,7 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
         }
         let mut domain_lens: Option<(PathBuf, Vec<usize>)> = None;
         for (li, (_, path)) in files.iter().enumerate() {
-            let lf = parse_layer_file(path, k)?;
+            let lf = parse_layer_file(path, k, opts.num_experts)?;
             match &domain_lens {
                 None => domain_lens = Some((path.clone(), lf.seq_lens.clone())),
                 Some((first, lens)) if *lens != lf.seq_lens => {
@@ -248,7 +267,9 @@ fn layer_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
     Ok(out)
 }
 
-fn parse_layer_file(path: &Path, k: usize) -> Result<LayerFile> {
+/// Parses one layer file, checking every number and every row (ids `< num_experts`, no id twice
+/// in a row) so that errors name the file, the line and the field.
+fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile> {
     let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io(e).in_file(path))?;
     let mut rows = Vec::new();
     let mut seq_lens = Vec::new();
@@ -270,9 +291,26 @@ fn parse_layer_file(path: &Path, k: usize) -> Result<LayerFile> {
         if id_f.len() % k != 0 {
             return Err(err(format!("{} ids is not a multiple of k = {k}", id_f.len())));
         }
+        let row_start = rows.len();
         for (i, (a, b)) in id_f.iter().zip(prob_f).enumerate() {
             let id: u16 =
                 a.trim().parse().map_err(|_| err(format!("field {}: expert id {a:?} is not an integer", i + 1)))?;
+            // The row of this field: token i / k of the sequence, slot i % k.
+            let (token, slot) = (i / k, i % k);
+            if u32::from(id) >= num_experts {
+                return Err(err(format!(
+                    "field {}: token {token} of the sequence, slot {slot}: expert id {id} >= num_experts {num_experts}",
+                    i + 1
+                )));
+            }
+            let row = &rows[row_start + token * k..];
+            if let Some(first) = row.iter().position(|&(prev, _)| prev == id) {
+                return Err(err(format!(
+                    "field {}: token {token} of the sequence, slot {slot}: expert id {id} repeated in the row (also field {})",
+                    i + 1,
+                    token * k + first + 1
+                )));
+            }
             let p: f32 = b
                 .trim()
                 .parse()
@@ -361,10 +399,55 @@ mod tests {
         let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
         assert!(e.contains("expert_weights_1.txt:1") && e.contains("no empty field"), "{e}");
 
+        // Bad ids name the layer file and the line, not the directory: line 2, token 1, slot 0
+        // (field 3) is out of range; in the other file, line 2's token 0 repeats id 4.
         let dir = tempfile::tempdir().unwrap();
-        write_domain(dir.path(), "a", &[(1, "1\t9\t\t0.3\t0.2\n")]);
+        let good = "1\t2\t\t0.3\t0.2\n";
+        write_domain(
+            dir.path(),
+            "a",
+            &[(1, &format!("{good}1\t2\t9\t3\t\t0.3\t0.2\t0.3\t0.2\n")), (2, &format!("{good}4\t4\t\t0.3\t0.2\n"))],
+        );
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err();
+        match &e {
+            TraceError::Import { format: "esft", location, message } => {
+                assert!(location.ends_with(&format!("a{}expert_weights_1.txt:2", std::path::MAIN_SEPARATOR)), "{e}");
+                assert_eq!(message, "field 3: token 1 of the sequence, slot 0: expert id 9 >= num_experts 8");
+            }
+            other => panic!("expected an import error, got {other}"),
+        }
+        std::fs::write(dir.path().join("a/expert_weights_1.txt"), good.repeat(2)).unwrap();
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err();
+        match &e {
+            TraceError::Import { location, message, .. } => {
+                assert!(location.ends_with("expert_weights_2.txt:2"), "{e}");
+                assert_eq!(
+                    message,
+                    "field 2: token 0 of the sequence, slot 1: expert id 4 repeated in the row (also field 1)"
+                );
+            }
+            other => panic!("expected an import error, got {other}"),
+        }
+
+        // A layer file missing between the lowest and highest (layer 3 of 1..5; the ids need not
+        // start at 0): refused, naming the domain directory and the missing file.
+        let dir = tempfile::tempdir().unwrap();
+        write_domain(dir.path(), "a", &[(1, good), (2, good), (4, good), (5, good)]);
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err();
+        match &e {
+            TraceError::Import { format: "esft", location, message } => {
+                assert_eq!(location, &dir.path().join("a").display().to_string());
+                assert!(
+                    message.starts_with("no layer file for layer 3 (expert_weights_3.txt), between layers 1 and 5"),
+                    "{e}"
+                );
+            }
+            other => panic!("expected an import error, got {other}"),
+        }
+        std::fs::remove_file(dir.path().join("a/expert_weights_5.txt")).unwrap();
+        std::fs::remove_file(dir.path().join("a/expert_weights_2.txt")).unwrap();
         let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
-        assert!(e.contains("expert id 9 >= num_experts 8") && e.contains("token 0"), "{e}");
+        assert!(e.contains("no layer file for layers 2, 3 (expert_weights_2.txt), between layers 1 and 4"), "{e}");
 
         let e = import_esft(dir.path(), &opts(&["missing"])).unwrap_err().to_string();
         assert!(e.contains(r#"no domain "missing""#) && e.contains("it has: a"), "{e}");

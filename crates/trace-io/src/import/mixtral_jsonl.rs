@@ -55,7 +55,8 @@ struct Record<'a> {
 /// # Errors
 /// [`TraceError::Import`] naming the file and line for an unreadable file, a line that is not a
 /// record, rows of different widths, an id `>= num_experts`, a repeated id, a probability outside
-/// `[0, 1]`, a (problem, layer, token) recorded twice, or no token present in every layer;
+/// `[0, 1]`, a (problem, layer, token) recorded twice, a layer with no record between the lowest
+/// and highest layer recorded (a gap in the layer ids), or no token present in every layer;
 /// [`TraceError::Config`] for `num_experts` outside `1..=65536`.
 pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) -> Result<Imported> {
     let path = path.as_ref();
@@ -97,6 +98,18 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     })?;
     let k = k.ok_or_else(|| import_err(path, None, "no routing records".into()))?;
     let layer_ids: Vec<u32> = index.keys().map(|key| key.2).collect::<BTreeSet<_>>().into_iter().collect();
+    if let Some((_, missing)) = super::missing_layers(&layer_ids) {
+        return Err(import_err(
+            path,
+            None,
+            format!(
+                "no record for {missing}, between layers {} and {}: every layer of the model is logged, \
+                 so a gap means lost records",
+                layer_ids[0],
+                layer_ids[layer_ids.len() - 1]
+            ),
+        ));
+    }
     // Per (problem, token): how many layers recorded it.
     let mut layers_seen: BTreeMap<(u64, u64), usize> = BTreeMap::new();
     for &(p, t, _) in index.keys() {
@@ -251,12 +264,17 @@ mod tests {
     fn refuses_bad_records() {
         let dir = tempfile::tempdir().unwrap();
         let ok = rec(0, 0, 0, [1, 2], [0.5, 0.5]);
-        let cases: [(Vec<String>, &str); 5] = [
+        let cases: [(Vec<String>, &str); 6] = [
             (vec![ok.clone(), ok.clone()], ":2: problem 0, layer 0, token 0 is recorded twice (first at line 1)"),
             (vec![ok.clone(), rec(0, 0, 1, [1, 8], [0.5, 0.5])], ":2: slot 1: expert id 8 >= num_experts 8"),
             (vec![ok.clone(), "{\"problem_id\": 0}".into()], ":2: not a routing record"),
             (vec![ok.clone(), rec(0, 0, 1, [1, 2], [1.5, 0.5])], "probability 1.5"),
             (vec![ok.clone(), rec(0, 1, 1, [1, 2], [0.5, 0.5])], "no token is recorded in all 2 layers"),
+            // Layer 1 entirely absent between layers 0 and 2: refused, not imported as 2 layers.
+            (
+                vec![ok.clone(), rec(0, 2, 0, [1, 2], [0.5, 0.5]), rec(0, 3, 0, [1, 2], [0.5, 0.5])],
+                ": no record for layer 1, between layers 0 and 3",
+            ),
         ];
         for (lines, want) in cases {
             let e = import_mixtral_jsonl(write(dir.path(), &lines), &MixtralJsonlOptions::default()).unwrap_err();

@@ -206,6 +206,32 @@ pub(crate) fn for_each_line(
     }
 }
 
+/// The layer ids missing between the lowest and the highest of `sorted` (increasing, distinct), in
+/// words (`"layer 7"`, `"layers 3, 7"`; at most ten listed, then the count), or `None` when the ids
+/// are consecutive. The first missing id comes with the words. For logs that record every MoE layer of the model: a gap means a lost file or
+/// lost records, not a layer the model lacks.
+pub(crate) fn missing_layers(sorted: &[u32]) -> Option<(u32, String)> {
+    const LISTED: usize = 10;
+    let mut first = None;
+    let mut listed = Vec::new();
+    let mut total = 0u64;
+    for w in sorted.windows(2) {
+        for id in w[0].saturating_add(1)..w[1] {
+            total += 1;
+            first.get_or_insert(id);
+            if listed.len() < LISTED {
+                listed.push(id.to_string());
+            }
+        }
+    }
+    let words = match total {
+        1 => format!("layer {}", listed[0]),
+        n if n as usize <= LISTED => format!("layers {}", listed.join(", ")),
+        n => format!("layers {}, ... ({n} in all)", listed.join(", ")),
+    };
+    first.map(|f| (f, words))
+}
+
 /// A [`TraceError::Import`] at `path` (and line, 1-based, when given).
 pub(crate) fn import_err(format: &'static str, path: &Path, line: Option<usize>, message: String) -> TraceError {
     let location = match line {
@@ -228,6 +254,16 @@ mod tests {
         assert_eq!(s.scores[0], 0.3f64.ln() as f32);
         assert_eq!(s.scores[3], f64::from(PROB_FLOOR).ln() as f32);
         assert_eq!(s.floored, 1);
+    }
+
+    #[test]
+    fn missing_layers_lists_the_gaps() {
+        assert_eq!(missing_layers(&[1, 2, 3]), None);
+        assert_eq!(missing_layers(&[4]), None);
+        assert_eq!(missing_layers(&[1, 2, 4]), Some((3, "layer 3".into())));
+        assert_eq!(missing_layers(&[0, 2, 5]), Some((1, "layers 1, 3, 4".into())));
+        let many = "layers 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ... (99 in all)";
+        assert_eq!(missing_layers(&[0, 100]), Some((1, many.into())));
     }
 
     #[test]

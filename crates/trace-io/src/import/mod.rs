@@ -206,10 +206,10 @@ pub(crate) fn for_each_line(
     }
 }
 
-/// The layer ids missing between the lowest and the highest of `sorted` (increasing, distinct), in
-/// words (`"layer 7"`, `"layers 3, 7"`; at most ten listed, then the count), or `None` when the ids
-/// are consecutive. The first missing id comes with the words. For logs that record every MoE layer of the model: a gap means a lost file or
-/// lost records, not a layer the model lacks.
+/// The first layer id missing between the lowest and the highest of `sorted` (increasing,
+/// distinct), with all the missing ones in words (`"layer 7"`, `"layers 3, 7"`; at most ten
+/// listed, then the count), or `None` when the ids are consecutive. For logs that record every MoE
+/// layer of the model: a gap means a lost file or lost records, not a layer the model lacks.
 pub(crate) fn missing_layers(sorted: &[u32]) -> Option<(u32, String)> {
     const LISTED: usize = 10;
     let mut first = None;

@@ -178,6 +178,37 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
     assert!(e.to_string().contains("/nonexistent/grid.json"), "{e}");
 }
 
+/// Profile names label the cost columns: a name given twice would give two `tok_s@NAME@BW`
+/// columns of one title, and a full profile named like a preset would pass for it.
+#[test]
+fn profile_names_are_unique_and_presets_cannot_be_shadowed() {
+    let (a, b) = traces();
+    let with_profiles = |profiles: &str| {
+        grid(&GRID.replace(
+            r#""profiles": ["reference", {"name": "slow", "expert_mb": 10.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0, 2.0]}]"#,
+            &format!(r#""profiles": {profiles}"#),
+        ))
+    };
+    let names = |g: &Grid| g.device_profiles().map(|ps| ps.into_iter().map(|p| p.name).collect::<Vec<_>>());
+    assert_eq!(names(&grid(GRID)).unwrap(), ["reference", "slow"]);
+
+    let twice = with_profiles(
+        r#"[{"name": "a", "expert_mb": 1.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0]},
+            {"name": "a", "expert_mb": 2.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0]}]"#,
+    );
+    let e = prepare(&twice, &input(&a, "a"), &input(&b, "b")).unwrap_err();
+    assert!(matches!(&e, SweepError::Grid { key, .. } if key == "profiles[1]: a"), "{e}");
+    assert!(e.to_string().contains("profile name `a` is also profiles[0]"), "{e}");
+    let e = names(&with_profiles(r#"["dsv2-lite-bf16", "reference", "dsv2-lite-bf16"]"#)).unwrap_err();
+    assert!(matches!(&e, SweepError::Grid { key, .. } if key == "profiles[2]: dsv2-lite-bf16"), "{e}");
+
+    let shadow =
+        with_profiles(r#"[{"name": "reference", "expert_mb": 2.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0]}]"#);
+    let e = names(&shadow).unwrap_err();
+    assert!(matches!(&e, SweepError::Grid { key, .. } if key == "profiles[0]: reference"), "{e}");
+    assert!(e.to_string().contains("may not take the name of the preset `reference`"), "{e}");
+}
+
 #[test]
 fn shards_merge_into_the_unsharded_output() {
     use sweep::{Shard, SweepOutput};

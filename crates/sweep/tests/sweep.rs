@@ -313,6 +313,33 @@ fn summary_tells_k_used_apart() {
     assert!(!summary_of(&grid(GRID)).contains("k_used"));
 }
 
+/// The summary's column titles are distinct, and its header bounds Belady only against λ = 0:
+/// cache-aware routing changes the requests, so a λ > 0 row may be below it.
+#[test]
+fn summary_titles_are_distinct_and_belady_bounds_only_lambda_0() {
+    let md = summary_of(&grid(GRID));
+    let mut lines = md.lines();
+    let intro = lines.next().unwrap();
+    assert!(!intro.contains("lower bound of every online policy"), "{intro}");
+    assert!(intro.contains("a lower bound of every λ = 0 online policy when every token counts (warmup 0)"), "{intro}");
+    assert!(intro.contains("Cache-aware routing (λ > 0) changes the requests, so a λ > 0 configuration can beat it"));
+    let titles: Vec<&str> = lines.nth(1).unwrap().split('|').map(str::trim).filter(|t| !t.is_empty()).collect();
+    assert_eq!(
+        titles,
+        [
+            "variant",
+            "cap",
+            "best online in-sample",
+            "in-sample",
+            "out-of-sample (in-sample choice)",
+            "shift",
+            "best online out-of-sample",
+            "out-of-sample (best)",
+            "Belady in / out"
+        ]
+    );
+}
+
 fn summary_of(g: &Grid) -> String {
     let (a, b) = traces();
     let p = prepare(g, &input(&a, "a"), &input(&b, "b")).unwrap();

@@ -48,6 +48,14 @@ fn report_of_the_default_sweep_has_every_section() {
     for title in ["cap 4 experts per layer", "cap 8 experts per layer", "cap 16 experts per layer"] {
         assert!(html.contains(title), "missing {title}");
     }
+    // The summary's two out-of-sample columns have distinct titles.
+    let summary = &html[html.find("id=\"summary\"").unwrap()..];
+    let summary = &summary[..summary.find("</thead>").unwrap()];
+    assert!(summary.contains("<th>out-of-sample (in-sample choice)</th>"), "{summary}");
+    assert!(
+        summary.contains("<th>out-of-sample (best)</th>") && !summary.contains("<th>out-of-sample</th>"),
+        "{summary}"
+    );
     assert!(html.contains("variant full, cap 8, k_used 4: misses per token vs λ"));
     assert!(html.contains("hit rate vs cache size per layer"));
     assert!(html.contains("No retention table found"));

@@ -242,10 +242,15 @@ impl Grid {
 
     /// Resolves the device profiles.
     ///
+    /// Profile names label the cost columns (`tok_s@NAME@BW`), so they must be unique, and a full
+    /// profile may not take a preset's name (its columns would pass for the preset's).
+    ///
     /// # Errors
-    /// [`SweepError::Grid`] for an unknown preset, a non-positive size, compute time or bandwidth.
+    /// [`SweepError::Grid`] for an unknown preset, a non-positive size, compute time or bandwidth,
+    /// a name given twice, or a full profile named like a preset.
     pub fn device_profiles(&self) -> Result<Vec<DeviceProfile>> {
-        self.profiles
+        let profiles: Vec<DeviceProfile> = self
+            .profiles
             .iter()
             .map(|p| {
                 let prof = match p {
@@ -270,7 +275,31 @@ impl Grid {
                 }
                 Ok(prof)
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        for (i, (spec, prof)) in self.profiles.iter().zip(&profiles).enumerate() {
+            if let ProfileSpec::Full(p) = spec
+                && DeviceProfile::preset(&p.name).is_some()
+            {
+                return Err(SweepError::Grid {
+                    key: format!("profiles[{i}]: {}", p.name),
+                    reason: format!(
+                        "a full profile may not take the name of the preset `{}`: write the preset's name alone \
+                         (\"{}\") to use it, or give this profile another name",
+                        p.name, p.name
+                    ),
+                });
+            }
+            if let Some(first) = profiles[..i].iter().position(|q| q.name == prof.name) {
+                return Err(SweepError::Grid {
+                    key: format!("profiles[{i}]: {}", prof.name),
+                    reason: format!(
+                        "profile name `{}` is also profiles[{first}]: names label the cost columns, give each profile its own",
+                        prof.name
+                    ),
+                });
+            }
+        }
+        Ok(profiles)
     }
 
     /// Expands the blocks into configuration keys, sorted by [`ConfigKey`]'s order, duplicates

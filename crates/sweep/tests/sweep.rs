@@ -178,6 +178,37 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
     assert!(e.to_string().contains("/nonexistent/grid.json"), "{e}");
 }
 
+/// Profile names label the cost columns: a name given twice would give two `tok_s@NAME@BW`
+/// columns of one title, and a full profile named like a preset would pass for it.
+#[test]
+fn profile_names_are_unique_and_presets_cannot_be_shadowed() {
+    let (a, b) = traces();
+    let with_profiles = |profiles: &str| {
+        grid(&GRID.replace(
+            r#""profiles": ["reference", {"name": "slow", "expert_mb": 10.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0, 2.0]}]"#,
+            &format!(r#""profiles": {profiles}"#),
+        ))
+    };
+    let names = |g: &Grid| g.device_profiles().map(|ps| ps.into_iter().map(|p| p.name).collect::<Vec<_>>());
+    assert_eq!(names(&grid(GRID)).unwrap(), ["reference", "slow"]);
+
+    let twice = with_profiles(
+        r#"[{"name": "a", "expert_mb": 1.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0]},
+            {"name": "a", "expert_mb": 2.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0]}]"#,
+    );
+    let e = prepare(&twice, &input(&a, "a"), &input(&b, "b")).unwrap_err();
+    assert!(matches!(&e, SweepError::Grid { key, .. } if key == "profiles[1]: a"), "{e}");
+    assert!(e.to_string().contains("profile name `a` is also profiles[0]"), "{e}");
+    let e = names(&with_profiles(r#"["dsv2-lite-bf16", "reference", "dsv2-lite-bf16"]"#)).unwrap_err();
+    assert!(matches!(&e, SweepError::Grid { key, .. } if key == "profiles[2]: dsv2-lite-bf16"), "{e}");
+
+    let shadow =
+        with_profiles(r#"[{"name": "reference", "expert_mb": 2.0, "compute_ms": 5.0, "bandwidth_gbps": [1.0]}]"#);
+    let e = names(&shadow).unwrap_err();
+    assert!(matches!(&e, SweepError::Grid { key, .. } if key == "profiles[0]: reference"), "{e}");
+    assert!(e.to_string().contains("may not take the name of the preset `reference`"), "{e}");
+}
+
 #[test]
 fn shards_merge_into_the_unsharded_output() {
     use sweep::{Shard, SweepOutput};
@@ -280,6 +311,33 @@ fn summary_tells_k_used_apart() {
     assert!(md.contains("| full (k_used 1) | 4 |") && md.contains("| full (k_used 2) | 4 |"), "{md}");
     // One k_used: the plain variant name.
     assert!(!summary_of(&grid(GRID)).contains("k_used"));
+}
+
+/// The summary's column titles are distinct, and its header bounds Belady only against λ = 0:
+/// cache-aware routing changes the requests, so a λ > 0 row may be below it.
+#[test]
+fn summary_titles_are_distinct_and_belady_bounds_only_lambda_0() {
+    let md = summary_of(&grid(GRID));
+    let mut lines = md.lines();
+    let intro = lines.next().unwrap();
+    assert!(!intro.contains("lower bound of every online policy"), "{intro}");
+    assert!(intro.contains("a lower bound of every λ = 0 online policy when every token counts (warmup 0)"), "{intro}");
+    assert!(intro.contains("Cache-aware routing (λ > 0) changes the requests, so a λ > 0 configuration can beat it"));
+    let titles: Vec<&str> = lines.nth(1).unwrap().split('|').map(str::trim).filter(|t| !t.is_empty()).collect();
+    assert_eq!(
+        titles,
+        [
+            "variant",
+            "cap",
+            "best online in-sample",
+            "in-sample",
+            "out-of-sample (in-sample choice)",
+            "shift",
+            "best online out-of-sample",
+            "out-of-sample (best)",
+            "Belady in / out"
+        ]
+    );
 }
 
 fn summary_of(g: &Grid) -> String {

@@ -4,6 +4,8 @@
 //! keep maps (`moe-offload keep`), sweep results (`results.json` of `moe-offload sweep`). Then:
 //! statistics get check 1; keep maps are reproduced from the statistics file whose hash they record
 //! (check 2); sweep rows get the checks of §8.5, with the device profiles from their own provenance.
+//! A `*.json` file that is not valid JSON (a truncated `results.json`), or that looks like one of
+//! these outputs but does not parse or validate, fails a `0 inputs` check naming the file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,10 +29,15 @@ enum Output {
     Retention(Vec<RetentionRow>),
 }
 
-fn classify(path: &Path) -> Result<Option<Output>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let Ok(v) = serde_json::from_str::<Value>(&text) else { return Ok(None) };
-    let parse = |what: &str| format!("{} looks like {what} but does not parse", path.display());
+/// Reads one `*.json` file under the audited directory as one of our outputs: `Ok(None)` for valid
+/// JSON of another kind. A file that is not valid JSON (a truncated `results.json`, say), or that
+/// looks like one of our outputs by its fields but does not parse or validate, is an error naming
+/// `name` (the file's path below the audited directory), which the audit reports as a failed check.
+fn classify(path: &Path, name: &str) -> Result<Option<Output>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read"))?;
+    let v = serde_json::from_str::<Value>(&text)
+        .with_context(|| format!("{name}: not valid JSON (truncated or corrupt?), so it cannot be audited"))?;
+    let parse = |what: &str| format!("{name} looks like {what} but does not parse");
     if let Some(rows) = v.as_array().filter(|a| a.first().is_some_and(|r| r.get("per_layer").is_some())) {
         let rows = rows
             .iter()
@@ -49,10 +56,10 @@ fn classify(path: &Path) -> Result<Option<Output>> {
         return Ok(Some(Output::Sweep(Box::new(serde_json::from_value(v).with_context(|| parse("sweep results"))?))));
     }
     if v.get("metric").is_some() && v.get("layers").is_some() && v.get("k").is_some() {
-        return Ok(Some(Output::Keep(KeepMap::read_json(path)?)));
+        return Ok(Some(Output::Keep(KeepMap::read_json(path).with_context(|| parse("a keep map"))?)));
     }
     if v.get("meta").is_some() && v.get("layers").is_some() {
-        return Ok(Some(Output::Stats(Stats::read_json(path)?)));
+        return Ok(Some(Output::Stats(Stats::read_json(path).with_context(|| parse("statistics"))?)));
     }
     Ok(None)
 }
@@ -72,7 +79,8 @@ fn json_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 /// Audits every output under `dir`.
 ///
 /// # Errors
-/// An unreadable directory or a file that looks like an output of ours but does not parse.
+/// An unreadable directory. A `*.json` file that is not valid JSON, or that looks like an output
+/// of ours but does not parse or validate, is a failed `0 inputs` check naming the file, not an error.
 pub fn audit_dir(dir: &Path) -> Result<Report> {
     let mut files = Vec::new();
     json_files(dir, &mut files)?;
@@ -82,13 +90,16 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
     let mut maps: Vec<(String, KeepMap)> = Vec::new();
     let mut sweeps: Vec<(String, SweepOutput)> = Vec::new();
     let mut retentions: Vec<(PathBuf, Vec<RetentionRow>)> = Vec::new();
+    // Files that should be our outputs but cannot be read as one: (name, error).
+    let mut bad: Vec<(String, String)> = Vec::new();
     for f in &files {
-        match classify(f)? {
-            Some(Output::Stats(s)) => stats.push((rel(f), s)),
-            Some(Output::Keep(m)) => maps.push((rel(f), m)),
-            Some(Output::Sweep(s)) => sweeps.push((rel(f), *s)),
-            Some(Output::Retention(r)) => retentions.push((f.clone(), r)),
-            None => {}
+        match classify(f, &rel(f)) {
+            Ok(Some(Output::Stats(s))) => stats.push((rel(f), s)),
+            Ok(Some(Output::Keep(m))) => maps.push((rel(f), m)),
+            Ok(Some(Output::Sweep(s))) => sweeps.push((rel(f), *s)),
+            Ok(Some(Output::Retention(r))) => retentions.push((f.clone(), r)),
+            Ok(None) => {}
+            Err(e) => bad.push((rel(f), format!("{e:#}"))),
         }
     }
     let mut checks = Vec::new();
@@ -105,6 +116,15 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
         f,
         (!found).then(|| format!("no outputs under {}", dir.display())),
     ));
+    for (name, error) in &bad {
+        checks.push(check(
+            "0 inputs",
+            &format!("{name}: readable"),
+            false,
+            BTreeMap::from([("error".to_string(), json!(error))]),
+            Some(error.clone()),
+        ));
+    }
 
     for (name, s) in &stats {
         for c in saliency::check_stats(s) {
@@ -158,7 +178,20 @@ pub fn audit_dir(dir: &Path) -> Result<Report> {
     }
 
     for (name, out) in &sweeps {
-        let profiles = out.provenance.grid.device_profiles()?;
+        let profiles = match out.provenance.grid.device_profiles() {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = format!("{name}: the grid in its provenance: {e}");
+                checks.push(check(
+                    "5 sweep rows",
+                    &format!("{name}: device profiles"),
+                    false,
+                    BTreeMap::new(),
+                    Some(msg),
+                ));
+                continue;
+            }
+        };
         for mut c in sweep_checks(&profiles, &out.provenance.grid, &out.rows) {
             c.name = format!("{name}: {}", c.name);
             checks.push(c);
@@ -280,6 +313,60 @@ mod tests {
         assert_eq!(r.checks[0].figures["retention_files"], json!(1));
         assert_eq!(r.checks.iter().filter(|c| c.section == "3 retention" && c.status == Status::Pass).count(), 2);
         assert!(r.checks.iter().any(|c| c.name == "nesting: frequency" && c.status == Status::Pass));
+    }
+
+    /// The failing `0 inputs` check of `name`, with its first offending item.
+    fn unreadable<'r>(r: &'r Report, name: &str) -> &'r str {
+        let c = r.checks.iter().find(|c| c.name == format!("{name}: readable")).expect("a check for the file");
+        assert_eq!((c.section, c.status), ("0 inputs", Status::Fail));
+        c.first_offending.as_deref().unwrap()
+    }
+
+    #[test]
+    fn a_truncated_results_json_fails_naming_the_file() {
+        let dir = outputs();
+        let path = dir.path().join("sweep/results.json");
+        let text = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &text[..300]).unwrap();
+        let r = audit_dir(dir.path()).unwrap();
+        assert!(!passed(&r));
+        let e = unreadable(&r, "sweep/results.json");
+        assert!(e.starts_with("sweep/results.json: not valid JSON") && e.contains("EOF while parsing"), "{e}");
+        // The other outputs are still audited; the sweep is not counted.
+        assert_eq!(r.checks[0].figures["sweeps"], json!(0));
+        assert_eq!(r.checks[0].figures["keep_maps"], json!(2));
+        assert!(r.checks.iter().any(|c| c.name == "nesting: frequency" && c.status == Status::Pass));
+    }
+
+    #[test]
+    fn a_keep_map_with_a_duplicated_id_fails_naming_the_file() {
+        let dir = outputs();
+        edit_json(&dir.path().join("frequency@24.json"), |v| {
+            let layer1 = v["layers"][1].as_array_mut().unwrap();
+            layer1[1] = layer1[0].clone();
+        });
+        let r = audit_dir(dir.path()).unwrap();
+        assert!(!passed(&r));
+        let e = unreadable(&r, "frequency@24.json");
+        assert!(e.starts_with("frequency@24.json looks like a keep map but does not parse: "), "{e}");
+        assert!(e.contains("is listed twice"), "{e}");
+        assert_eq!(r.checks[0].figures["keep_maps"], json!(1));
+    }
+
+    /// A sweep whose recorded grid no longer validates (two profiles of one name) is a failed
+    /// check naming the file, not an abort.
+    #[test]
+    fn a_sweep_with_invalid_recorded_profiles_fails_naming_the_file() {
+        let dir = outputs();
+        edit_json(&dir.path().join("sweep/results.json"), |v| {
+            let p = v["provenance"]["grid"]["profiles"].as_array_mut().unwrap();
+            p.push(p[0].clone());
+        });
+        let r = audit_dir(dir.path()).unwrap();
+        let c = first_failure(&r).expect("the audit fails");
+        assert_eq!((c.section, c.name.as_str()), ("5 sweep rows", "sweep/results.json: device profiles"));
+        let e = c.first_offending.as_deref().unwrap();
+        assert!(e.starts_with("sweep/results.json: the grid in its provenance: grid: profiles[2]: reference"), "{e}");
     }
 
     #[test]

@@ -485,8 +485,9 @@ fn render(sweep: &SweepOutput, retention: &[RetentionFile], mrc: &[MrcCurve]) ->
         "Summary: best online policy per variant and cache size",
         format!(
             "<p>Misses per token (expert loads per token, all layers; lower is better). The best online policy \
-             (Belady excluded: it is an offline oracle) is chosen on the in-sample trace; <b>out-of-sample</b> is \
-             what that choice gives on the held-out trace, <b>shift</b> the difference.</p>{}",
+             (Belady excluded: it is an offline oracle) is chosen on the in-sample trace; <b>out-of-sample (in-sample \
+             choice)</b> is what that choice gives on the held-out trace, <b>shift</b> the difference; <b>out-of-sample \
+             (best)</b> is the best online configuration on the held-out trace.</p>{}",
             table(
                 &[
                     "variant",
@@ -494,10 +495,10 @@ fn render(sweep: &SweepOutput, retention: &[RetentionFile], mrc: &[MrcCurve]) ->
                     "k_used",
                     "best online in-sample",
                     "in-sample",
-                    "out-of-sample",
+                    "out-of-sample (in-sample choice)",
                     "shift",
                     "best online out-of-sample",
-                    "out-of-sample",
+                    "out-of-sample (best)",
                     "Belady in / out",
                 ],
                 &rows

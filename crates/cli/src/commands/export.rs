@@ -50,10 +50,10 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
     let kept: usize = map.layers.iter().map(Vec::len).sum();
     writeln!(
         std::io::stdout().lock(),
-        "wrote {} ({}): {} layers, {kept} kept experts of {}",
+        "wrote {} ({}): {}, {kept} kept experts of {}",
         output.display(),
         format.to_possible_value().map_or_else(|| format!("{format:?}"), |v| v.get_name().to_string()),
-        map.layers.len(),
+        super::layers(map.layers.len()),
         map.layers.len() * map.num_experts as usize
     )?;
     Ok(())

@@ -102,9 +102,9 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
     let s = trace.view().shape();
     println!("{report}");
     println!(
-        "wrote {}: {} layers x {} tokens, {} experts, top-{}",
+        "wrote {}: {} x {} tokens, {} experts, top-{}",
         output.display(),
-        s.layers,
+        super::layers(s.layers),
         s.tokens,
         s.num_experts,
         s.top_k

@@ -66,8 +66,14 @@ pub fn run(a: &InspectArgs) -> Result<()> {
     writeln!(out, "{}: {} ({} bytes)", a.trace.display(), m.model, f.byte_len())?;
     writeln!(
         out,
-        "{} layers x {} tokens, E = {}, top-{} of {} candidates; scores: {}, phase: {}",
-        s.layers, s.tokens, s.num_experts, s.top_k, s.candidates, m.score_kind, m.phase
+        "{} x {} tokens, E = {}, top-{} of {} candidates; scores: {}, phase: {}",
+        super::layers(s.layers),
+        s.tokens,
+        s.num_experts,
+        s.top_k,
+        s.candidates,
+        m.score_kind,
+        m.phase
     )?;
     writeln!(out, "source: {}", m.source)?;
     for (k, val) in &m.extra {

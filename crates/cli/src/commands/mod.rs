@@ -15,6 +15,11 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 
+/// `n` layers in words: "1 layer", "26 layers".
+fn layers(n: usize) -> String {
+    if n == 1 { "1 layer".into() } else { format!("{n} layers") }
+}
+
 /// Refuses a comma-separated flag that names a value twice (it would do the same work twice).
 fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> Result<()> {
     if let Some((i, v)) = values.iter().enumerate().find(|(i, v)| values[..*i].contains(v)) {
@@ -122,5 +127,15 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plan(a) => plan::plan(&a),
         Command::Report(a) => report::run(&a),
         Command::Export(c) => export::run(&c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn layer_counts_in_words() {
+        assert_eq!(super::layers(1), "1 layer");
+        assert_eq!(super::layers(0), "0 layers");
+        assert_eq!(super::layers(26), "26 layers");
     }
 }

@@ -149,9 +149,9 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
         stats.write_json(output)?;
         writeln!(
             out,
-            "wrote {}: corpus {corpus}, {} layers x {} experts, top-k {}, statistics: {}",
+            "wrote {}: corpus {corpus}, {} x {} experts, top-k {}, statistics: {}",
             output.display(),
-            stats.layers.len(),
+            super::layers(stats.layers.len()),
             stats.meta.num_experts,
             stats.meta.top_k,
             stats.present_statistics().join(", ")
@@ -172,9 +172,9 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     stats.write_json(output)?;
     writeln!(
         out,
-        "wrote {}: {} layers, statistics: {}",
+        "wrote {}: {}, statistics: {}",
         output.display(),
-        stats.layers.len(),
+        super::layers(stats.layers.len()),
         stats.present_statistics().join(", ")
     )?;
     Ok(())
@@ -223,7 +223,7 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
         map.write_json(&path)?;
         let sizes: Vec<usize> = map.layers.iter().map(Vec::len).collect();
         let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
-        write!(out, "wrote {}: {} ({} layers", path.display(), map.label(), map.layers.len())?;
+        write!(out, "wrote {}: {} ({}", path.display(), map.label(), super::layers(map.layers.len()))?;
         if map.budget.is_some() {
             write!(out, ", {} experts, per-layer K {lo}..={hi}", map.total_kept())?;
         }

@@ -76,18 +76,38 @@ fn mrc_and_a_verified_plan() {
         assert!(pl["in_sample_misses_per_token"].as_f64() <= un["in_sample_misses_per_token"].as_f64());
         assert_eq!(un["caps"], serde_json::json!([10, 10, 10, 10]));
     }
-    // The plan's caps replay through `replay --layer-caps` (with or without a --cap, which they
-    // override).
+    // The plan records what it was made with, and its chosen keep map.
+    assert_eq!((p["k_used"].as_u64(), p["warmup"].as_u64()), (Some(3), Some(64)));
+    assert_eq!(p["chosen"]["keep_map"]["layers"].as_array().unwrap().len(), 4);
+    // The plan replays through `replay --keep plan.json --layer-caps plan.json` to the figure it
+    // printed (with or without a --cap, which the caps override).
     let replay = |extra: &[&str]| -> serde_json::Value {
         let mut args = vec!["replay", s(&held), "--policy", "lru", "--layer-caps", s(&plan), "--json"];
         args.extend(extra);
         serde_json::from_str(&ok(&args)).unwrap()
     };
-    let r = replay(&[]);
-    assert_eq!(r, replay(&["--cap", "3"]));
-    if p["chosen"]["variant"] == "full" {
-        assert_eq!(r["misses_per_token"], chosen["out_of_sample_misses_per_token"]);
+    let r = replay(&["--keep", s(&plan)]);
+    assert_eq!(r, replay(&["--keep", s(&plan), "--cap", "3"]));
+    assert_eq!(r["misses_per_token"], chosen["out_of_sample_misses_per_token"]);
+    // Other settings would not give the plan's figures: refused, naming each and the flags.
+    let e =
+        fails(&["replay", s(&held), "--policy", "lfu", "--keep", s(&plan), "--layer-caps", s(&plan), "--warmup", "0"]);
+    assert!(e.contains("policy lru (here lfu), warmup 64 (here 0)") && e.contains("--policy lru --warmup 64"), "{e}");
+    let other = if p["chosen"]["variant"] == "full" { "frequency@16" } else { "full" };
+    let map = dir.path().join("other.json");
+    if other == "full" {
+        let e = fails(&["replay", s(&held), "--policy", "lru", "--layer-caps", s(&plan)]);
+        assert!(e.contains("(here full)") && e.contains(&format!("--keep {}", s(&plan))), "{e}");
+    } else {
+        let stats = dir.path().join("stats.json");
+        ok(&["stats", s(&calib), "-o", s(&stats)]);
+        ok(&["keep", s(&stats), "--metric", "frequency", "--k", "16", "-o", s(&map)]);
+        let e = fails(&["replay", s(&held), "--policy", "lru", "--keep", s(&map), "--layer-caps", s(&plan)]);
+        assert!(e.contains("keep map full (here frequency@16)"), "{e}");
     }
+    // The caps alone, as a list, replay under any settings.
+    let caps_list = caps.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    ok(&["replay", s(&held), "--policy", "lfu", "--layer-caps", &caps_list, "--warmup", "0"]);
     let e = fails(&["replay", s(&held), "--policy", "lru", "--json"]);
     assert!(e.contains("--cap"), "{e}");
 
@@ -108,6 +128,23 @@ fn mrc_and_a_verified_plan() {
             s(&plan),
         ]
     };
+    // Candidates must be told apart; sizes must be sizes.
+    let mut args = small("0.04").to_vec();
+    args.extend(["--variants", "full,full"]);
+    let e = fails(&args);
+    assert!(e.contains("full and full both give the keep map full"), "{e}");
+    let mut args = small("0.04").to_vec();
+    args.push("--pinned-gb=-0.01");
+    assert!(fails(&args).contains("cannot be negative"));
+    for mb in ["0", "NaN", "-1"] {
+        let mut args = small("0.04").to_vec();
+        let flag = format!("--expert-mb={mb}");
+        let i = args.iter().position(|a| *a == "--expert-mb").unwrap();
+        args.remove(i + 1);
+        args[i] = &flag;
+        let e = fails(&args);
+        assert!(e.contains("size of one expert must be a positive number"), "{mb}: {e}");
+    }
     let e = fails(&small("0.011"));
     assert!(e.contains("11 slots cannot give every layer k_used = 3 experts (12 needed)"), "{e}");
     assert!(

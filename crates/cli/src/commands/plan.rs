@@ -206,6 +206,12 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     if !a.budget_gb.is_finite() || !a.pinned_gb.is_finite() {
         bail!("--budget-gb {} and --pinned-gb {} must be finite numbers of GB", a.budget_gb, a.pinned_gb);
     }
+    if a.pinned_gb < 0.0 {
+        bail!("--pinned-gb {}: memory pinned inside the budget cannot be negative", a.pinned_gb);
+    }
+    if let Some(mb) = a.expert_mb.filter(|mb| !(mb.is_finite() && *mb > 0.0)) {
+        bail!("--expert-mb {mb}: the size of one expert must be a positive number of MB");
+    }
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
@@ -226,7 +232,9 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         bail!("budget {} GB minus pinned {} GB leaves no memory for experts", a.budget_gb, a.pinned_gb);
     }
     // A hair of tolerance so that a budget of exactly n experts is n slots despite decimal rounding.
-    let slots = (usable_mb / profile.expert_mb + 1e-9).floor() as usize;
+    // More slots than experts in all layers cache everything: capped there (and so finite).
+    let all_experts = cm.num_experts as usize * cm.layer_ids.len();
+    let slots = ((usable_mb / profile.expert_mb + 1e-9).floor() as usize).min(all_experts);
     let stats = Stats::from_trace(&cv, a.in_sample.display().to_string(), String::new());
     let held_stats = Stats::from_trace(&hv, a.out_of_sample.display().to_string(), String::new());
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: Semantics::KWay, reset_at_sequence: false };
@@ -247,8 +255,16 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let mut candidates = Vec::new();
     // The slots an evaluated candidate needs, k_used per layer (the same for every candidate).
     let mut needed_slots: Option<usize> = None;
+    let mut labels: Vec<(String, &String)> = Vec::new();
     for spec in &a.variants {
         let map = sweep::variant_keep_map(spec, &stats, &KeepConfig::default(), cm)?;
+        if let Some((_, first)) = labels.iter().find(|(l, _)| *l == map.label()) {
+            bail!(
+                "--variants: {first} and {spec} both give the keep map {}; the plan could not tell which one it chose",
+                map.label()
+            );
+        }
+        labels.push((map.label(), spec));
         let r = saliency::retention(&map, &held_stats, None)?;
         let sr = r.mean.slot_replacement;
         let excluded = a
@@ -338,9 +354,11 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         "profile": profile,
         "slots": slots,
         "policy": a.policy,
+        "k_used": a.k_used.unwrap_or(cv.shape().top_k),
+        "warmup": a.warmup,
         "in_sample": a.in_sample.display().to_string(),
         "out_of_sample": a.out_of_sample.display().to_string(),
-        "chosen": { "variant": chosen_c.variant, "plan": chosen_e,
+        "chosen": { "variant": chosen_c.variant, "keep_map": map, "plan": chosen_e,
                     "replayed": { "in_sample_misses_per_token": replayed_in, "out_of_sample_misses_per_token": replayed_out } },
         "uniform_best": uniform_best.map(|(c, e)| serde_json::json!({ "variant": c.variant, "plan": e })),
         "candidates": candidates,

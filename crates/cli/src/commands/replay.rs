@@ -19,11 +19,12 @@ pub struct ReplayArgs {
     /// Cache capacity per layer, in experts (>= k_used). Optional with --layer-caps.
     #[arg(long, required_unless_present = "layer_caps")]
     pub cap: Option<usize>,
-    /// Per-layer caps, one per trace layer (comma-separated, or a JSON file such as a plan's
-    /// `chosen.plan.caps` list), overriding --cap per layer.
+    /// Per-layer caps, one per trace layer (comma-separated, a JSON file holding a list, or a
+    /// plan written by `moe-offload plan`, whose policy, k_used, warmup and keep map must then be
+    /// this replay's too), overriding --cap per layer.
     #[arg(long)]
     pub layer_caps: Option<String>,
-    /// Keep map JSON (default: every expert kept).
+    /// Keep map JSON, or a plan JSON (its chosen keep map); default: every expert kept.
     #[arg(long)]
     pub keep: Option<PathBuf>,
     /// Experts used per token (default: the trace's top-k).
@@ -62,20 +63,39 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
     let shape = v.shape();
-    let keep = match &a.keep {
+    let map = match &a.keep {
         Some(p) => {
-            let map = KeepMap::read_json(p).with_context(|| {
+            let map = read_keep(p).with_context(|| {
                 format!(
                     "--keep {} is not a keep map (write one with `moe-offload keep STATS --metric frequency --k K -o keep.json`)",
                     p.display()
                 )
             })?;
             check_map_fits(&map, &v, p)?;
+            Some(map)
+        }
+        None => None,
+    };
+    let keep = match (&map, &a.keep) {
+        (Some(map), Some(p)) => {
             Keep::from_layers(&shape, &map.layers).with_context(|| format!("keep map {}", p.display()))?
         }
-        None => Keep::full(&shape),
+        _ => Keep::full(&shape),
     };
-    let layer_caps = a.layer_caps.as_deref().map(parse_layer_caps).transpose()?;
+    let (layer_caps, made_with) = match a.layer_caps.as_deref().map(parse_layer_caps).transpose()? {
+        Some((caps, made_with)) => (Some(caps), made_with),
+        None => (None, None),
+    };
+    if let Some(plan) = made_with {
+        let ours = PlanSettings {
+            policy: a.policy.to_string(),
+            k_used: Some(a.k_used.unwrap_or(shape.top_k)),
+            warmup: Some(a.warmup),
+            variant: map.as_ref().map_or_else(|| "full".to_string(), KeepMap::label),
+            keep_layers: map.as_ref().map(|m| m.layers.clone()),
+        };
+        check_plan_settings(a.layer_caps.as_deref().unwrap_or_default(), &plan, &ours)?;
+    }
     // With per-layer caps and no --cap, the base cap is the smallest of them (validated likewise).
     let cap = a.cap.or_else(|| layer_caps.as_ref().and_then(|c| c.iter().copied().min())).unwrap_or(0);
     let cfg = ReplayConfig {
@@ -148,20 +168,97 @@ pub fn check_map_fits(map: &KeepMap, v: &TraceView<'_>, path: &Path) -> Result<(
     Ok(())
 }
 
-/// `8,6,16` or a JSON file holding a list, or a plan JSON (`chosen.plan.caps`).
-fn parse_layer_caps(s: &str) -> Result<Vec<usize>> {
+/// A keep map file, or the chosen keep map of a plan written by `moe-offload plan`
+/// (`chosen.keep_map`).
+fn read_keep(p: &Path) -> Result<KeepMap> {
+    let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && let Some(m) = v.get("chosen").and_then(|c| c.get("keep_map"))
+    {
+        let map: KeepMap = serde_json::from_value(m.clone())
+            .with_context(|| format!("{}: the plan's chosen.keep_map is not a keep map", p.display()))?;
+        map.validate().with_context(|| format!("{}: chosen.keep_map", p.display()))?;
+        return Ok(map);
+    }
+    Ok(KeepMap::read_json(p)?)
+}
+
+/// The settings a plan was made with, as `moe-offload plan` records them (a plan written before
+/// it recorded k_used and warmup has neither).
+#[derive(Debug, PartialEq)]
+struct PlanSettings {
+    policy: String,
+    k_used: Option<usize>,
+    warmup: Option<usize>,
+    /// The chosen variant's keep-map label (`full`, `frequency@48`, ...).
+    variant: String,
+    /// The chosen keep map's kept experts per layer, when recorded (two maps of one label can
+    /// differ: built from other statistics).
+    keep_layers: Option<Vec<Vec<u16>>>,
+}
+
+/// `8,6,16` or a JSON file holding a list, or a plan JSON (`chosen.plan.caps`, with the settings
+/// the plan was made with).
+fn parse_layer_caps(s: &str) -> Result<(Vec<usize>, Option<PlanSettings>)> {
     if std::path::Path::new(s).is_file() {
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(s)?).with_context(|| format!("reading {s}"))?;
         let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
-        return serde_json::from_value(list.clone())
-            .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"));
+        let caps = serde_json::from_value(list.clone())
+            .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"))?;
+        let made_with = (!v.is_array()).then(|| PlanSettings {
+            policy: v["policy"].as_str().unwrap_or_default().to_string(),
+            k_used: v["k_used"].as_u64().map(|k| k as usize),
+            warmup: v["warmup"].as_u64().map(|w| w as usize),
+            variant: v["chosen"]["variant"].as_str().unwrap_or_default().to_string(),
+            keep_layers: serde_json::from_value(v["chosen"]["keep_map"]["layers"].clone()).ok(),
+        });
+        return Ok((caps, made_with));
     }
-    s.split(',')
+    let caps = s
+        .split(',')
         .map(|x| {
             x.trim()
                 .parse::<usize>()
                 .with_context(|| format!("--layer-caps: {x:?} is not a whole number (expected e.g. 8,6,16)"))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((caps, None))
+}
+
+/// Refuses to replay a plan's caps under settings other than the plan's own: the figures would
+/// silently differ from the ones the plan printed. Names each difference and the flags that
+/// reproduce the plan.
+fn check_plan_settings(path: &str, plan: &PlanSettings, ours: &PlanSettings) -> Result<()> {
+    let mut diffs = Vec::new();
+    let mut flags = Vec::new();
+    if plan.policy != ours.policy {
+        diffs.push(format!("policy {} (here {})", plan.policy, ours.policy));
+        flags.push(format!("--policy {}", plan.policy));
+    }
+    if let Some(k) = plan.k_used.filter(|&k| Some(k) != ours.k_used) {
+        diffs.push(format!("k_used {k} (here {})", ours.k_used.unwrap_or_default()));
+        flags.push(format!("--k-used {k}"));
+    }
+    if let Some(w) = plan.warmup.filter(|&w| Some(w) != ours.warmup) {
+        diffs.push(format!("warmup {w} (here {})", ours.warmup.unwrap_or_default()));
+        flags.push(format!("--warmup {w}"));
+    }
+    let other_map = match (&plan.keep_layers, &ours.keep_layers) {
+        (Some(p), Some(o)) => p != o,
+        _ => plan.variant != ours.variant,
+    };
+    if other_map {
+        diffs.push(format!("keep map {} (here {})", plan.variant, ours.variant));
+        flags.push(format!("--keep {path}"));
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "--layer-caps {path} is a plan made with {}: its caps replayed otherwise would not give the plan's figures. \
+         To verify the plan add {}; to replay its caps under other settings, give them as a list (--layer-caps 8,6,...)",
+        diffs.join(", "),
+        flags.join(" ")
+    )
 }

@@ -36,6 +36,10 @@ fn multi_k_budget_and_retention() {
     // one K: the file itself
     let one = dir.path().join("reap4.json");
     ok(&["keep", s(&calib), "--metric", "reap", "--k", "4", "-o", s(&one)]);
+    // one K into a path written as a directory that does not exist yet
+    let new_dir = format!("{}/", dir.path().join("new").display());
+    ok(&["keep", s(&calib), "--metric", "reap", "--k", "4", "-o", &new_dir]);
+    assert!(dir.path().join("new/reap@4.json").is_file());
     // a global budget: 2 layers x 6 = 12 experts, floor 2
     let out = ok(&["keep", s(&calib), "--metric", "l2_sum", "--budget", "12,20", "--floor", "2", "-o", s(&maps)]);
     assert!(out.contains("l2_sum@budget12"), "{out}");

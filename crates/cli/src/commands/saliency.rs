@@ -78,9 +78,9 @@ pub struct KeepArgs {
     /// map).
     #[arg(long)]
     pub allow_short_layers: bool,
-    /// Output keep-map JSON for one map; for several (or when it is an existing directory) a
-    /// directory that receives one `<label>.json` per map, e.g. `frequency@32.json`,
-    /// `frequency@budget1536.json`.
+    /// Output keep-map JSON for one map; for several (or when it is an existing directory, or
+    /// ends with `/`) a directory that receives one `<label>.json` per map, e.g.
+    /// `frequency@32.json`, `frequency@budget1536.json`.
     #[arg(short, long)]
     pub output: PathBuf,
 }
@@ -214,7 +214,9 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     };
     // Every map is built before any file is written: a failing K leaves no partial output.
     let mut out = std::io::stdout().lock();
-    let into_dir = maps.len() > 1 || a.output.is_dir();
+    // A path written as a directory (`maps/`) is one too, existing or not.
+    let dir_like = a.output.as_os_str().to_string_lossy().ends_with(std::path::MAIN_SEPARATOR);
+    let into_dir = maps.len() > 1 || a.output.is_dir() || dir_like;
     if into_dir {
         std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
     }

@@ -332,7 +332,7 @@ MOE_OFFLOAD_REAL_DATA={d} cargo test --workspace
 MOE_OFFLOAD_REAL_DATA={d} cargo xtask audit
 
 # README: ESFT (DeepSeek-V2-Lite), calibrate on three domains, hold out translation
-cargo build --release -p cli && alias moe-offload=target/release/moe-offload
+cargo build --release -p cli && export PATH=\"$PWD/target/release:$PATH\"
 moe-offload import esft {d}/esft-dsv2lite --domains intent,law,summary -o esft-work/calib.safetensors
 moe-offload import esft {d}/esft-dsv2lite --domains translation -o esft-work/translation.safetensors
 moe-offload sweep data/grids/esft-translation.json -o esft-work/sweep

@@ -179,14 +179,16 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     if k_used > shape.candidates {
         return Err(CacheSimError::KUsedAboveCandidates { k_used, candidates: shape.candidates });
     }
+    // Before the base cap: with per-layer caps the base cap is often their minimum, and the
+    // layer is what to name.
+    if let Some((layer, &cap)) = cfg.layer_caps.iter().flatten().enumerate().find(|&(_, &c)| c < k_used) {
+        return Err(CacheSimError::LayerCapBelowKUsed { layer, cap, k_used });
+    }
     if cfg.cap < k_used {
         return Err(CacheSimError::CapBelowKUsed { cap: cfg.cap, k_used });
     }
     if cfg.warmup >= shape.tokens {
         return Err(CacheSimError::WarmupCoversTrace { warmup: cfg.warmup, tokens: shape.tokens });
-    }
-    if let Some((layer, &cap)) = cfg.layer_caps.iter().flatten().enumerate().find(|&(_, &c)| c < k_used) {
-        return Err(CacheSimError::LayerCapBelowKUsed { layer, cap, k_used });
     }
     if cfg.policy == Policy::Belady && cfg.lambda > 0.0 {
         return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });

@@ -105,6 +105,27 @@ fn mrc_and_a_verified_plan() {
         let e = fails(&["replay", s(&held), "--policy", "lru", "--keep", s(&map), "--layer-caps", s(&plan)]);
         assert!(e.contains("keep map full (here frequency@16)"), "{e}");
     }
+    // So would the settings plan leaves at their defaults.
+    let e = fails(&[
+        "replay",
+        s(&held),
+        "--policy",
+        "lru",
+        "--keep",
+        s(&plan),
+        "--layer-caps",
+        s(&plan),
+        "--lambda",
+        "0.1",
+    ]);
+    assert!(e.contains("made with lambda 0 (here 0.1)") && e.contains("add --lambda 0"), "{e}");
+    // A per-layer cap below k_used = 3 names its layer, with or without --cap.
+    for extra in [&[][..], &["--cap", "3"][..]] {
+        let mut args = vec!["replay", s(&held), "--policy", "lru", "--layer-caps", "3,3,2,3"];
+        args.extend(extra);
+        let e = fails(&args);
+        assert!(e.contains("the cap of layer 2"), "{extra:?}: {e}");
+    }
     // The caps alone, as a list, replay under any settings.
     let caps_list = caps.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     ok(&["replay", s(&held), "--policy", "lfu", "--layer-caps", &caps_list, "--warmup", "0"]);

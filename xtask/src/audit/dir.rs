@@ -4,8 +4,9 @@
 //! keep maps (`moe-offload keep`), sweep results (`results.json` of `moe-offload sweep`). Then:
 //! statistics get check 1; keep maps are reproduced from the statistics file whose hash they record
 //! (check 2); sweep rows get the checks of §8.5, with the device profiles from their own provenance.
-//! A `*.json` file that is not valid JSON (a truncated `results.json`), or that looks like one of
-//! these outputs but does not parse or validate, fails a `0 inputs` check naming the file.
+//! A `*.json` file that is not valid JSON (a truncated `results.json`; REAP aggregate inputs,
+//! which hold NaN, are skipped), or that looks like one of these outputs but does not parse or
+//! validate, fails a `0 inputs` check naming the file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,8 +36,15 @@ enum Output {
 /// `name` (the file's path below the audited directory), which the audit reports as a failed check.
 fn classify(path: &Path, name: &str) -> Result<Option<Output>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{name}: cannot read"))?;
-    let v = serde_json::from_str::<Value>(&text)
-        .with_context(|| format!("{name}: not valid JSON (truncated or corrupt?), so it cannot be audited"))?;
+    let v = match serde_json::from_str::<Value>(&text) {
+        Ok(v) => v,
+        // A REAP aggregate (an input such as core_agg.json, whose NaN values strict JSON lacks).
+        Err(_) if Stats::reap_agg_summary(path).is_ok() => return Ok(None),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("{name}: not valid JSON (truncated or corrupt?), so it cannot be audited"));
+        }
+    };
     let parse = |what: &str| format!("{name} looks like {what} but does not parse");
     if let Some(rows) = v.as_array().filter(|a| a.first().is_some_and(|r| r.get("per_layer").is_some())) {
         let rows = rows
@@ -336,6 +344,25 @@ mod tests {
         assert_eq!(r.checks[0].figures["sweeps"], json!(0));
         assert_eq!(r.checks[0].figures["keep_maps"], json!(2));
         assert!(r.checks.iter().any(|c| c.name == "nesting: frequency" && c.status == Status::Pass));
+    }
+
+    #[test]
+    fn a_reap_aggregate_beside_the_outputs_is_skipped() {
+        let dir = outputs();
+        let before = audit_dir(dir.path()).unwrap();
+        // Not strict JSON (NaN), and not one of our outputs: an input, skipped as before.
+        std::fs::write(
+            dir.path().join("core_agg.json"),
+            r#"{"a": {"n": 1, "tok": 2, "freq": {"0": [1, 3]}, "reap": {"0": [NaN, 2.0]}}}"#,
+        )
+        .unwrap();
+        let after = audit_dir(dir.path()).unwrap();
+        assert!(passed(&after));
+        assert_eq!(after.checks.len(), before.checks.len());
+        // The same bytes cut short are neither: a failed check.
+        std::fs::write(dir.path().join("core_agg.json"), r#"{"a": {"n": 1, "tok": 2, "freq": {"0": [1, 3]}, "re"#)
+            .unwrap();
+        assert!(unreadable(&audit_dir(dir.path()).unwrap(), "core_agg.json").contains("not valid JSON"));
     }
 
     #[test]

@@ -94,7 +94,27 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             variant: map.as_ref().map_or_else(|| "full".to_string(), KeepMap::label),
             keep_layers: map.as_ref().map(|m| m.layers.clone()),
         };
-        check_plan_settings(a.layer_caps.as_deref().unwrap_or_default(), &plan, &ours)?;
+        // `plan` replays with the defaults of everything else.
+        let d = ReplayConfig::new(a.policy, 1);
+        let mut others: Vec<(String, String)> = Vec::new();
+        if a.lambda != d.lambda {
+            others.push((format!("lambda {} (here {})", d.lambda, a.lambda), format!("--lambda {}", d.lambda)));
+        }
+        if a.decay != d.decay {
+            others.push((format!("decay {} (here {})", d.decay, a.decay), format!("--decay {}", d.decay)));
+        }
+        if a.near_pick_n != d.near_pick_n {
+            let (n, here) = (d.near_pick_n, a.near_pick_n);
+            others.push((format!("near_pick_n {n} (here {here})"), format!("--near-pick-n {n}")));
+        }
+        if a.semantics != d.semantics {
+            let (sem, here) = (d.semantics, a.semantics);
+            others.push((format!("semantics {sem} (here {here})"), format!("--semantics {sem}")));
+        }
+        if a.reset_at_sequence {
+            others.push(("no reset at sequence starts (here one)".into(), "(and drop --reset-at-sequence)".into()));
+        }
+        check_plan_settings(a.layer_caps.as_deref().unwrap_or_default(), &plan, &ours, others)?;
     }
     // With per-layer caps and no --cap, the base cap is the smallest of them (validated likewise).
     let cap = a.cap.or_else(|| layer_caps.as_ref().and_then(|c| c.iter().copied().min())).unwrap_or(0);
@@ -228,8 +248,14 @@ fn parse_layer_caps(s: &str) -> Result<(Vec<usize>, Option<PlanSettings>)> {
 
 /// Refuses to replay a plan's caps under settings other than the plan's own: the figures would
 /// silently differ from the ones the plan printed. Names each difference and the flags that
-/// reproduce the plan.
-fn check_plan_settings(path: &str, plan: &PlanSettings, ours: &PlanSettings) -> Result<()> {
+/// reproduce the plan. `others`: this replay's settings that `plan` does not use (it replays
+/// with their defaults), each as (difference, flag that restores the plan's).
+fn check_plan_settings(
+    path: &str,
+    plan: &PlanSettings,
+    ours: &PlanSettings,
+    others: Vec<(String, String)>,
+) -> Result<()> {
     let mut diffs = Vec::new();
     let mut flags = Vec::new();
     if plan.policy != ours.policy {
@@ -250,7 +276,15 @@ fn check_plan_settings(path: &str, plan: &PlanSettings, ours: &PlanSettings) -> 
     };
     if other_map {
         diffs.push(format!("keep map {} (here {})", plan.variant, ours.variant));
-        flags.push(format!("--keep {path}"));
+        // A plan written before plans recorded their keep map names it only.
+        flags.push(match plan.keep_layers {
+            Some(_) => format!("--keep {path}"),
+            None => format!("--keep with the keep map {}", plan.variant),
+        });
+    }
+    for (diff, flag) in others {
+        diffs.push(diff);
+        flags.push(flag);
     }
     if diffs.is_empty() {
         return Ok(());

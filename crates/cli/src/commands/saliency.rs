@@ -215,7 +215,7 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     // Every map is built before any file is written: a failing K leaves no partial output.
     let mut out = std::io::stdout().lock();
     // A path written as a directory (`maps/`) is one too, existing or not.
-    let dir_like = a.output.as_os_str().to_string_lossy().ends_with(std::path::MAIN_SEPARATOR);
+    let dir_like = a.output.as_os_str().to_string_lossy().ends_with(std::path::is_separator);
     let into_dir = maps.len() > 1 || a.output.is_dir() || dir_like;
     if into_dir {
         std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;

@@ -216,13 +216,14 @@ pub(crate) fn missing_layers(sorted: &[u32]) -> Option<(u32, String)> {
     let mut listed = Vec::new();
     let mut total = 0u64;
     for w in sorted.windows(2) {
-        for id in w[0].saturating_add(1)..w[1] {
-            total += 1;
-            first.get_or_insert(id);
-            if listed.len() < LISTED {
-                listed.push(id.to_string());
-            }
+        let gap = w[0].saturating_add(1)..w[1];
+        if gap.is_empty() {
+            continue;
         }
+        total += u64::from(w[1] - w[0] - 1);
+        first.get_or_insert(gap.start);
+        // Only the ids still to be listed are visited: a gap of billions costs nothing.
+        listed.extend(gap.take(LISTED - listed.len()).map(|id| id.to_string()));
     }
     let words = match total {
         1 => format!("layer {}", listed[0]),
@@ -264,6 +265,8 @@ mod tests {
         assert_eq!(missing_layers(&[0, 2, 5]), Some((1, "layers 1, 3, 4".into())));
         let many = "layers 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ... (99 in all)";
         assert_eq!(missing_layers(&[0, 100]), Some((1, many.into())));
+        let huge = "layers 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ... (4000000000 in all)";
+        assert_eq!(missing_layers(&[0, 4_000_000_001]), Some((1, huge.into())));
     }
 
     #[test]

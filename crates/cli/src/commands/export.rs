@@ -36,7 +36,8 @@ pub enum ExportFormat {
     Reap,
     /// One tab-separated line per layer: `blk.<layer_id>`, kept count, kept ids, pruned ids.
     LlamaCpp,
-    /// Metadata plus `layers: [{layer_id, kept, pruned}]`.
+    /// Metadata (with `budget: {total, floor, scale}` for a budget map, else null) plus
+    /// `layers: [{layer_id, kept, pruned}]`.
     Json,
 }
 
@@ -94,6 +95,8 @@ fn render(map: &KeepMap, format: ExportFormat) -> Vec<u8> {
                 "k": map.k,
                 "num_experts": map.num_experts,
                 "stats_sha256": map.stats_sha256,
+                // A budget map: its total, per-layer floor and scale (`k` is then nominal).
+                "budget": map.budget,
                 "layers": layers,
             });
             let mut v = serde_json::to_vec_pretty(&v).expect("JSON values serialize");
@@ -145,6 +148,12 @@ mod tests {
         assert_eq!(v["layers"][0], serde_json::json!({"layer_id": 1, "kept": [0, 2], "pruned": [1, 3]}));
         assert_eq!(v["num_experts"], 4);
         assert_eq!(v["label"], "frequency@2");
+        assert!(v["budget"].is_null());
+        // A budget map says so, with its floor and scale.
+        let mut m = map();
+        m.budget = Some(saliency::Budget { total: 4, floor: 1, scale: saliency::BudgetScale::Share });
+        let v: serde_json::Value = serde_json::from_slice(&render(&m, ExportFormat::Json)).unwrap();
+        assert_eq!(v["budget"], serde_json::json!({"total": 4, "floor": 1, "scale": "share"}));
     }
 
     #[test]

@@ -326,11 +326,7 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
 }
 
 fn import_err(path: &Path, line: Option<usize>, message: String) -> TraceError {
-    let location = match line {
-        Some(n) => format!("{}:{n}", path.display()),
-        None => path.display().to_string(),
-    };
-    TraceError::Import { format: "esft", location, message }
+    super::import_err("esft", path, line, message)
 }
 
 #[cfg(test)]

@@ -63,7 +63,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
     let shape = v.shape();
-    let map = match &a.keep {
+    let (map, keep) = match &a.keep {
         Some(p) => {
             let map = read_keep(p).with_context(|| {
                 format!(
@@ -72,49 +72,17 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
                 )
             })?;
             check_map_fits(&map, &v, p)?;
-            Some(map)
+            let keep = Keep::from_layers(&shape, &map.layers).with_context(|| format!("keep map {}", p.display()))?;
+            (Some(map), keep)
         }
-        None => None,
-    };
-    let keep = match (&map, &a.keep) {
-        (Some(map), Some(p)) => {
-            Keep::from_layers(&shape, &map.layers).with_context(|| format!("keep map {}", p.display()))?
-        }
-        _ => Keep::full(&shape),
+        None => (None, Keep::full(&shape)),
     };
     let (layer_caps, made_with) = match a.layer_caps.as_deref().map(parse_layer_caps).transpose()? {
         Some((caps, made_with)) => (Some(caps), made_with),
         None => (None, None),
     };
-    if let Some(plan) = made_with {
-        let ours = PlanSettings {
-            policy: a.policy.to_string(),
-            k_used: Some(a.k_used.unwrap_or(shape.top_k)),
-            warmup: Some(a.warmup),
-            variant: map.as_ref().map_or_else(|| "full".to_string(), KeepMap::label),
-            keep_layers: map.as_ref().map(|m| m.layers.clone()),
-        };
-        // `plan` replays with the defaults of everything else.
-        let d = ReplayConfig::new(a.policy, 1);
-        let mut others: Vec<(String, String)> = Vec::new();
-        if a.lambda != d.lambda {
-            others.push((format!("lambda {} (here {})", d.lambda, a.lambda), format!("--lambda {}", d.lambda)));
-        }
-        if a.decay != d.decay {
-            others.push((format!("decay {} (here {})", d.decay, a.decay), format!("--decay {}", d.decay)));
-        }
-        if a.near_pick_n != d.near_pick_n {
-            let (n, here) = (d.near_pick_n, a.near_pick_n);
-            others.push((format!("near_pick_n {n} (here {here})"), format!("--near-pick-n {n}")));
-        }
-        if a.semantics != d.semantics {
-            let (sem, here) = (d.semantics, a.semantics);
-            others.push((format!("semantics {sem} (here {here})"), format!("--semantics {sem}")));
-        }
-        if a.reset_at_sequence {
-            others.push(("no reset at sequence starts (here one)".into(), "(and drop --reset-at-sequence)".into()));
-        }
-        check_plan_settings(a.layer_caps.as_deref().unwrap_or_default(), &plan, &ours, others)?;
+    if let (Some(plan), Some(path)) = (made_with, a.layer_caps.as_deref()) {
+        check_plan_settings(path, &plan, a, shape.top_k, map.as_ref())?;
     }
     // With per-layer caps and no --cap, the base cap is the smallest of them (validated likewise).
     let cap = a.cap.or_else(|| layer_caps.as_ref().and_then(|c| c.iter().copied().min())).unwrap_or(0);
@@ -204,8 +172,8 @@ fn read_keep(p: &Path) -> Result<KeepMap> {
 }
 
 /// The settings a plan was made with, as `moe-offload plan` records them (a plan written before
-/// it recorded k_used and warmup has neither).
-#[derive(Debug, PartialEq)]
+/// it recorded k_used, warmup and its keep map has none of them).
+#[derive(Debug)]
 struct PlanSettings {
     policy: String,
     k_used: Option<usize>,
@@ -247,44 +215,65 @@ fn parse_layer_caps(s: &str) -> Result<(Vec<usize>, Option<PlanSettings>)> {
 }
 
 /// Refuses to replay a plan's caps under settings other than the plan's own: the figures would
-/// silently differ from the ones the plan printed. Names each difference and the flags that
-/// reproduce the plan. `others`: this replay's settings that `plan` does not use (it replays
-/// with their defaults), each as (difference, flag that restores the plan's).
+/// silently differ from the ones the plan printed. Compares the plan's recorded policy, k_used,
+/// warmup and keep map (`map`: this replay's, `None` for every expert kept; `top_k`: the trace's,
+/// the default k_used), and the settings `plan` leaves at their defaults; names each difference
+/// and the flag that restores the plan's.
 fn check_plan_settings(
     path: &str,
     plan: &PlanSettings,
-    ours: &PlanSettings,
-    others: Vec<(String, String)>,
+    a: &ReplayArgs,
+    top_k: usize,
+    map: Option<&KeepMap>,
 ) -> Result<()> {
     let mut diffs = Vec::new();
     let mut flags = Vec::new();
-    if plan.policy != ours.policy {
-        diffs.push(format!("policy {} (here {})", plan.policy, ours.policy));
-        flags.push(format!("--policy {}", plan.policy));
-    }
-    if let Some(k) = plan.k_used.filter(|&k| Some(k) != ours.k_used) {
-        diffs.push(format!("k_used {k} (here {})", ours.k_used.unwrap_or_default()));
-        flags.push(format!("--k-used {k}"));
-    }
-    if let Some(w) = plan.warmup.filter(|&w| Some(w) != ours.warmup) {
-        diffs.push(format!("warmup {w} (here {})", ours.warmup.unwrap_or_default()));
-        flags.push(format!("--warmup {w}"));
-    }
-    let other_map = match (&plan.keep_layers, &ours.keep_layers) {
-        (Some(p), Some(o)) => p != o,
-        _ => plan.variant != ours.variant,
-    };
-    if other_map {
-        diffs.push(format!("keep map {} (here {})", plan.variant, ours.variant));
-        // A plan written before plans recorded their keep map names it only.
-        flags.push(match plan.keep_layers {
-            Some(_) => format!("--keep {path}"),
-            None => format!("--keep with the keep map {}", plan.variant),
-        });
-    }
-    for (diff, flag) in others {
+    let mut differs = |diff: String, flag: String| {
         diffs.push(diff);
         flags.push(flag);
+    };
+    let policy = a.policy.to_string();
+    if plan.policy != policy {
+        differs(format!("policy {} (here {policy})", plan.policy), format!("--policy {}", plan.policy));
+    }
+    let k_used = a.k_used.unwrap_or(top_k);
+    if let Some(k) = plan.k_used.filter(|&k| k != k_used) {
+        differs(format!("k_used {k} (here {k_used})"), format!("--k-used {k}"));
+    }
+    if let Some(w) = plan.warmup.filter(|&w| w != a.warmup) {
+        differs(format!("warmup {w} (here {})", a.warmup), format!("--warmup {w}"));
+    }
+    let variant = map.map_or_else(|| "full".to_string(), KeepMap::label);
+    let other_map = match (&plan.keep_layers, map) {
+        (Some(p), Some(m)) => *p != m.layers,
+        _ => plan.variant != variant,
+    };
+    if other_map {
+        // A plan written before plans recorded their keep map names it only.
+        let flag = match plan.keep_layers {
+            Some(_) => format!("--keep {path}"),
+            None => format!("--keep with the keep map {}", plan.variant),
+        };
+        differs(format!("keep map {} (here {variant})", plan.variant), flag);
+    }
+    // `plan` replays with the defaults of everything else.
+    let d = ReplayConfig::new(a.policy, 1);
+    if a.lambda != d.lambda {
+        differs(format!("lambda {} (here {})", d.lambda, a.lambda), format!("--lambda {}", d.lambda));
+    }
+    if a.decay != d.decay {
+        differs(format!("decay {} (here {})", d.decay, a.decay), format!("--decay {}", d.decay));
+    }
+    if a.near_pick_n != d.near_pick_n {
+        let (n, here) = (d.near_pick_n, a.near_pick_n);
+        differs(format!("near_pick_n {n} (here {here})"), format!("--near-pick-n {n}"));
+    }
+    if a.semantics != d.semantics {
+        let (sem, here) = (d.semantics, a.semantics);
+        differs(format!("semantics {sem} (here {here})"), format!("--semantics {sem}"));
+    }
+    if a.reset_at_sequence {
+        differs("no reset at sequence starts (here one)".into(), "(and drop --reset-at-sequence)".into());
     }
     if diffs.is_empty() {
         return Ok(());

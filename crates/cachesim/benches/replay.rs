@@ -21,7 +21,20 @@ mod common;
 use std::time::Duration;
 
 use cachesim::{Keep, Policy, ReplayConfig};
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+
+/// A benchmark group with this file's timing: 10 samples, 0.5 s warm-up, 4 s of measurement.
+fn timed_group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(4));
+    group
+}
+
+/// A rayon pool of one thread: layers replay one after the other, so throughput is per core.
+fn one_core_pool() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool")
+}
 
 fn bench_replay(c: &mut Criterion) {
     let s = common::BENCH_TRACE;
@@ -31,9 +44,8 @@ fn bench_replay(c: &mut Criterion) {
     let full = Keep::full(&shape);
     let pruned = Keep::from_layers(&shape, &common::random_keep(common::BENCH_SEED, s.layers, s.num_experts, 0.6, 256))
         .expect("valid keep");
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
-    let mut group = c.benchmark_group("replay");
-    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(4));
+    let pool = one_core_pool();
+    let mut group = timed_group(c, "replay");
     let lru12 = ReplayConfig { lambda: 0.12, ..ReplayConfig::new(Policy::Lru, 128) };
     let mut configs: Vec<(String, ReplayConfig, &Keep)> =
         Policy::ALL.iter().map(|&p| (format!("{p}/lambda0"), ReplayConfig::new(p, 128), &full)).collect();
@@ -57,8 +69,7 @@ fn bench_floor(c: &mut Criterion) {
     let s = common::BENCH_TRACE;
     let tokens = s.layers * s.tokens;
     let picks = (tokens * s.top_k) as u64;
-    let mut group = c.benchmark_group("floor");
-    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(4));
+    let mut group = timed_group(c, "floor");
     group.throughput(Throughput::Elements(picks));
 
     // s <- d*s for 512 experts once per token, as the replay's decay does.
@@ -99,12 +110,11 @@ fn bench_floor(c: &mut Criterion) {
     group.finish();
 
     // inv_router itself on those scores: its exp memo turns itself off.
-    let mut group = c.benchmark_group("replay");
-    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(4));
+    let mut group = timed_group(c, "replay");
     group.throughput(Throughput::Elements(picks));
     let keep = Keep::full(&view.shape());
     let cfg = ReplayConfig::new(Policy::InvRouter, 128);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
+    let pool = one_core_pool();
     group.bench_function("inv_router/lambda0/continuous", |b| {
         b.iter(|| pool.install(|| cachesim::replay(&view, &keep, &cfg).expect("valid config")))
     });

@@ -200,9 +200,48 @@ fn sharded_sweep_merges_to_the_same_bytes() {
     }
     let e = fails(&["sweep", "--shard", "3/3"]);
     assert!(e.contains("need 0 <= I < N"), "{e}");
-    // An unsharded output among the shards is refused, naming its directory.
+    // An unsharded output among the shards is refused, naming its directory; so is a missing shard.
     let e = fails(&["sweep", "merge", s(&shards[0]), s(&shards[1]), s(&whole), "-o", s(&dir.path().join("m"))]);
-    assert!(e.contains("output 2 is not a shard") && e.contains(&format!("output 2 = {}", whole.display())), "{e}");
+    assert!(e.contains(&format!("{} is not a shard output", whole.display())), "{e}");
+    let e = fails(&["sweep", "merge", s(&shards[0]), s(&shards[2]), "-o", s(&dir.path().join("m"))]);
+    assert!(e.contains("cannot merge: shard 1/3 missing (2 outputs given)"), "{e}");
+    assert!(!dir.path().join("m").exists());
+}
+
+/// The keep-map file a grid names is hashed into each shard's provenance (named as the grid wrote
+/// it): shards that read different copies of it are refused, naming the file and the shard.
+#[test]
+fn shards_that_read_different_keep_map_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    synth(&root.join("c.safetensors"), [2, 16, 2, 4, 300], &["--seed", "1"]);
+    synth(&root.join("h.safetensors"), [2, 16, 2, 4, 200], &["--seed", "2"]);
+    ok_in(root, &["stats", "c.safetensors", "-o", "stats.json"]);
+    let grid = r#"{"traces": {"in_sample": "c.safetensors", "out_of_sample": "h.safetensors"},
+        "variants": ["full", "file:keep.json"], "warmup": 8,
+        "blocks": [{"policies": ["lru", "belady"], "cap": [2, 4]}]}"#;
+    std::fs::write(root.join("grid.json"), grid).unwrap();
+    let shard = |i: usize, k: &str, out: &str| {
+        ok_in(root, &["keep", "stats.json", "--metric", "frequency", "--k", k, "-o", "keep.json"]);
+        ok_in(root, &["sweep", "grid.json", "--shard", &format!("{i}/2"), "-o", out]);
+    };
+    shard(0, "8", "s0");
+    shard(1, "8", "s1");
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("s0/results.json")).unwrap()).unwrap();
+    let sha = trace_io::sha256_file(root.join("keep.json")).unwrap();
+    assert_eq!(results["provenance"]["files"], serde_json::json!([{"source": "keep.json", "sha256": sha}]));
+    ok_in(root, &["sweep", "merge", "s0", "s1", "-o", "merged"]);
+    shard(1, "12", "s1b");
+    let out = run(&["sweep", "merge", s(&root.join("s0")), s(&root.join("s1b")), "-o", s(&root.join("m"))]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    let other = trace_io::sha256_file(root.join("keep.json")).unwrap();
+    let expect = format!(
+        "cannot merge: {} (shard 1/2) is not from the same grid and inputs as {}: its file keep.json differs (SHA-256): {sha} vs {other}",
+        root.join("s1b").display(),
+        root.join("s0").display()
+    );
+    assert!(!out.status.success() && e.contains(&expect), "{e}");
 }
 
 /// A grid with relative paths gives the same results.json from any working directory (paths are

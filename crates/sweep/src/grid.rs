@@ -240,6 +240,21 @@ impl Grid {
         g
     }
 
+    /// The files the grid names besides its traces, in grid order without repeats: the keep maps
+    /// of `file:PATH` variants, then every block's `layer_caps` files. Their SHA-256 go into a
+    /// sweep's provenance, so that `sweep merge` refuses shards that read different copies.
+    pub fn files(&self) -> Vec<PathBuf> {
+        let maps = self.variants.iter().filter_map(|v| v.strip_prefix("file:")).map(PathBuf::from);
+        let caps = self.blocks.iter().flat_map(|b| b.layer_caps.iter().cloned());
+        let mut files: Vec<PathBuf> = Vec::new();
+        for f in maps.chain(caps) {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+        files
+    }
+
     /// Resolves the device profiles.
     ///
     /// Profile names label the cost columns (`tok_s@NAME@BW`), so they must be unique, and a full

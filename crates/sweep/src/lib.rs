@@ -14,6 +14,7 @@
 
 mod cost;
 mod grid;
+mod merge;
 mod output;
 pub mod plan;
 mod run;

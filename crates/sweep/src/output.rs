@@ -18,6 +18,10 @@ pub struct Provenance {
     pub out_of_sample: InputRef,
     /// SHA-256 of the in-sample statistics the metric variants came from.
     pub stats_sha256: String,
+    /// The other files the grid names ([`Grid::files`]: keep maps, per-layer caps), each with its
+    /// path as the grid wrote it and its SHA-256; absent from the JSON when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<InputRef>,
 }
 
 /// A reference to an input file.
@@ -99,58 +103,6 @@ impl SweepOutput {
     pub fn read(path: &Path) -> Result<SweepOutput> {
         let bytes = std::fs::read(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
         serde_json::from_slice(&bytes).map_err(|source| SweepError::Json { path: path.into(), source })
-    }
-
-    /// Joins the outputs of every shard of one sweep into the output of the unsharded run
-    /// (byte-identical once written).
-    ///
-    /// # Errors
-    /// [`SweepError::Merge`] when an output is not a shard, the shards disagree on their count
-    /// or provenance (grid, inputs), an index is repeated or missing, or a key appears twice.
-    pub fn merge(parts: Vec<SweepOutput>) -> Result<SweepOutput> {
-        let bad = |reason: String| Err(SweepError::Merge { reason });
-        let Some(first) = parts.first() else { return bad("no shard outputs given".into()) };
-        let Some(Shard { count, .. }) = first.shard else {
-            return bad("output 0 is not a shard (no `shard` field)".into());
-        };
-        let mut seen = vec![false; count];
-        for (i, p) in parts.iter().enumerate() {
-            let Some(sh) = p.shard else { return bad(format!("output {i} is not a shard")) };
-            if sh.count != count || sh.index >= count {
-                return bad(format!("output {i} is shard {}/{}, expected a shard of {count}", sh.index, sh.count));
-            }
-            if std::mem::replace(&mut seen[sh.index], true) {
-                return bad(format!("shard {}/{count} given twice", sh.index));
-            }
-            let (a, b) = (&first.provenance, &p.provenance);
-            let differs = [
-                ("tool version", a.tool_version == b.tool_version),
-                ("in-sample trace (SHA-256)", a.in_sample.sha256 == b.in_sample.sha256),
-                ("out-of-sample trace (SHA-256)", a.out_of_sample.sha256 == b.out_of_sample.sha256),
-                ("in-sample statistics (SHA-256)", a.stats_sha256 == b.stats_sha256),
-                ("grid", a.grid == b.grid),
-                (
-                    "trace paths",
-                    a.in_sample.source == b.in_sample.source && a.out_of_sample.source == b.out_of_sample.source,
-                ),
-            ];
-            if let Some((what, _)) = differs.iter().find(|(_, same)| !same) {
-                return bad(format!(
-                    "output {i} (shard {}/{count}) differs from output 0 in its {what}: not the same grid and inputs",
-                    sh.index
-                ));
-            }
-        }
-        if let Some(missing) = seen.iter().position(|s| !s) {
-            return bad(format!("shard {missing}/{count} is missing"));
-        }
-        let provenance = first.provenance.clone();
-        let mut rows: Vec<Row> = parts.into_iter().flat_map(|p| p.rows).collect();
-        rows.sort_by(|a, b| a.config.cmp(&b.config).then(a.sample.cmp(&b.sample)));
-        if let Some(w) = rows.windows(2).find(|w| w[0].config == w[1].config && w[0].sample == w[1].sample) {
-            return bad(format!("configuration {} ({}) appears in two shards", w[0].key, w[0].sample.as_str()));
-        }
-        Ok(SweepOutput { provenance, shard: None, rows })
     }
 }
 

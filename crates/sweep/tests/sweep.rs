@@ -224,23 +224,99 @@ fn shards_merge_into_the_unsharded_output() {
         p.shard(shard).unwrap();
         SweepOutput { provenance: provenance.clone(), shard: Some(shard), rows: p.run(&a.view(), &b.view(), &|_| {}) }
     };
-    let parts: Vec<SweepOutput> = (0..3).rev().map(|i| shard(i, 3)).collect();
-    assert_eq!(parts.iter().map(|p| p.rows.len()).sum::<usize>(), whole.rows.len());
-    assert!(parts.iter().all(|p| !p.rows.is_empty()));
+    // Named as `sweep merge` names them, by directory; given in any order.
+    let named = |p: &SweepOutput| (format!("out/shard-{}", p.shard.unwrap().index), p.clone());
+    let parts: Vec<(String, SweepOutput)> = (0..3).rev().map(|i| named(&shard(i, 3))).collect();
+    assert_eq!(parts.iter().map(|(_, p)| p.rows.len()).sum::<usize>(), whole.rows.len());
+    assert!(parts.iter().all(|(_, p)| !p.rows.is_empty()));
     let merged = SweepOutput::merge(parts.clone()).unwrap();
     assert_eq!(serde_json::to_vec_pretty(&merged).unwrap(), serde_json::to_vec_pretty(&whole).unwrap());
     assert_eq!(merged.csv(), whole.csv());
 
-    let e = SweepOutput::merge(parts[..2].to_vec()).unwrap_err();
-    assert!(e.to_string().contains("shard 0/3 is missing"), "{e}");
-    let e = SweepOutput::merge(vec![parts[0].clone(), parts[0].clone(), parts[1].clone()]).unwrap_err();
-    assert!(e.to_string().contains("given twice"), "{e}");
-    let mut other = parts[1].clone();
-    other.provenance.stats_sha256 = "different".into();
-    let e = SweepOutput::merge(vec![parts[0].clone(), other, parts[2].clone()]).unwrap_err();
-    assert!(e.to_string().contains("differs from output 0 in its in-sample statistics (SHA-256)"), "{e}");
-    let e = SweepOutput::merge(vec![whole]).unwrap_err();
-    assert!(e.to_string().contains("not a shard"), "{e}");
+    // parts[0] is shard 2, parts[1] shard 1, parts[2] shard 0.
+    let merge_err = |parts: Vec<(String, SweepOutput)>| SweepOutput::merge(parts).unwrap_err().to_string();
+    let with = |i: usize, edit: &dyn Fn(&mut SweepOutput)| {
+        let mut v = parts.clone();
+        edit(&mut v[i].1);
+        v
+    };
+    let renamed = |i: usize, name: &str| {
+        let mut v = parts.clone();
+        v[i].0 = name.into();
+        v
+    };
+    let files = |sha: &str| vec![sweep::InputRef { source: "keep.json".into(), sha256: sha.into() }];
+    let check = |parts: Vec<(String, SweepOutput)>, expect: &str| {
+        let e = merge_err(parts);
+        assert_eq!(e, format!("cannot merge: {expect}"));
+    };
+    let same_as = "is not from the same grid and inputs as out/shard-2";
+    let cases: Vec<(Vec<(String, SweepOutput)>, String)> = vec![
+        (parts[..2].to_vec(), "shard 0/3 missing (2 outputs given)".into()),
+        (parts[..1].to_vec(), "shards 0/3, 1/3 missing (1 output given)".into()),
+        (
+            vec![parts[0].clone(), parts[1].clone(), (parts[1].0.clone() + "-again", parts[1].1.clone())],
+            "shard 1/3 given twice: out/shard-1 and out/shard-1-again".into(),
+        ),
+        (
+            with(1, &|p| p.provenance.stats_sha256 = "different".into()),
+            format!("out/shard-1 (shard 1/3) {same_as}: its in-sample statistics (SHA-256) differs: s vs different"),
+        ),
+        (
+            with(2, &|p| p.provenance.out_of_sample.sha256 = "1".into()),
+            format!("out/shard-0 (shard 0/3) {same_as}: its out-of-sample trace (SHA-256) differs: 0 vs 1"),
+        ),
+        (
+            with(1, &|p| p.provenance.tool_version = "0.9".into()),
+            format!("out/shard-1 (shard 1/3) {same_as}: its tool version differs: test vs 0.9"),
+        ),
+        (
+            with(1, &|p| p.provenance.files = files("aa")),
+            format!("out/shard-1 (shard 1/3) {same_as}: its grid also names the file keep.json"),
+        ),
+        (
+            with(0, &|p| p.provenance.files = files("aa")),
+            format!("out/shard-1 (shard 1/3) {same_as}: its grid does not name the file keep.json"),
+        ),
+        (
+            with(1, &|p| p.provenance.grid.warmup += 1),
+            format!("out/shard-1 (shard 1/3) {same_as}: its grid differs (field warmup)"),
+        ),
+        (
+            with(2, &|p| p.provenance.in_sample.source = "elsewhere/a".into()),
+            format!("out/shard-0 (shard 0/3) {same_as}: its in-sample trace path differs: a vs elsewhere/a"),
+        ),
+        (
+            with(1, &|p| p.shard = Some(Shard { index: 1, count: 4 })),
+            "out/shard-1 is shard 1/4, but out/shard-2 is a shard of 3: not the same split".into(),
+        ),
+        (
+            vec![("whole".into(), whole.clone()), parts[0].clone()],
+            "whole is not a shard output (no `shard` field: a whole or merged sweep)".into(),
+        ),
+        (
+            vec![parts[0].clone(), parts[1].clone(), parts[2].clone(), ("whole".into(), whole.clone())],
+            "whole is not a shard output (no `shard` field: a whole or merged sweep)".into(),
+        ),
+        (vec![], "no shard outputs given".into()),
+    ];
+    for (parts, expect) in cases {
+        check(parts, &expect);
+    }
+    // The same file with different bytes: the message gives both hashes.
+    let mut two = with(0, &|p| p.provenance.files = files("aa"));
+    two[1].1.provenance.files = files("bb");
+    two[2].1.provenance.files = files("aa");
+    check(two, &format!("out/shard-1 (shard 1/3) {same_as}: its file keep.json differs (SHA-256): aa vs bb"));
+    // A row of shard 1 also in shard 0 (a hand-edited or mislabelled output) is named with both.
+    let mut dup = parts.clone();
+    let row = dup[1].1.rows[0].clone();
+    dup[2].1.rows.push(row.clone());
+    check(dup, &format!("configuration {} ({}) is in both out/shard-1 and out/shard-0", row.key, row.sample.as_str()));
+    // Named outputs in another order merge to the same bytes.
+    let mut shuffled = renamed(0, "elsewhere/s2");
+    shuffled.swap(0, 2);
+    assert_eq!(SweepOutput::merge(shuffled).unwrap(), merged);
 }
 
 #[test]
@@ -355,5 +431,6 @@ fn provenance(g: &Grid) -> sweep::Provenance {
         in_sample: sweep::InputRef { source: "a".into(), sha256: "0".into() },
         out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
         stats_sha256: "s".into(),
+        files: Vec::new(),
     }
 }

@@ -297,6 +297,7 @@ mod tests {
                 in_sample: InputRef { source: "calib".into(), sha256: "0".into() },
                 out_of_sample: InputRef { source: "heldout".into(), sha256: "0".into() },
                 stats_sha256: p.stats.sha256(),
+                files: Vec::new(),
             },
             shard: None,
             rows: p.run(&calib.view(), &heldout.view(), &|_| {}),

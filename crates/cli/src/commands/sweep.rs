@@ -66,12 +66,11 @@ fn parse_shard(s: &str) -> std::result::Result<sweep::Shard, String> {
 /// Runs `sweep` or `sweep merge`.
 pub fn run(a: &SweepArgs) -> Result<()> {
     if let Some(MergeCmd::Merge { shards, output }) = &a.merge {
-        let parts = shards.iter().map(|d| SweepOutput::read(&d.join("results.json"))).collect::<Result<Vec<_>, _>>()?;
-        let merged = SweepOutput::merge(parts).with_context(|| {
-            let named: Vec<String> =
-                shards.iter().enumerate().map(|(i, d)| format!("output {i} = {}", d.display())).collect();
-            format!("merging {}", named.join(", "))
-        })?;
+        let parts = shards
+            .iter()
+            .map(|d| Ok((d.display().to_string(), SweepOutput::read(&d.join("results.json"))?)))
+            .collect::<Result<Vec<_>, sweep::SweepError>>()?;
+        let merged = SweepOutput::merge(parts)?;
         merged.write(output)?;
         let mut out = std::io::stdout().lock();
         writeln!(out, "merged {} shards, {} rows; results in {}\n", shards.len(), merged.rows.len(), output.display())?;
@@ -132,6 +131,16 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     let ins = TraceInput { view: calib.0.view(), source: &calib_src, sha256: &calib.1 };
     let oos = TraceInput { view: heldout.0.view(), source: &heldout_src, sha256: &heldout.1 };
     let mut prepared = sweep::prepare(&grid, &ins, &oos)?;
+    // The keep maps and per-layer caps the grid names, hashed after prepare read (and
+    // validated) them, named as the grid wrote them.
+    let files = grid
+        .files()
+        .iter()
+        .zip(recorded.files())
+        .map(|(path, written)| {
+            Ok(InputRef { source: written.display().to_string(), sha256: trace_io::sha256_file(path)? })
+        })
+        .collect::<Result<Vec<_>, trace_io::TraceError>>()?;
     if let Some(shard) = a.shard {
         prepared.shard(shard)?;
     }
@@ -154,6 +163,7 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             in_sample: InputRef { source: calib_src.clone(), sha256: calib.1.clone() },
             out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
             stats_sha256: prepared.stats.sha256(),
+            files,
         },
         shard: a.shard,
         rows,

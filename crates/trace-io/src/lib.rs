@@ -22,12 +22,16 @@
 #[cfg(target_endian = "big")]
 compile_error!("trace-io assumes a little-endian target (safetensors stores little-endian data)");
 
+mod atomic;
 mod error;
+mod extent;
 mod file;
 pub mod import;
 mod lookahead;
 mod meta;
 pub mod real_data;
+#[cfg(unix)]
+mod sigbus;
 pub mod summary;
 pub mod synth;
 mod view;
@@ -38,7 +42,8 @@ pub use file::TraceFile;
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
-pub use write::{write_atomic, write_trace};
+pub use atomic::{OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic};
+pub use write::write_trace;
 
 /// Hex SHA-256 of a byte string (used for provenance of inputs and statistics).
 pub fn sha256_hex(bytes: &[u8]) -> String {

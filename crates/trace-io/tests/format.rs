@@ -137,7 +137,13 @@ fn hostile_files_are_refused_with_typed_errors() {
     // Truncated data.
     let p = dir.path().join("truncated.safetensors");
     std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    let n = bytes.len() as u64;
+    let e = open_err(&p);
+    assert!(
+        matches!(&e, TraceError::Extent { tensor, expected, problem, .. }
+            if tensor == "ids" && expected.end == n && problem.contains(&format!("the file ends at byte {}", n - 3))),
+        "{e}"
+    );
     // Header length longer than the file.
     let p = dir.path().join("header.safetensors");
     let mut b = bytes.clone();
@@ -415,7 +421,12 @@ fn tensor_geometry_violations_are_refused() {
         serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12)}),
         &[0u8; 16],
     );
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    let e = open_err(&p);
+    assert!(
+        matches!(&e, TraceError::Extent { tensor, data_offsets, problem, .. }
+            if tensor == "ids" && *data_offsets == (0..12) && problem.contains("belong to no tensor")),
+        "{e}"
+    );
     // Overlapping tensors.
     raw_file(
         &p,
@@ -572,7 +583,21 @@ fn negative_norms_and_absurd_dimensions_are_refused() {
 fn a_directory_is_refused_as_one() {
     let dir = tempfile::tempdir().unwrap();
     let e = open_err(dir.path());
-    assert!(e.to_string().contains("a directory, not a trace file"), "{e}");
+    assert!(e.to_string().contains("a directory, not a regular file"), "{e}");
+}
+
+#[cfg(unix)]
+#[test]
+fn fifos_and_devices_are_refused_before_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Opening a FIFO for reading blocks until a writer comes: this returns at once instead.
+    let e = open_err(&fifo);
+    assert!(e.to_string().contains("a FIFO (named pipe), not a regular file"), "{e}");
+    let e = open_err(std::path::Path::new("/dev/null"));
+    assert!(e.to_string().contains("a device, not a regular file"), "{e}");
 }
 
 #[test]

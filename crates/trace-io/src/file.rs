@@ -173,7 +173,7 @@ impl TraceFile {
 /// FIFOs, devices, sockets and directories before opening: opening a FIFO blocks until a writer
 /// comes. The file is opened non-blocking on Unix and checked again, so a path swapped in between
 /// is refused too.
-fn open_regular(path: &Path) -> Result<File> {
+pub(crate) fn open_regular(path: &Path) -> Result<File> {
     let refuse = |t: std::fs::FileType| -> Result<File> {
         Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,

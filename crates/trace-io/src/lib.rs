@@ -52,7 +52,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Hex SHA-256 of a file's bytes, streamed.
+/// Hex SHA-256 of a file's bytes, streamed. Only a regular file is read (a FIFO would block).
 ///
 /// # Errors
 /// [`TraceError::File`] around the I/O error.
@@ -60,7 +60,7 @@ pub fn sha256_file(path: impl AsRef<std::path::Path>) -> Result<String> {
     use sha2::Digest;
     let path = path.as_ref();
     let inner = || -> Result<String> {
-        let mut f = std::fs::File::open(path)?;
+        let mut f = file::open_regular(path)?;
         let mut h = sha2::Sha256::new();
         std::io::copy(&mut f, &mut h)?;
         Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())

@@ -99,6 +99,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     }
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
+    super::require_tokens(&v, &a.trace)?;
     let keep = open_keep(a.keep.as_ref(), &v)?;
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, reset_at_sequence: false };
     let c = curve(&v, &keep, a.policy, &base, a.caps)?;
@@ -215,6 +216,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
+    super::require_tokens(&cv, &a.in_sample)?;
+    super::require_tokens(&hv, &a.out_of_sample)?;
     let (cm, hm) = (cv.meta(), hv.meta());
     if cm.num_experts != hm.num_experts || cm.layer_ids != hm.layer_ids {
         bail!("the in-sample and out-of-sample traces have different shapes (E, layers)");

@@ -62,6 +62,7 @@ pub struct ReplayArgs {
 pub fn run(a: &ReplayArgs) -> Result<()> {
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
+    super::require_tokens(&v, &a.trace)?;
     let shape = v.shape();
     let (map, keep) = match &a.keep {
         Some(p) => {

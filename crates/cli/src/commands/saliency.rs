@@ -172,9 +172,12 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     }
     let trace = a.trace.as_ref().context("a trace or --reap-agg is required")?;
     let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
+    let working = crate::progress::working("stats: validating, hashing and counting");
     let f = TraceFile::open(trace)?;
+    super::require_tokens(&f.view(), trace)?;
     let sha = trace_io::sha256_file(trace)?;
     let stats = Stats::from_trace(&f.view(), trace.display().to_string(), sha);
+    working.finish();
     stats.write_json(output)?;
     writeln!(
         out,
@@ -298,6 +301,7 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
     let (stats, trace) = match &heldout {
         Heldout::Trace(f) => {
             let view = f.view();
+            super::require_tokens(&view, &a.heldout)?;
             (Stats::from_trace(&view, a.heldout.display().to_string(), String::new()), Some(view))
         }
         Heldout::Stats(s) => (s.clone(), None),

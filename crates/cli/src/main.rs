@@ -41,7 +41,7 @@ fn on_interrupt_remove_temporaries() {
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 let n = trace_io::remove_temporaries();
-                progress::status!("\ninterrupted: nothing written ({n} temporary outputs removed)");
+                progress::status!("\ninterrupted: nothing written (temporary outputs removed: {n})");
                 std::process::exit(128 + sig);
             }
         });

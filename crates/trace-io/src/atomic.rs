@@ -220,17 +220,22 @@ pub struct OutputSet {
     /// Locks held: the target directory's, and the staging directory's (marks it in use).
     _locks: [File; 2],
     written: Vec<String>,
+    /// Whether [`OutputSet::begin`] created the target (removed again when nothing is committed).
+    created: bool,
+    committed: bool,
 }
 
 impl OutputSet {
     /// Locks `target` (a directory, created with its missing parents) and creates an empty staging
-    /// directory beside it, after removing stale temporaries there.
+    /// directory beside it, after removing stale temporaries there. A target created here is
+    /// removed again when the set is dropped without a commit (if it is still empty).
     ///
     /// # Errors
     /// [`io::ErrorKind::ResourceBusy`] when another process is writing `target` (naming its process
     /// id and command line where the system tells them); [`io::ErrorKind::NotADirectory`] when
     /// `target` or one of its parents is a file; the I/O error of creating or locking.
     pub fn begin(target: &Path) -> io::Result<OutputSet> {
+        let created = !target.exists();
         ensure_dir(target)?;
         let target = target.canonicalize()?;
         let lock = File::open(&target)?;
@@ -258,7 +263,14 @@ impl OutputSet {
             Ok(f)
         });
         match made {
-            Ok(staging_lock) => Ok(OutputSet { target, staging, _locks: [lock, staging_lock], written: Vec::new() }),
+            Ok(staging_lock) => Ok(OutputSet {
+                target,
+                staging,
+                _locks: [lock, staging_lock],
+                written: Vec::new(),
+                created,
+                committed: false,
+            }),
             Err(e) => {
                 remove_any(&staging);
                 unregister(&staging);
@@ -272,7 +284,8 @@ impl OutputSet {
         &self.target
     }
 
-    /// The staging directory, where the files of the set are written before the commit.
+    /// The staging directory, where the files of the set are written before the commit. Files
+    /// written there directly (by another writer of the project) are part of the set too.
     pub fn staging(&self) -> &Path {
         &self.staging
     }
@@ -305,15 +318,15 @@ impl OutputSet {
     /// [`io::ErrorKind::DirectoryNotEmpty`] when the target holds a subdirectory that is not part
     /// of the set (it would have to be moved); the I/O error of linking or renaming. The target
     /// is unchanged on error.
-    pub fn commit(self) -> io::Result<()> {
+    pub fn commit(mut self) -> io::Result<()> {
         for entry in std::fs::read_dir(&self.target)? {
             let entry = entry?;
             let name = entry.file_name();
-            if self.written.iter().any(|w| name == w.as_str()) {
-                continue;
-            }
             let from = entry.path();
             let to = self.staging.join(&name);
+            if std::fs::symlink_metadata(&to).is_ok() {
+                continue; // part of the new set
+            }
             let kind = entry.file_type()?;
             if kind.is_dir() {
                 return Err(io::Error::new(
@@ -335,6 +348,7 @@ impl OutputSet {
         }
         swap(&self.staging, &self.target)?;
         // The staging path now holds the previous set (or nothing, after the fallback).
+        self.committed = true;
         Ok(())
     }
 }
@@ -343,6 +357,10 @@ impl Drop for OutputSet {
     fn drop(&mut self) {
         remove_any(&self.staging);
         unregister(&self.staging);
+        if self.created && !self.committed {
+            // Only if still empty: a directory made for an output that was never written.
+            let _ = std::fs::remove_dir(&self.target);
+        }
     }
 }
 

@@ -75,9 +75,21 @@ fn a_failure_between_files_leaves_the_previous_set_whole() {
     let e = set.write("b", |_| Err(io::Error::new(io::ErrorKind::StorageFull, "no space"))).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::StorageFull);
     drop(set);
+    assert_eq!(names(&target), ["a", "b"]);
     assert_eq!(std::fs::read(target.join("a")).unwrap(), b"old a");
     assert_eq!(std::fs::read(target.join("b")).unwrap(), b"old b");
     assert_eq!(names(dir.path()), ["out"]);
+}
+
+#[test]
+fn a_set_that_is_never_committed_leaves_no_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("new/out");
+    let mut set = OutputSet::begin(&target).unwrap();
+    set.write("a", |w| w.write_all(b"a")).unwrap();
+    drop(set);
+    assert!(!target.exists());
+    assert_eq!(names(&dir.path().join("new")), Vec::<String>::new());
 }
 
 #[test]

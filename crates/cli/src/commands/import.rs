@@ -125,6 +125,7 @@ fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
 
 /// Runs `import`.
 pub fn run(cmd: ImportCmd) -> Result<()> {
+    announce(&cmd);
     let reading = crate::progress::working("import: reading the routing logs");
     let (imported, output) = match cmd {
         ImportCmd::Counts { input, top_k, layer_ids, num_experts, output } => {
@@ -166,4 +167,24 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
         s.top_k
     )?;
     Ok(())
+}
+
+/// Says what the import reads (files and their size) before it starts.
+fn announce(cmd: &ImportCmd) {
+    let size = |paths: &[PathBuf]| paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum::<u64>();
+    match cmd {
+        ImportCmd::Esft { dir, domains, .. } => {
+            crate::progress::status!("import esft: domains {} of {}", domains.join(", "), dir.display());
+        }
+        ImportCmd::VllmRoutelog { inputs, .. } => crate::progress::status!(
+            "import vllm-routelog: {} files, {:.1} MB",
+            inputs.len(),
+            size(inputs) as f64 / 1e6
+        ),
+        ImportCmd::MixtralJsonl { input, .. } => crate::progress::status!(
+            "import mixtral-jsonl: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
+        ),
+    }
 }

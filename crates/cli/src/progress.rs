@@ -155,7 +155,9 @@ pub fn seconds(s: f64) -> String {
 pub fn working(what: &str) -> Progress {
     let p = Progress::new(what, 0, "");
     if let Some(b) = &p.bar {
-        b.set_style(indicatif::ProgressStyle::with_template(&format!("{{spinner}} {what}, {{elapsed}}")).expect("valid"));
+        b.set_style(
+            indicatif::ProgressStyle::with_template(&format!("{{spinner}} {what}, {{elapsed}}")).expect("valid"),
+        );
         b.enable_steady_tick(Duration::from_millis(200));
     }
     p

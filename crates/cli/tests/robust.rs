@@ -58,7 +58,11 @@ fn wait_for_staging(dir: &Path, pid: u32) {
 fn whole_set(dir: &Path) -> String {
     let o = SweepOutput::read(&dir.join("results.json")).unwrap();
     assert_eq!(std::fs::read(dir.join("results.csv")).unwrap(), o.csv(), "results.csv of another run");
-    assert_eq!(std::fs::read_to_string(dir.join("summary.md")).unwrap(), o.summary_markdown(), "summary of another run");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("summary.md")).unwrap(),
+        o.summary_markdown(),
+        "summary of another run"
+    );
     o.provenance.grid.name.clone()
 }
 
@@ -173,8 +177,10 @@ fn a_full_file_system_between_files_leaves_no_file() {
     let size = (json.div_ceil(4096) + 1) * 4096;
     let mnt = dir.path().join("mnt");
     let Some(_fs) = Tmpfs::mount(&mnt, size) else {
-        eprintln!("note: mounting a tmpfs is not permitted here (needs root): the full-disk case is covered by \
-                   trace-io's injected-failure test only");
+        eprintln!(
+            "note: mounting a tmpfs is not permitted here (needs root): the full-disk case is covered by \
+                   trace-io's injected-failure test only"
+        );
         return;
     };
     let err = fails(&["sweep", "-o", s(&mnt.join("out"))]);
@@ -323,7 +329,19 @@ fn a_zero_token_trace_is_refused_by_every_command_that_computes_a_figure() {
         vec!["stats", e, "-o", &st],
         vec!["replay", e, "--policy", "lru", "--cap", "4"],
         vec!["mrc", e, "-o", &mrc],
-        vec!["plan", "--in-sample", s(&good), "--out-of-sample", e, "--variants", "full", "--budget-gb", "1", "-o", &plan],
+        vec![
+            "plan",
+            "--in-sample",
+            s(&good),
+            "--out-of-sample",
+            e,
+            "--variants",
+            "full",
+            "--budget-gb",
+            "1",
+            "-o",
+            &plan,
+        ],
     ];
     for args in cases {
         let err = fails(&args);
@@ -362,14 +380,19 @@ fn silent_acceptances_are_refused_with_the_reason() {
             "j = 9 is more than the 8 candidates per row",
         ),
         (serde_json::json!({"policies": ["lru"], "cap": [33]}), None, "cap 33 is more than the 32 experts of a layer"),
-        (serde_json::json!({"policies": ["lru"], "cap": [8]}), Some(serde_json::json!([])), "profiles: []: an empty list"),
+        (
+            serde_json::json!({"policies": ["lru"], "cap": [8]}),
+            Some(serde_json::json!([])),
+            "profiles: []: an empty list",
+        ),
     ] {
         let grid = grid_with(dir.path(), block, profiles);
         let err = fails(&["sweep", s(&grid), "-o", s(&out)]);
         assert!(err.contains(want), "{want}: {err}");
     }
     // The boundary values run.
-    let grid = grid_with(dir.path(), serde_json::json!({"policies": ["lru"], "lambda": [0.1], "j": [8], "cap": [32]}), None);
+    let grid =
+        grid_with(dir.path(), serde_json::json!({"policies": ["lru"], "lambda": [0.1], "j": [8], "cap": [32]}), None);
     ok(&["sweep", s(&grid), "-o", s(&out)]);
 }
 

@@ -332,9 +332,16 @@ impl Grid {
             .iter()
             .map(|b| {
                 let variants = b.variants.as_ref().map_or(self.variants.len(), Vec::len);
-                [variants, b.policies.len(), b.lambda.len(), b.j.len(), b.cap.len() + b.layer_caps.len(), b.k_used.len()]
-                    .into_iter()
-                    .fold(1u64, |a, n| a.saturating_mul(n as u64))
+                [
+                    variants,
+                    b.policies.len(),
+                    b.lambda.len(),
+                    b.j.len(),
+                    b.cap.len() + b.layer_caps.len(),
+                    b.k_used.len(),
+                ]
+                .into_iter()
+                .fold(1u64, |a, n| a.saturating_mul(n as u64))
             })
             .fold(0u64, u64::saturating_add)
     }

@@ -187,7 +187,10 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
         for (input, which) in [(in_sample, "in-sample"), (out_of_sample, "out-of-sample")] {
             let v = &input.view;
             let (m, e) = (v.shape().candidates, v.shape().num_experts);
-            let bad = |reason: String| SweepError::Grid { key: format!("{key} on the {which} trace {}", input.source), reason };
+            let bad = |reason: String| SweepError::Grid {
+                key: format!("{key} on the {which} trace {}", input.source),
+                reason,
+            };
             if key.j > m {
                 return Err(bad(format!(
                     "j = {} is more than the {m} candidates per row: ranks below j are boosted, and a row has only {m}; \
@@ -295,7 +298,12 @@ impl Prepared {
     /// in token-layers per second to [`Prepared::work`]. The run itself shares work between
     /// configurations and runs on every core, so it is usually faster than this figure over the
     /// thread count.
-    pub fn calibrate(&self, in_sample: &TraceView<'_>, out_of_sample: &TraceView<'_>, budget: std::time::Duration) -> Estimate {
+    pub fn calibrate(
+        &self,
+        in_sample: &TraceView<'_>,
+        out_of_sample: &TraceView<'_>,
+        budget: std::time::Duration,
+    ) -> Estimate {
         let none = Estimate { seconds: 0.0, sampled_configs: 0, sampled_tokens: 0 };
         let Some(prefix) = first_layer_prefix(in_sample, 4096) else { return none };
         let view = prefix.view();

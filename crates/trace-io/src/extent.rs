@@ -60,6 +60,22 @@ pub(crate) fn check_tensors(file_len: u64, header: &[u8]) -> Result<()> {
         spans.push((s, e, name));
     }
     spans.sort_unstable();
+    // Contiguity, checked here in a fixed order (safetensors checks it too, but names the tensor
+    // of a tie in the order of its hash map).
+    let mut end = 0u64;
+    let mut before: Option<&str> = None;
+    for &(s, e, name) in &spans {
+        if s != end {
+            let after =
+                before.map_or("the start of the data section (0)".to_string(), |b| format!("`{b}` ends ({end})"));
+            return Err(TraceError::Container(format!(
+                "tensor `{name}` has data_offsets {s}..{e}, but it must start where {after}: tensors follow each other \
+                 without gaps or overlaps"
+            )));
+        }
+        end = e;
+        before = Some(name);
+    }
     let Some(&(_, last_end, _)) = spans.iter().max_by_key(|(_, e, _)| *e) else { return Ok(()) };
     let data_start = 8 + header.len() as u64;
     let Some(needed) = data_start.checked_add(last_end) else { return Ok(()) };

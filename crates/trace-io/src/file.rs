@@ -18,10 +18,7 @@ enum Backing {
         map: memmap2::Mmap,
     },
     /// Heap copy in u64 words so every tensor keeps its natural alignment.
-    Heap {
-        words: Vec<u64>,
-        len: usize,
-    },
+    Heap { words: Vec<u64>, len: usize },
 }
 
 impl Backing {
@@ -262,7 +259,10 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
     let data_start = 8 + header_len;
     let empty = Default::default();
     let meta = TraceMeta::from_map(md.metadata().as_ref().unwrap_or(&empty))?;
-    for name in st.names() {
+    // Sorted: safetensors keeps the names in a hash map, and the message must not depend on its order.
+    let mut names = st.names();
+    names.sort_unstable();
+    for name in names {
         if !TENSORS.contains(&name) {
             return Err(TraceError::Container(format!("unexpected tensor `{name}`")));
         }
@@ -361,7 +361,8 @@ fn tensor_size_error(bytes: &[u8]) -> Option<TraceError> {
         .filter(|(name, _)| name != "__metadata__")
         .map(|(name, v)| Some((name, serde_json::from_value(v).ok()?)))
         .collect::<Option<_>>()?;
-    infos.sort_by_key(|(_, info)| info.data_offsets);
+    // Ties broken by name: the header is a hash map, and the message must not depend on its order.
+    infos.sort_by(|(a, x), (b, y)| x.data_offsets.cmp(&y.data_offsets).then_with(|| a.cmp(b)));
     infos.into_iter().find_map(|(name, info)| {
         let (start, end) = info.data_offsets;
         let held = end.checked_sub(start)?;

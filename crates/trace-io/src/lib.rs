@@ -37,12 +37,12 @@ pub mod synth;
 mod view;
 mod write;
 
+pub use atomic::{OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic};
 pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
-pub use atomic::{OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic};
 pub use write::write_trace;
 
 /// Hex SHA-256 of a byte string (used for provenance of inputs and statistics).

@@ -62,7 +62,8 @@ pub(crate) fn register(range: &[u8], path: &Path) -> Option<Guard> {
     if range.is_empty() || !install() {
         return None;
     }
-    let slot = TABLE.iter().position(|s| s.used.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok())?;
+    let slot =
+        TABLE.iter().position(|s| s.used.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok())?;
     let s = &TABLE[slot];
     let msg = Box::into_raw(message(path));
     s.msg_len.store(msg.len(), Ordering::Release);

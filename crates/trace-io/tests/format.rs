@@ -615,3 +615,35 @@ fn atomic_writes_create_parents_and_name_a_file_in_the_way() {
     assert!(err.to_string().contains("j.json is a file, not a directory"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
 }
+
+#[test]
+fn refusals_do_not_depend_on_the_order_of_the_header_map() {
+    // Found by the fuzz target: with two unknown tensors, or two tensors at the same offsets, the
+    // tensor named depended on the order of a hash map (the mapped and the in-memory opener of
+    // the same bytes disagreed).
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.safetensors");
+    let z = |o: [usize; 2]| serde_json::json!({"dtype": "U8", "shape": [0], "data_offsets": o});
+    let ids = |shape: serde_json::Value, end: u64| serde_json::json!({"dtype": "U16", "shape": shape, "data_offsets": [0, end]});
+    let cases = [
+        (
+            serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "zz": z([12, 12]), "mm": z([12, 12]), "aa": z([12, 12])}),
+            "unexpected tensor `aa`",
+            12,
+        ),
+        (
+            serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "scores": {"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [0, 24]}}),
+            "tensor `scores` has data_offsets 0..24, but it must start where `ids` ends (12)",
+            36,
+        ),
+    ];
+    for (header, want, data) in cases {
+        raw_file(&p, header, &vec![0u8; data]);
+        for _ in 0..16 {
+            let e = open_err(&p).to_string();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+}

@@ -50,8 +50,7 @@ fn bytes_of(data: &TraceData) -> Vec<u8> {
 /// A valid trace with every tensor: 2 layers, 5 tokens, m = 3, k = 2, E = 6.
 fn tiny() -> Vec<u8> {
     let (l, t, k) = (2, 5, 2);
-    let ids: Vec<u16> =
-        (0..l * t).flat_map(|r| [(r % 6) as u16, ((r + 1) % 6) as u16, ((r + 2) % 6) as u16]).collect();
+    let ids: Vec<u16> = (0..l * t).flat_map(|r| [(r % 6) as u16, ((r + 1) % 6) as u16, ((r + 2) % 6) as u16]).collect();
     let scores: Vec<f32> = (0..l * t).flat_map(|_| [1.0, 0.5, -2.0]).collect();
     let parts = OwnedParts {
         ids,
@@ -215,9 +214,35 @@ fn metadata_value() -> impl Strategy<Value = String> {
     prop_oneof![
         (0u64..70).prop_map(|n| n.to_string()),
         prop::sample::select(vec![
-            "0", "1", "2", "65536", "65537", "-1", "4294967296", "[]", "[0]", "[0,0]", "[1,2,3]", "[3,7]", "[0,1]",
-            "[4294967296]", "logits", "log_probs", "log_probs_renormalized", "none", "prefill", "decode", "mixed",
-            "unknown", "moe-offload-trace", "2", "", " 1", "1 ", "NaN", "{}",
+            "0",
+            "1",
+            "2",
+            "65536",
+            "65537",
+            "-1",
+            "4294967296",
+            "[]",
+            "[0]",
+            "[0,0]",
+            "[1,2,3]",
+            "[3,7]",
+            "[0,1]",
+            "[4294967296]",
+            "logits",
+            "log_probs",
+            "log_probs_renormalized",
+            "none",
+            "prefill",
+            "decode",
+            "mixed",
+            "unknown",
+            "moe-offload-trace",
+            "2",
+            "",
+            " 1",
+            "1 ",
+            "NaN",
+            "{}",
         ])
         .prop_map(str::to_string),
         "\\PC{0,12}",
@@ -250,7 +275,8 @@ const META_KEYS: [&str; 11] = [
     "domains",
     "floored_probs",
 ];
-const NAMES: [&str; 8] = ["ids", "scores", "gates", "out_norms", "seq_offsets", "step_offsets", "extra", "__metadata__"];
+const NAMES: [&str; 8] =
+    ["ids", "scores", "gates", "out_norms", "seq_offsets", "step_offsets", "extra", "__metadata__"];
 const DTYPES: [&str; 10] = ["U16", "F32", "U64", "F16", "BF16", "I16", "U8", "BOOL", "F64", "X"];
 
 fn header_edit() -> impl Strategy<Value = HeaderEdit> {
@@ -260,8 +286,11 @@ fn header_edit() -> impl Strategy<Value = HeaderEdit> {
         (any::<usize>(), metadata_value()).prop_map(|(key, value)| HeaderEdit::SetMeta { key, value }),
         any::<usize>().prop_map(|key| HeaderEdit::RemoveMeta { key }),
         (any::<usize>(), dtype.clone()).prop_map(|(tensor, dtype)| HeaderEdit::Dtype { tensor, dtype }),
-        (any::<usize>(), any::<usize>(), interesting_number())
-            .prop_map(|(tensor, dim, value)| HeaderEdit::ShapeDim { tensor, dim, value }),
+        (any::<usize>(), any::<usize>(), interesting_number()).prop_map(|(tensor, dim, value)| HeaderEdit::ShapeDim {
+            tensor,
+            dim,
+            value
+        }),
         (any::<usize>(), 0usize..5).prop_map(|(tensor, len)| HeaderEdit::ShapeLen { tensor, len }),
         (any::<usize>(), any::<bool>(), prop_oneof![-16i64..16, any::<i64>()])
             .prop_map(|(tensor, end, delta)| HeaderEdit::Offset { tensor, end, delta }),

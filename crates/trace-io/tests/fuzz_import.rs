@@ -301,7 +301,9 @@ fn real_seeds() -> &'static RealSeeds {
         let scores = dir.join("esft-dsv2lite/results/expert_scores/translation");
         let esft = [1u32, 2]
             .iter()
-            .map(|&l| (l, read(scores.join(format!("expert_weights_{l}.txt"))).lines().take(2).map(String::from).collect()))
+            .map(|&l| {
+                (l, read(scores.join(format!("expert_weights_{l}.txt"))).lines().take(2).map(String::from).collect())
+            })
             .collect();
         let logs = dir.join("vllm-routelog-qwen15moe");
         let vllm = [0u32, 8]
@@ -377,13 +379,24 @@ fn mixtral_import(lines: &[String]) -> (Result<TraceData, TraceError>, Vec<PathB
     (import_mixtral_jsonl(&p, &MixtralJsonlOptions::default()).map(|i| i.trace), vec![p])
 }
 
-fn esft_case(mut files: Vec<(u32, Vec<String>)>, which: usize, edits: &[LineEdit], e: u32, k: u32) -> Result<(), TestCaseError> {
+fn esft_case(
+    mut files: Vec<(u32, Vec<String>)>,
+    which: usize,
+    edits: &[LineEdit],
+    e: u32,
+    k: u32,
+) -> Result<(), TestCaseError> {
     edit_files(&mut files, which, edits);
     let (r, paths) = esft_import(&files, e, k);
     judge(r, &paths)
 }
 
-fn vllm_case(mut files: Vec<(u32, Vec<String>)>, which: usize, edits: &[LineEdit], e: Option<u32>) -> Result<(), TestCaseError> {
+fn vllm_case(
+    mut files: Vec<(u32, Vec<String>)>,
+    which: usize,
+    edits: &[LineEdit],
+    e: Option<u32>,
+) -> Result<(), TestCaseError> {
     edit_files(&mut files, which, edits);
     let (r, paths) = vllm_import(&files, e);
     judge(r, &paths)
@@ -404,7 +417,10 @@ fn edits() -> impl Strategy<Value = Vec<LineEdit>> {
 #[test]
 fn the_unedited_documents_import() {
     // The documents the cases start from import, so the fuzz starts on the parsers' accepting paths.
-    let esft = vec![(1, vec!["0\t1\t2\t3\t\t0.5\t0.25\t0.2\t0.1".to_string()]), (2, vec!["4\t5\t6\t7\t\t0.5\t0.25\t0.2\t0.1".to_string()])];
+    let esft = vec![
+        (1, vec!["0\t1\t2\t3\t\t0.5\t0.25\t0.2\t0.1".to_string()]),
+        (2, vec!["4\t5\t6\t7\t\t0.5\t0.25\t0.2\t0.1".to_string()]),
+    ];
     let t = esft_import(&esft, 8, 2).0.unwrap();
     assert_eq!((t.view().shape().layers, t.view().shape().tokens), (2, 2));
     let mut runner = proptest::test_runner::TestRunner::deterministic();
@@ -430,7 +446,9 @@ fn the_unedited_documents_import() {
 
 #[test]
 fn esft_lines() {
-    fuzz("esft_lines", (esft_doc(), any::<usize>(), edits()), |(files, which, edits)| esft_case(files, which, &edits, 8, 2));
+    fuzz("esft_lines", (esft_doc(), any::<usize>(), edits()), |(files, which, edits)| {
+        esft_case(files, which, &edits, 8, 2)
+    });
 }
 
 #[test]

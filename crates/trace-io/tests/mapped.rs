@@ -27,8 +27,7 @@ fn write_big(path: &Path, shift: usize) {
         extra: BTreeMap::new(),
     };
     let t = 20_000;
-    let ids: Vec<u16> =
-        (0..2 * t).map(|r| r + shift).flat_map(|r| [(r % 8) as u16, ((r + 1) % 8) as u16]).collect();
+    let ids: Vec<u16> = (0..2 * t).map(|r| r + shift).flat_map(|r| [(r % 8) as u16, ((r + 1) % 8) as u16]).collect();
     let parts = OwnedParts { ids, scores: None, gates: None, out_norms: None, seq_offsets: None, step_offsets: None };
     let data = TraceData::new(meta, t, 2, parts).unwrap();
     write_trace(path, &data.view()).unwrap();

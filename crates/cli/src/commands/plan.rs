@@ -74,9 +74,11 @@ fn curve_work(v: &TraceView<'_>, policy: Policy, k_used: Option<usize>, caps: Op
     let k = k_used.unwrap_or(s.top_k);
     let (lo, hi) = caps.unwrap_or((k, s.num_experts));
     let n = hi.saturating_sub(lo) as u64 + 1;
-    let per_replay = (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
+    let per_replay =
+        (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
     if policy == Policy::Lru && lo == k && hi == s.num_experts {
-        let what = format!("lru curve of caps {lo}..={hi} in one pass (O(L x T x k x log E)): about {per_replay} steps");
+        let what =
+            format!("lru curve of caps {lo}..={hi} in one pass (O(L x T x k x log E)): about {per_replay} steps");
         return (per_replay, what);
     }
     let steps = n.saturating_mul(per_replay);
@@ -306,10 +308,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let (ci, _) = curve_work(&cv, a.policy, a.k_used, None);
     let (co, what) = curve_work(&hv, a.policy, a.k_used, None);
     let steps = (ci.saturating_add(co)).saturating_mul(a.variants.len() as u64);
-    crate::progress::status!(
-        "plan: {} variants x 2 traces, each a {what}; {steps} steps in all",
-        a.variants.len()
-    );
+    crate::progress::status!("plan: {} variants x 2 traces, each a {what}; {steps} steps in all", a.variants.len());
     bound_curves(steps, a.yes)?;
     let working = crate::progress::Progress::new("plan", a.variants.len() as u64, "variants");
     let mut candidates = Vec::new();

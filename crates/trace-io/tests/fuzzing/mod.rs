@@ -119,4 +119,3 @@ pub fn formatted(e: &dyn std::error::Error) -> Result<String, TestCaseError> {
     let _ = format!("{e:?}");
     Ok(out)
 }
-

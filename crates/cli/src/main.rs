@@ -3,8 +3,10 @@
 //! Subcommands: `import`, `synth`, `inspect`, `stats`, `keep`, `retention`, `replay`, `mrc`,
 //! `plan`, `sweep` (and `sweep merge`), `report`, `export`. Run `moe-offload --help` for the list
 //! and `moe-offload <command> --help` for each, with examples.
-
-#![expect(clippy::print_stdout, clippy::print_stderr, reason = "the CLI is the one crate that prints")]
+//!
+//! Output goes through `writeln!` on locked stdout and stderr handles, never `println!` or
+//! `eprintln!` (they panic on a closed pipe, `moe-offload ... | head`): a closed stdout ends the
+//! command quietly with status 0, a closed stderr is ignored (`progress::status_line`).
 
 mod commands;
 mod progress;

@@ -21,6 +21,7 @@ pub fn accepted() {
     ACCEPTED.with(|a| a.set(a.get() + 1));
 }
 
+#[expect(clippy::print_stderr, reason = "the fuzz runs report their executions")]
 /// Runs `test` on values of `strategy`: rounds of `PROPTEST_CASES` cases, for at least one round
 /// and `MOE_OFFLOAD_FUZZ_SECS` seconds; prints the executions.
 pub fn fuzz<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {

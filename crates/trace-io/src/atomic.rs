@@ -20,13 +20,16 @@ pub const TEMP_PREFIX: &str = ".moe-offload-tmp-";
 
 /// The temporaries of this process in use, for [`remove_temporaries`].
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Output directories this process created and has not filled yet: removed by
+/// [`remove_temporaries`] when still empty.
+static CREATED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// Set by [`remove_temporaries`]: no new temporary may be created after it.
 static CLOSED: AtomicBool = AtomicBool::new(false);
 /// Distinguishes the temporaries of one process.
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Removes every temporary file and staging directory this process has in use, and refuses new
-/// ones from then on (they fail with [`io::ErrorKind::Interrupted`]). For a signal handler thread
+/// Removes every temporary file and staging directory this process has in use (and the output
+/// directories it created for them, when still empty), and refuses new ones from then on (they fail with [`io::ErrorKind::Interrupted`]). For a signal handler thread
 /// (Ctrl-C) that exits the process right after. Returns how many were removed.
 pub fn remove_temporaries() -> usize {
     CLOSED.store(true, Ordering::SeqCst);
@@ -34,6 +37,9 @@ pub fn remove_temporaries() -> usize {
     let n = live.len();
     for p in live.drain(..) {
         remove_any(&p);
+    }
+    for dir in CREATED.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+        let _ = std::fs::remove_dir(dir); // only when empty
     }
     n
 }
@@ -238,6 +244,9 @@ impl OutputSet {
         let created = !target.exists();
         ensure_dir(target)?;
         let target = target.canonicalize()?;
+        if created {
+            CREATED.lock().unwrap_or_else(PoisonError::into_inner).push(target.clone());
+        }
         let lock = File::open(&target)?;
         if let Err(e) = lock.try_lock() {
             return Err(match e {
@@ -357,9 +366,12 @@ impl Drop for OutputSet {
     fn drop(&mut self) {
         remove_any(&self.staging);
         unregister(&self.staging);
-        if self.created && !self.committed {
-            // Only if still empty: a directory made for an output that was never written.
-            let _ = std::fs::remove_dir(&self.target);
+        if self.created {
+            CREATED.lock().unwrap_or_else(PoisonError::into_inner).retain(|d| *d != self.target);
+            if !self.committed {
+                // Only if still empty: a directory made for an output that was never written.
+                let _ = std::fs::remove_dir(&self.target);
+            }
         }
     }
 }

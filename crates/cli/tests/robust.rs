@@ -410,3 +410,23 @@ fn merge_refuses_an_output_that_is_one_of_its_shards() {
     ok(&["sweep", "merge", s(&a), s(&b), "-o", s(&merged)]);
     whole_set(&merged);
 }
+
+#[test]
+fn a_killed_synth_leaves_a_visible_temporary_that_the_next_run_removes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.safetensors");
+    let mut child = spawn(&["synth", "--layers", "16", "--tokens", "400000", "--threads", "1", "-o", s(&out)]);
+    let start = Instant::now();
+    while temporaries(dir.path()).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "no temporary appeared");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = temporaries(dir.path());
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].ends_with("-big.safetensors"), "the temporary names its target: {left:?}");
+    assert!(!out.exists());
+    synth(&out, [2, 8, 2, 2, 100], &["--sequences", "1"]);
+    assert_eq!(temporaries(dir.path()), Vec::<String>::new());
+}

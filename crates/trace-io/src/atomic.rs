@@ -262,6 +262,10 @@ impl OutputSet {
                 std::fs::TryLockError::Error(e) => e,
             });
         }
+        // Refused now rather than at the commit, after the work.
+        if let Some(sub) = subdirectory(&target)? {
+            return Err(subdirectory_error(&target, &sub));
+        }
         let parent = parent_of(&target);
         remove_stale_temporaries(parent);
         let staging = temp_path(&target);
@@ -338,15 +342,7 @@ impl OutputSet {
             }
             let kind = entry.file_type()?;
             if kind.is_dir() {
-                return Err(io::Error::new(
-                    io::ErrorKind::DirectoryNotEmpty,
-                    format!(
-                        "{} holds the directory {}, which is not part of this output: move it, or choose another \
-                         output directory",
-                        self.target.display(),
-                        name.to_string_lossy()
-                    ),
-                ));
+                return Err(subdirectory_error(&self.target, &name.to_string_lossy()));
             }
             #[cfg(unix)]
             if kind.is_symlink() {
@@ -374,6 +370,28 @@ impl Drop for OutputSet {
             }
         }
     }
+}
+
+/// The name of a subdirectory of `dir`, if it has one.
+fn subdirectory(dir: &Path) -> io::Result<Option<String>> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            return Ok(Some(entry.file_name().to_string_lossy().into_owned()));
+        }
+    }
+    Ok(None)
+}
+
+fn subdirectory_error(target: &Path, name: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::DirectoryNotEmpty,
+        format!(
+            "{} holds the directory {name}, which is not part of this output (an output directory is replaced as a \
+             whole, its files carried over): move it, or choose another output directory",
+            target.display()
+        ),
+    )
 }
 
 /// Exchanges the directories `new` and `target` (`new` then holds the old contents).

@@ -23,6 +23,12 @@ fn dead_pid() -> u32 {
     pid
 }
 
+/// `dir/name`, creating `dir`.
+fn target_file(dir: &Path, name: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    dir.join(name)
+}
+
 #[test]
 fn a_failing_fill_leaves_neither_the_file_nor_a_temporary() {
     let dir = tempfile::tempdir().unwrap();
@@ -131,13 +137,17 @@ fn stale_temporaries_of_a_dead_process_are_removed_live_ones_kept() {
 fn a_subdirectory_that_is_not_part_of_the_set_is_refused_and_nothing_changes() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("out");
-    std::fs::create_dir_all(target.join("maps")).unwrap();
-    std::fs::write(target.join("a"), b"old").unwrap();
+    std::fs::write(target_file(&target, "a"), b"old").unwrap();
     let mut set = OutputSet::begin(&target).unwrap();
     set.write("a", |w| w.write_all(b"new")).unwrap();
+    // A directory appearing during the run is refused at the commit...
+    std::fs::create_dir(target.join("maps")).unwrap();
     let e = set.commit().unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::DirectoryNotEmpty);
     assert!(e.to_string().contains("holds the directory maps"), "{e}");
+    // ... and one already there at the start, at once.
+    let e = OutputSet::begin(&target).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::DirectoryNotEmpty);
     assert_eq!(std::fs::read(target.join("a")).unwrap(), b"old");
     assert_eq!(names(dir.path()), ["out"]);
 }

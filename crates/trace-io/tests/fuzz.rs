@@ -103,7 +103,7 @@ fn seeds() -> &'static [(String, Vec<u8>)] {
                 .map(|e| e.unwrap().path())
                 .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
                 .collect();
-            let opts = VllmRoutelogOptions { num_experts: Some(60), keep_warmup: false, model: None };
+            let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
             let vllm = import_vllm_routelog(&logs, &opts).unwrap().trace;
             // Past the two prefill steps (65 + 1406 rows) into the decode steps.
             v.push(("vllm".into(), shrink(&vllm.view(), 1530)));

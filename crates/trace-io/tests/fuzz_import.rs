@@ -368,7 +368,7 @@ fn vllm_import(files: &[(u32, Vec<String>)], e: Option<u32>) -> (Result<TraceDat
             p
         })
         .collect();
-    let opts = VllmRoutelogOptions { num_experts: e, keep_warmup: false, model: None };
+    let opts = VllmRoutelogOptions { num_experts: e, ..Default::default() };
     (import_vllm_routelog(&paths, &opts).map(|i| i.trace), paths)
 }
 

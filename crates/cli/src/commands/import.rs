@@ -173,6 +173,11 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
 fn announce(cmd: &ImportCmd) {
     let size = |paths: &[PathBuf]| paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum::<u64>();
     match cmd {
+        ImportCmd::Counts { input, .. } => crate::progress::status!(
+            "import counts: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
+        ),
         ImportCmd::Esft { dir, domains, .. } => {
             crate::progress::status!("import esft: domains {} of {}", domains.join(", "), dir.display());
         }

@@ -7,7 +7,8 @@
 //! all (with [`cachesim::replay_many_traces`]: both traces, tasks of one layer in parallel on
 //! rayon's pool) and returns [`Row`]s sorted by [`ConfigKey`], identical whatever the thread
 //! count. [`DeviceProfile`] is the cost model of SEMANTICS.md §6; [`SweepOutput`] writes
-//! `results.json`, `results.csv` and `summary.md`. [`plan`] allocates per-layer caches for a
+//! `results.json`, `results.csv` and `summary.md`, and [`SweepOutput::merge`] joins the outputs of a
+//! sharded run after checking that they belong together. [`plan`] allocates per-layer caches for a
 //! memory budget from miss-ratio curves (an exact knapsack over layers, `docs/planning.md`).
 //!
 //! sweep prints nothing: progress is reported through a callback.

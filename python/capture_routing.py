@@ -1,330 +1,240 @@
 #!/usr/bin/env python3
-"""Capture a moe-offload routing trace from a Hugging Face MoE model while it reads a text file.
+"""Capture a moe-offload routing trace from a Hugging Face MoE model while it reads text.
 
 Per MoE layer and token it records the router's top-m candidate ids and logits, the gate weights
-the model applied to its k experts, and the L2 norm of each used expert's output (for REAP), in
-the trace format of docs/trace-format.md. Per-layer chunks are streamed to raw files in a
-temporary directory while the model runs; the safetensors file is assembled from them at the end
-(layer-major tensors are the per-layer files concatenated), so memory stays flat in the number of
-tokens.
+the model applied to its k experts, the L2 norm of each used expert's output (for REAP) and,
+with --lookahead, the ids layer l's router gives the previous MoE layer's input, in the trace
+format of docs/trace-format.md. Prefill by default; --generate N records N greedily generated
+tokens per prompt with the KV cache (phase decode), one engine step per decode forward pass.
 
-    python python/capture_routing.py --model Qwen/Qwen1.5-MoE-A2.7B --text corpus.txt \
-        --candidates 8 --max-tokens 4096 -o trace.safetensors
+    python python/capture_routing.py --model allenai/OLMoE-1B-7B-0924 --device-map auto \\
+        --text corpus.txt --candidates 16 --max-tokens 4096 -o trace.safetensors
     moe-offload inspect trace.safetensors
 
-Supported MoE blocks (found by class name, see ADAPTERS): Qwen2-MoE, Qwen3-MoE, Qwen3-Next,
-Mixtral, OLMoE, DeepSeek-V2, DeepSeek-V3 and gpt-oss, as implemented in transformers >= 5 (a
-router child returning (logits, weights, indices) and an experts child called with the indices
-and weights). docs/capture.md explains the choices.
+Supported MoE blocks (found by class name, see capture_rows.ADAPTERS): Qwen2-MoE, Qwen3-MoE,
+Qwen3-Next, Mixtral, OLMoE, DeepSeek-V2, DeepSeek-V3 and gpt-oss, as implemented in
+transformers >= 5. docs/capture.md explains the choices.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
-import os
-import shutil
-import struct
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from capture_recorder import Recorder, write_trace  # noqa: E402
+from capture_rows import ADAPTERS, Adapter, adapter_for, find_moe_blocks, order_rows  # noqa: E402,F401
+
+LOOKAHEAD_META = ("layer l's router applied to the input of the previous MoE layer (the first MoE layer: its "
+                  "decoder layer's input through its post_attention_layernorm); top-m' by logit")
 
 
-@dataclass(frozen=True)
-class Adapter:
-    """Where a MoE block keeps its router and experts, and how its router picks experts.
+@dataclass
+class Captured:
+    """What one capture wrote: the trace's shape and the rows accepted through ties."""
 
-    selection = "top_logits": the model uses the top-k experts by router logit (softmax or plain
-    top-k over logits), so the candidates are the top-m by logit and the scores are logits.
-    selection = "chosen_only": the choice is not the top-k by logit (group-limited routing, a
-    score-correction bias), so only the k chosen experts are recorded (m = k), ordered by gate,
-    with ln(gate) as scores (score_kind log_probs_renormalized).
+    path: str
+    layers: int
+    tokens: int
+    candidates: int
+    top_k: int
+    tied_rows: int
+    lookahead: int = 0
+
+
+def _batches(seqs, size):
+    for i in range(0, len(seqs), size):
+        yield seqs[i: i + size]
+
+
+def _padded(batch, pad_id, left, device):
+    import torch
+
+    n = max(len(s) for s in batch)
+    ids = torch.full((len(batch), n), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), n), dtype=torch.long)
+    for r, s in enumerate(batch):
+        sl = slice(n - len(s), n) if left else slice(0, len(s))
+        ids[r, sl] = torch.tensor(s, dtype=torch.long)
+        mask[r, sl] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _input_device(model):
+    import torch
+
+    d = model.get_input_embeddings().weight.device
+    return torch.device("cpu") if d.type == "meta" else d
+
+
+def _cache_of(out):
+    c = getattr(out, "cache", None)
+    return c if c is not None else getattr(out, "past_key_values", None)
+
+
+def _metadata(model, rec, model_name, source, phase, extra):
+    per_layer = [s.tied for s in extra.pop("_out").sinks]
+    md = {
+        "format": "moe-offload-trace",
+        "format_version": "1",
+        "model": model_name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
+        "num_experts": str(rec.num_experts),
+        "top_k": str(rec.top_k),
+        "layer_ids": json.dumps([b[0] for b in rec.blocks]),
+        "score_kind": "logits" if rec.selection == "top_logits" else "log_probs_renormalized",
+        "phase": phase,
+        "source": source or "python/capture_routing.py",
+        "architecture": rec.blocks[0][3].family,
+        "moe_blocks": type(rec.blocks[0][2]).__name__,
+        "tied_rows": str(sum(per_layer)),
+        "tied_rows_per_layer": json.dumps(per_layer),
+    }
+    if rec.lookahead:
+        md["lookahead"] = LOOKAHEAD_META
+    md.update({k: str(v) for k, v in extra.items()})
+    return md
+
+
+def capture(model, sequences, output, *, candidates=None, model_name="", source="", norms=True, batch_size=1,
+            generate=0, lookahead=0, prefill_output=None, pad_id=0):
+    """Runs `model` over token-id sequences (lists of ints) and writes the trace to `output`.
+
+    Without `generate`: one prefill forward pass per batch of `batch_size` sequences (right
+    padded, attention mask, no KV cache); rows are the real tokens, sequence after sequence
+    (`seq_offsets`), phase prefill. With `generate = N`: each batch's prompts (left padded) are
+    prefilled with the KV cache, then N greedy decode steps feed back the generated tokens; the
+    trace holds the rows of those decode passes (phase decode), one engine step per pass
+    (`step_offsets`, step-major: the batch's rows of step 0, then step 1, ...), plus
+    `seq_offsets` when `batch_size` is 1 (each sequence's N rows are then contiguous). The
+    prompts' prefill rows go to `prefill_output` when given.
+    Returns a Captured (and, with prefill_output, a pair (decode, prefill)).
     """
-
-    family: str
-    router: str
-    experts: str
-    selection: str
-
-
-ADAPTERS: dict[str, Adapter] = {
-    "Qwen2MoeSparseMoeBlock": Adapter("qwen2_moe", "gate", "experts", "top_logits"),
-    "Qwen3MoeSparseMoeBlock": Adapter("qwen3_moe", "gate", "experts", "top_logits"),
-    "Qwen3NextSparseMoeBlock": Adapter("qwen3_next", "gate", "experts", "top_logits"),
-    "MixtralSparseMoeBlock": Adapter("mixtral", "gate", "experts", "top_logits"),
-    "OlmoeSparseMoeBlock": Adapter("olmoe", "gate", "experts", "top_logits"),
-    # DeepSeek-V2: greedy top-k of the softmax is the top-k by logit; group_limited_greedy is not.
-    "DeepseekV2Moe": Adapter("deepseek_v2", "gate", "experts", "top_logits"),
-    # DeepSeek-V3: sigmoid scores plus a correction bias, group-limited: never plain top-k by logit.
-    "DeepseekV3MoE": Adapter("deepseek_v3", "gate", "experts", "chosen_only"),
-    # gpt-oss: top-k over the logits, then a softmax over the k.
-    "GptOssMLP": Adapter("gpt_oss", "router", "experts", "top_logits"),
-}
-
-
-def adapter_for(module) -> Adapter | None:
-    """The adapter of a module, by class name (None when it is not a supported MoE block)."""
-    a = ADAPTERS.get(type(module).__name__)
-    if a is None:
-        return None
-    if a.family == "deepseek_v2" and getattr(getattr(module, a.router), "topk_method", "greedy") != "greedy":
-        return Adapter(a.family, a.router, a.experts, "chosen_only")
-    return a
-
-
-def find_moe_blocks(model):
-    """[(layer_id, name, block, adapter)] for every supported MoE block, in layer order.
-
-    layer_id is the model's index of the decoder layer holding the block (`...layers.<i>...`).
-    """
-    found = []
-    for name, module in model.named_modules():
-        a = adapter_for(module)
-        if a is None:
-            continue
-        parts = name.split(".")
-        layer_id = next((int(parts[i + 1]) for i, p in enumerate(parts[:-1]) if p == "layers" and parts[i + 1].isdigit()), len(found))
-        found.append((layer_id, name, module, a))
-    found.sort(key=lambda x: x[0])
-    return found
-
-
-def order_rows(logits: np.ndarray, chosen: np.ndarray, weights: np.ndarray, k: int, m: int, selection: str):
-    """Per token: candidate ids, scores and the gates of the first k, as the trace stores them.
-
-    logits [T, E] float32, chosen [T, k] ids the model used, weights [T, k] their applied gates.
-    Returns ids [T, m] uint16, scores [T, m] float32, gates [T, k] float32.
-    """
-    t = logits.shape[0]
-    if selection == "top_logits":
-        # Descending logit, ties: lower id first (a stable sort of the negated logits).
-        order = np.argsort(-logits, axis=-1, kind="stable")[:, :m]
-        scores = np.take_along_axis(logits, order, axis=-1)
-        top = np.sort(order[:, :k], axis=-1)
-        if not np.array_equal(top, np.sort(chosen, axis=-1)):
-            bad = int(np.nonzero((top != np.sort(chosen, axis=-1)).any(-1))[0][0])
-            raise ValueError(
-                f"token {bad}: the model used experts {sorted(chosen[bad].tolist())}, not the top-{k} by logit "
-                f"{sorted(order[bad, :k].tolist())}: this router is not plain top-k (use selection chosen_only)"
-            )
-        # Gates follow the ids' order.
-        pos = np.argsort(chosen, axis=-1)
-        sorted_ids = np.take_along_axis(chosen, pos, axis=-1)
-        sorted_w = np.take_along_axis(weights, pos, axis=-1)
-        idx = np.stack([np.searchsorted(sorted_ids[i], order[i, :k]) for i in range(t)]) if t else np.zeros((0, k), np.int64)
-        gates = np.take_along_axis(sorted_w, idx, axis=-1)
-        return order.astype(np.uint16), scores.astype(np.float32), gates.astype(np.float32)
-    # chosen_only: the k used experts by gate (descending, ties: lower id), ln(gate) as scores.
-    w = weights.astype(np.float64)
-    keys = np.lexsort((chosen, -w), axis=-1) if t else np.zeros((0, k), np.int64)
-    ids = np.take_along_axis(chosen, keys, axis=-1)
-    gates = np.take_along_axis(w, keys, axis=-1)
-    scores = np.log(np.maximum(gates, np.finfo(np.float32).tiny))
-    return ids.astype(np.uint16), scores.astype(np.float32), gates.astype(np.float32)
-
-
-class LayerSink:
-    """Raw per-layer files a layer's rows are appended to while the model runs."""
-
-    def __init__(self, directory: Path, index: int):
-        self.paths = {n: directory / f"layer{index:04d}.{n}" for n in ("ids", "scores", "gates", "out_norms")}
-        self.files = {n: open(p, "wb") for n, p in self.paths.items()}
-        self.tokens = 0
-
-    def append(self, ids, scores, gates, norms):
-        self.files["ids"].write(np.ascontiguousarray(ids, dtype="<u2").tobytes())
-        self.files["scores"].write(np.ascontiguousarray(scores, dtype="<f4").tobytes())
-        self.files["gates"].write(np.ascontiguousarray(gates, dtype="<f4").tobytes())
-        self.files["out_norms"].write(np.ascontiguousarray(norms, dtype="<f4").tobytes())
-        self.tokens += ids.shape[0]
-
-    def close(self):
-        for f in self.files.values():
-            f.close()
-
-
-class Recorder:
-    """Forward hooks on every MoE block's router and experts; one LayerSink per block."""
-
-    def __init__(self, model, directory: Path, candidates: int | None, norms: bool = True):
-        import torch
-
-        self.torch = torch
-        self.blocks = find_moe_blocks(model)
-        if not self.blocks:
-            names = sorted({type(m).__name__ for m in model.modules() if "moe" in type(m).__name__.lower() or "mlp" in type(m).__name__.lower()})
-            raise ValueError(
-                f"no supported MoE block in {type(model).__name__} (supported: {', '.join(sorted(ADAPTERS))}; "
-                f"MoE-like modules found: {', '.join(names) or 'none'}): add an Adapter for it in ADAPTERS"
-            )
-        self.selection = {a.selection for _, _, _, a in self.blocks}
-        if len(self.selection) != 1:
-            raise ValueError(f"MoE blocks with different routing kinds in one model: {self.selection}")
-        self.selection = self.selection.pop()
-        first = self.blocks[0][2]
-        router = getattr(first, self.blocks[0][3].router)
-        self.top_k = int(router.top_k)
-        self.num_experts = int(getattr(router, "num_experts", None) or router.weight.shape[0])
-        if self.num_experts > 65536:
-            raise ValueError(f"{self.num_experts} experts: the trace format's ids are 16-bit (at most 65536)")
-        if self.selection == "chosen_only":
-            self.m = self.top_k
-        else:
-            self.m = min(candidates or self.top_k, self.num_experts)
-            if self.m < self.top_k:
-                raise ValueError(f"--candidates {self.m} < top-k {self.top_k}: use --candidates {self.top_k} or more")
-        self.norms = norms
-        self.sinks = [LayerSink(directory, i) for i in range(len(self.blocks))]
-        self.pending: dict[int, np.ndarray] = {}
-        self.in_norm_pass = False
-        self.handles = []
-        for i, (_, _, block, a) in enumerate(self.blocks):
-            self.handles.append(getattr(block, a.router).register_forward_hook(self._router_hook(i)))
-            self.handles.append(getattr(block, a.experts).register_forward_hook(self._experts_hook(i)))
-
-    def _router_hook(self, i):
-        def hook(_module, _inputs, output):
-            logits = output[0]
-            self.pending[i] = logits.detach().float().reshape(-1, logits.shape[-1]).cpu().numpy()
-
-        return hook
-
-    def _experts_hook(self, i):
-        torch = self.torch
-
-        def hook(module, inputs, _output):
-            if self.in_norm_pass:
-                return
-            hidden, indices, weights = inputs[0], inputs[1], inputs[2]
-            hidden = hidden.reshape(-1, hidden.shape[-1])
-            idx = indices.reshape(hidden.shape[0], -1)
-            w = weights.reshape(hidden.shape[0], -1)
-            if w.shape[-1] != idx.shape[-1]:
-                # A dense [T, E] weight matrix: gather the used experts' weights.
-                w = torch.gather(w, -1, idx.long())
-            logits = self.pending.pop(i)
-            chosen = idx.detach().cpu().numpy().astype(np.int64)
-            gates = w.detach().float().cpu().numpy()
-            ids, scores, gates = order_rows(logits, chosen, gates, self.top_k, self.m, self.selection)
-            norms = np.zeros((ids.shape[0], self.top_k), dtype=np.float32)
-            if self.norms:
-                # Each used expert's own output: the experts module once per slot, with weight 1.
-                self.in_norm_pass = True
-                try:
-                    with torch.no_grad():
-                        order = torch.from_numpy(ids[:, : self.top_k].astype(np.int64)).to(idx.device)
-                        ones = torch.ones((hidden.shape[0], 1), dtype=w.dtype, device=w.device)
-                        for s in range(self.top_k):
-                            out = module(hidden, order[:, s : s + 1].to(idx.dtype), ones)
-                            norms[:, s] = out.reshape(hidden.shape[0], -1).float().norm(dim=-1).cpu().numpy()
-                finally:
-                    self.in_norm_pass = False
-            self.sinks[i].append(ids, scores, gates, norms)
-
-        return hook
-
-    def close(self):
-        for h in self.handles:
-            h.remove()
-        for s in self.sinks:
-            s.close()
-
-
-def write_trace(path: Path, rec: Recorder, seq_offsets: list[int], metadata: dict[str, str]):
-    """Assembles the safetensors file from the per-layer raw files, streaming, atomically."""
-    tokens = {s.tokens for s in rec.sinks}
-    if len(tokens) != 1:
-        raise RuntimeError(f"layers saw different token counts {sorted(tokens)}: a block was skipped")
-    t = tokens.pop()
-    n_layers, m, k = len(rec.sinks), rec.m, rec.top_k
-    tensors = [
-        ("seq_offsets", "U64", [len(seq_offsets)], 8 * len(seq_offsets)),
-        ("scores", "F32", [n_layers, t, m], 4 * n_layers * t * m),
-        ("gates", "F32", [n_layers, t, k], 4 * n_layers * t * k),
-        ("out_norms", "F32", [n_layers, t, k], 4 * n_layers * t * k),
-        ("ids", "U16", [n_layers, t, m], 2 * n_layers * t * m),
-    ]
-    if not rec.norms:
-        tensors = [x for x in tensors if x[0] != "out_norms"]
-    header, offset = {}, 0
-    for name, dtype, shape, size in tensors:
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    header["__metadata__"] = metadata
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(struct.pack("<Q", len(text)))
-            out.write(text)
-            out.write(np.asarray(seq_offsets, dtype="<u8").tobytes())
-            for name, *_ in tensors[1:]:
-                for sink in rec.sinks:
-                    with open(sink.paths[name], "rb") as f:
-                        shutil.copyfileobj(f, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def capture(model, sequences, output, *, candidates=None, model_name="", source="", norms=True):
-    """Runs `model` on each token-id sequence (a list of lists of ints, one forward each, in
-    order) and writes the trace to `output`. Returns the trace's shape (layers, tokens, m, k)."""
     import torch
 
     sequences = [list(s) for s in sequences if len(s) > 0]
     if not sequences:
-        raise ValueError("no tokens to run: the text is empty")
+        raise ValueError("no tokens to run: the input is empty")
+    if batch_size < 1 or generate < 0:
+        raise ValueError(f"--batch-size {batch_size} must be >= 1 and --generate {generate} >= 0")
     model.eval()
+    device = _input_device(model)
+    params = inspect.signature(model.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
     with tempfile.TemporaryDirectory(prefix="moe-capture-") as tmp:
-        rec = Recorder(model, Path(tmp), candidates, norms=norms)
-        seq_offsets, n = [], 0
+        rec = Recorder(model, Path(tmp), candidates, norms=norms, lookahead=lookahead)
+        main = rec.output("main")
+        pre = rec.output("prefill") if generate and prefill_output else None
+        seq_offsets, step_offsets = [], []
         try:
             with torch.no_grad():
-                device = next(model.parameters()).device
-                for s in sequences:
-                    seq_offsets.append(n)
-                    model(input_ids=torch.tensor([s], device=device), use_cache=False)
-                    n += len(s)
+                for batch in _batches(sequences, batch_size):
+                    if not generate:
+                        ids, mask = _padded(batch, pad_id, left=False, device=device)
+                        rec.begin(main, mask.reshape(-1).bool())
+                        model(input_ids=ids, attention_mask=mask, use_cache=False)
+                        continue
+                    ids, mask = _padded(batch, pad_id, left=True, device=device)
+                    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                    rec.begin(pre, mask.reshape(-1).bool())
+                    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+                    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra)
+                    last = pos[:, -1:]
+                    if batch_size == 1:
+                        seq_offsets.append(main.sinks[0].tokens)
+                    for _ in range(generate):
+                        nxt = out.logits[:, -1].argmax(-1, keepdim=True).to(device)
+                        mask = torch.cat([mask, torch.ones_like(nxt)], dim=-1)
+                        last = last + 1
+                        step_offsets.append(main.sinks[0].tokens)
+                        rec.begin(main, None)
+                        out = model(input_ids=nxt, attention_mask=mask, position_ids=last, use_cache=True,
+                                    **{cache_kw: _cache_of(out)}, **extra)
         finally:
             rec.close()
-        metadata = {
-            "format": "moe-offload-trace",
-            "format_version": "1",
-            "model": model_name or getattr(model.config, "_name_or_path", "") or type(model).__name__,
-            "num_experts": str(rec.num_experts),
-            "top_k": str(rec.top_k),
-            "layer_ids": json.dumps([b[0] for b in rec.blocks]),
-            "score_kind": "logits" if rec.selection == "top_logits" else "log_probs_renormalized",
-            "phase": "prefill",
-            "source": source or "python/capture_routing.py",
-            "architecture": rec.blocks[0][3].family,
-            "moe_blocks": type(rec.blocks[0][2]).__name__,
-        }
-        write_trace(Path(output), rec, seq_offsets, metadata)
-        return len(rec.blocks), n, rec.m, rec.top_k
+        common = {"batch_size": batch_size}
+        if not generate:
+            seq_offsets = _offsets_of(sequences)
+            md = _metadata(model, rec, model_name, source, "prefill", {**common, "_out": main})
+            t = write_trace(Path(output), rec, main, md, seq_offsets=seq_offsets)
+            return Captured(str(output), len(rec.blocks), t, rec.m, rec.top_k, int(md["tied_rows"]), lookahead)
+        md = _metadata(model, rec, model_name, source, "decode", {**common, "generate": generate, "_out": main})
+        t = write_trace(Path(output), rec, main, md, seq_offsets=seq_offsets if batch_size == 1 else None,
+                        step_offsets=step_offsets)
+        dec = Captured(str(output), len(rec.blocks), t, rec.m, rec.top_k, int(md["tied_rows"]), lookahead)
+        if pre is None:
+            return dec
+        md = _metadata(model, rec, model_name, source, "prefill", {**common, "_out": pre})
+        tp = write_trace(Path(prefill_output), rec, pre, md, seq_offsets=_offsets_of(sequences))
+        return dec, Captured(str(prefill_output), len(rec.blocks), tp, rec.m, rec.top_k, int(md["tied_rows"]),
+                             lookahead)
 
 
-def read_sequences(text_path, tokenizer, max_len: int, max_tokens: int | None):
-    """Token ids of the text: one sequence per paragraph (blank-line separated), split into
-    chunks of at most max_len tokens, up to max_tokens in all."""
-    text = Path(text_path).read_text(encoding="utf-8")
+def _offsets_of(sequences):
+    offs, n = [], 0
+    for s in sequences:
+        offs.append(n)
+        n += len(s)
+    return offs
+
+
+# ---------------------------------------------------------------- input
+
+
+def documents_from_text(path):
+    """Paragraphs (blank-line separated, stripped, non-empty) of a UTF-8 text file."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [p.strip() for p in text.split("\n\n") if p.strip()]
+
+
+def documents_from_jsonl(path, key="text"):
+    """The `key` string of each record of a JSON Lines file (blank lines skipped).
+
+    A line that is not a JSON object with a string under `key` is a ValueError naming the file,
+    line and key.
+    """
+    docs = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get(key), str):
+                have = ", ".join(sorted(rec)) if isinstance(rec, dict) else type(rec).__name__
+                raise ValueError(f"{path}:{n}: no string under --text-key {key!r} (keys: {have})")
+            docs.append(rec[key])
+    return docs
+
+
+def documents_from_dataset(name, key="text", config=None, split="train"):
+    """The `key` column of a Hugging Face dataset (a hub name or a local directory), streamed."""
+    try:
+        import datasets
+    except ImportError:
+        raise SystemExit("--dataset needs the `datasets` package: pip install datasets") from None
+    ds = datasets.load_dataset(name, config, split=split, streaming=True)
+    for n, rec in enumerate(ds):
+        if not isinstance(rec.get(key), str):
+            raise ValueError(f"dataset {name} ({split}) record {n}: no string column {key!r} (columns: "
+                             f"{', '.join(sorted(rec))}); choose one with --text-key")
+        yield rec[key]
+
+
+def tokenize_documents(docs, tokenizer, max_len: int, max_tokens: int | None):
+    """Token ids of the documents: each split into chunks of at most max_len tokens, up to max_tokens in all."""
     out, total = [], 0
-    for para in (p.strip() for p in text.split("\n\n")):
-        if not para:
-            continue
-        ids = tokenizer(para)["input_ids"]
+    for doc in docs:
+        ids = tokenizer(doc)["input_ids"]
         for i in range(0, len(ids), max_len):
-            chunk = ids[i : i + max_len]
+            chunk = ids[i: i + max_len]
             if max_tokens is not None:
                 chunk = chunk[: max(0, max_tokens - total)]
             if chunk:
@@ -335,30 +245,83 @@ def read_sequences(text_path, tokenizer, max_len: int, max_tokens: int | None):
     return out
 
 
-def main(argv=None):
+def read_sequences(text_path, tokenizer, max_len: int, max_tokens: int | None):
+    """Token ids of a text file: one sequence per paragraph, split into chunks of at most max_len."""
+    return tokenize_documents(documents_from_text(text_path), tokenizer, max_len, max_tokens)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a Hugging Face model id or local directory")
-    p.add_argument("--text", required=True, help="UTF-8 text file; paragraphs (blank-line separated) are sequences")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="UTF-8 text file; paragraphs (blank-line separated) are documents")
+    src.add_argument("--jsonl", help="JSON Lines file; each record's --text-key string is a document")
+    src.add_argument("--dataset", help="Hugging Face dataset name or local dataset directory (needs `datasets`)")
+    p.add_argument("--text-key", default="text", help="field of a JSON Lines record or dataset column (default text)")
+    p.add_argument("--dataset-config", default=None, help="dataset configuration name")
+    p.add_argument("--split", default="train", help="dataset split (default train)")
     p.add_argument("-o", "--output", required=True, help="output trace (.safetensors)")
     p.add_argument("--candidates", type=int, default=None, help="router candidates m recorded per token (default: top-k)")
-    p.add_argument("--max-len", type=int, default=2048, help="longest sequence per forward pass (default 2048)")
-    p.add_argument("--max-tokens", type=int, default=None, help="stop after this many tokens")
-    p.add_argument("--dtype", default="bfloat16", help="torch dtype to load the model in (default bfloat16)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--max-len", type=int, default=2048, help="longest sequence (prompt) per forward pass (default 2048)")
+    p.add_argument("--max-tokens", type=int, default=None, help="stop reading input after this many tokens")
+    p.add_argument("--batch-size", type=int, default=1, help="sequences per forward pass (default 1)")
+    p.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="greedily generate N tokens per prompt with the KV cache and record those (phase decode)")
+    p.add_argument("--prefill-output", default=None, help="with --generate: also write the prompts' prefill trace here")
+    p.add_argument("--lookahead", type=int, default=0, metavar="M",
+                   help="also record lookahead_ids: per layer, the top-M ids of its router on the previous MoE layer's input")
+    p.add_argument("--dtype", default="bfloat16", help="torch dtype to load the model in (default bfloat16; or auto)")
+    p.add_argument("--device", default="cpu", help="torch device without --device-map (default cpu)")
+    p.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto (model larger than one device)")
+    p.add_argument("--offload-folder", default=None, help="with --device-map: where weights that fit nowhere go")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow the model repository's own code")
     p.add_argument("--no-norms", action="store_true", help="skip expert output norms (no REAP; faster)")
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
 
+
+def load_model(a):
+    """(tokenizer, model) as the arguments ask."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(a.model)
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=getattr(torch, a.dtype)).to(a.device)
-    seqs = read_sequences(a.text, tok, a.max_len, a.max_tokens)
-    shape = capture(
-        model, seqs, a.output, candidates=a.candidates, model_name=a.model,
-        source=f"capture_routing.py on {Path(a.text).name}", norms=not a.no_norms,
+    tok = AutoTokenizer.from_pretrained(a.model, trust_remote_code=a.trust_remote_code)
+    kw = {"dtype": a.dtype if a.dtype == "auto" else getattr(torch, a.dtype), "trust_remote_code": a.trust_remote_code}
+    if a.device_map:
+        try:
+            import accelerate  # noqa: F401
+        except ImportError:
+            raise SystemExit("--device-map needs the `accelerate` package: pip install accelerate") from None
+        kw["device_map"] = a.device_map
+        if a.offload_folder:
+            kw["offload_folder"] = a.offload_folder
+    model = AutoModelForCausalLM.from_pretrained(a.model, **kw)
+    if not a.device_map:
+        model = model.to(a.device)
+    return tok, model
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    tok, model = load_model(a)
+    if a.text:
+        docs, name = documents_from_text(a.text), Path(a.text).name
+    elif a.jsonl:
+        docs, name = documents_from_jsonl(a.jsonl, a.text_key), Path(a.jsonl).name
+    else:
+        docs, name = documents_from_dataset(a.dataset, a.text_key, a.dataset_config, a.split), a.dataset
+    seqs = tokenize_documents(docs, tok, a.max_len, a.max_tokens)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    res = capture(
+        model, seqs, a.output, candidates=a.candidates, model_name=a.model, source=f"capture_routing.py on {name}",
+        norms=not a.no_norms, batch_size=a.batch_size, generate=a.generate, lookahead=a.lookahead,
+        prefill_output=a.prefill_output, pad_id=pad,
     )
-    print(f"wrote {a.output}: {shape[0]} MoE layers x {shape[1]} tokens, {shape[2]} candidates, top-{shape[3]}")
+    for c in res if isinstance(res, tuple) else (res,):
+        print(f"wrote {c.path}: {c.layers} MoE layers x {c.tokens} tokens, {c.candidates} candidates, top-{c.top_k}"
+              f"{f', lookahead {c.lookahead}' if c.lookahead else ''}; {c.tied_rows} rows chose among tied logits")
     print(f"next: moe-offload inspect {a.output}")
 
 

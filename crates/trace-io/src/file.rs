@@ -37,6 +37,8 @@ struct Layout {
     out_norms: Option<Range<usize>>,
     seq_offsets: Option<Range<usize>>,
     step_offsets: Option<Range<usize>>,
+    /// `lookahead_ids` and its width m'.
+    lookahead_ids: Option<(Range<usize>, usize)>,
 }
 
 /// An opened, validated trace file (or in-memory trace bytes).
@@ -143,6 +145,11 @@ impl TraceFile {
             out_norms: f32s(&self.layout.out_norms),
             seq_offsets: u64s(&self.layout.seq_offsets),
             step_offsets: u64s(&self.layout.step_offsets),
+            lookahead_ids: self
+                .layout
+                .lookahead_ids
+                .as_ref()
+                .map(|(r, width)| crate::Lookahead { ids: u16s(r), width: *width }),
         };
         TraceView::new_prevalidated(&self.meta, self.shape, parts)
     }
@@ -230,6 +237,19 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
         out_norms: range("out_norms", Dtype::F32, "F32", Some(&lt_k), 4)?,
         seq_offsets: range("seq_offsets", Dtype::U64, "U64", None, 8)?,
         step_offsets: range("step_offsets", Dtype::U64, "U64", None, 8)?,
+        lookahead_ids: match info("lookahead_ids").map(|ti| ti.shape.as_slice()) {
+            None => None,
+            Some(&[l, t, width]) if l == layers && t == tokens && width >= 1 => {
+                range("lookahead_ids", Dtype::U16, "U16", Some(&[l, t, width]), 2)?.map(|r| (r, width))
+            }
+            Some(other) => {
+                return Err(TraceError::Shape {
+                    tensor: "lookahead_ids",
+                    expected: format!("[L, T, m'] with L = {layers}, T = {tokens} (as `ids`) and m' >= 1"),
+                    actual: other.to_vec(),
+                });
+            }
+        },
     };
     // Cross-check scores presence against the metadata.
     if layout.scores.is_none() && meta.score_kind != crate::ScoreKind::None {
@@ -239,7 +259,7 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
 }
 
 /// The tensor names the format defines.
-const TENSORS: [&str; 6] = ["ids", "scores", "gates", "out_norms", "seq_offsets", "step_offsets"];
+const TENSORS: [&str; 7] = ["ids", "scores", "gates", "out_norms", "seq_offsets", "step_offsets", "lookahead_ids"];
 
 /// After safetensors refused the header because a tensor's shape and dtype do not fill its
 /// `data_offsets` (or its element count overflows), finds the first such tensor in data order, as

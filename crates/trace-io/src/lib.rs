@@ -24,6 +24,7 @@ compile_error!("trace-io assumes a little-endian target (safetensors stores litt
 mod error;
 mod file;
 pub mod import;
+mod lookahead;
 mod meta;
 pub mod real_data;
 pub mod summary;
@@ -33,6 +34,7 @@ mod write;
 
 pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;
+pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
 pub use write::{write_atomic, write_trace};

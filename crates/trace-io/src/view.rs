@@ -1,6 +1,7 @@
 //! Validated, borrowed views of a trace's tensors, and an owned in-memory trace.
 
 use crate::error::ValueProblem;
+use crate::lookahead::Lookahead;
 use crate::{Result, TraceError, TraceMeta};
 
 /// The dimensions of a trace.
@@ -34,6 +35,9 @@ pub struct TraceParts<'a> {
     pub seq_offsets: Option<&'a [u64]>,
     /// `step_offsets`, u64, `[N]`, optional: first token of each engine step (same rules).
     pub step_offsets: Option<&'a [u64]>,
+    /// `lookahead_ids`, u16, `[L, T, m']`, optional: per (layer, token), the ids the layer's router
+    /// gives the previous recorded layer's input (ids `< E`, distinct within a row).
+    pub lookahead_ids: Option<Lookahead<'a>>,
 }
 
 /// A validated trace: metadata plus borrowed layer-major tensors.
@@ -54,8 +58,8 @@ impl<'a> TraceView<'a> {
     /// [`TraceError::Shape`] when a slice length disagrees with `[L, T, m]` or `[L, T, k]`,
     /// [`TraceError::BadMetadata`] when `k > m` or `layer_ids` is empty or repeats an id,
     /// [`TraceError::Value`] for the first row that breaks a content rule (id `>= E`, repeated id,
-    /// non-finite or increasing score, negative or non-finite gate or norm), [`TraceError::Offsets`]
-    /// for bad sequence or step boundaries.
+    /// non-finite or increasing score, negative or non-finite gate or norm, a `lookahead_ids` id
+    /// `>= E` or repeated in its row), [`TraceError::Offsets`] for bad sequence or step boundaries.
     pub fn new(meta: &'a TraceMeta, tokens: usize, candidates: usize, parts: TraceParts<'a>) -> Result<TraceView<'a>> {
         crate::meta::check_layer_ids(&meta.layer_ids)?;
         let shape = Shape {
@@ -136,6 +140,19 @@ impl<'a> TraceView<'a> {
     /// Engine-step start offsets, if recorded.
     pub fn step_offsets(&self) -> Option<&'a [u64]> {
         self.parts.step_offsets
+    }
+
+    /// The `lookahead_ids` tensor, if recorded.
+    pub fn lookahead(&self) -> Option<Lookahead<'a>> {
+        self.parts.lookahead_ids
+    }
+
+    /// The m' lookahead ids of (layer index `l`, token `t`), if recorded. Panics when out of range.
+    pub fn lookahead_row(&self, l: usize, t: usize) -> Option<&'a [u16]> {
+        self.parts.lookahead_ids.map(|la| {
+            let start = (l * self.shape.tokens + t) * la.width;
+            &la.ids[start..start + la.width]
+        })
     }
 
     fn validate(&self) -> Result<()> {
@@ -223,6 +240,9 @@ impl<'a> TraceView<'a> {
             let Some(offs) = offs else { continue };
             check_offsets(tensor, offs, tokens)?;
         }
+        if let Some(la) = self.parts.lookahead_ids {
+            crate::lookahead::check(la, layer_ids, tokens, num_experts)?;
+        }
         Ok(())
     }
 }
@@ -303,6 +323,7 @@ impl TraceData {
             out_norms: self.out_norms.as_deref(),
             seq_offsets: self.seq_offsets.as_deref(),
             step_offsets: self.step_offsets.as_deref(),
+            lookahead_ids: None,
         }
     }
 

@@ -9,7 +9,7 @@ use crate::{Result, TraceError, TraceMeta, TraceView};
 ///
 /// Layout: the 8-byte little-endian header length, the JSON header padded with spaces to a multiple
 /// of 8 bytes, then the tensors in the order `seq_offsets`, `step_offsets` (u64), `scores`,
-/// `gates`, `out_norms` (f32), `ids` (u16): descending alignment, so every tensor is naturally
+/// `gates`, `out_norms` (f32), `ids`, `lookahead_ids` (u16): descending alignment, so every tensor is naturally
 /// aligned when the file is mapped. The bytes depend only on the trace, so equal traces give
 /// byte-identical files.
 ///
@@ -46,6 +46,14 @@ fn write_inner(path: &Path, trace: &TraceView<'_>) -> Result<()> {
         tensors.push(("out_norms", "F32", lt_k, bytemuck::cast_slice(s)));
     }
     tensors.push(("ids", "U16", lt_m, bytemuck::cast_slice(parts.ids)));
+    if let Some(la) = parts.lookahead_ids {
+        tensors.push((
+            "lookahead_ids",
+            "U16",
+            vec![shape.layers, shape.tokens, la.width],
+            bytemuck::cast_slice(la.ids),
+        ));
+    }
 
     let specs: Vec<(&str, &str, Vec<usize>, usize)> =
         tensors.iter().map(|(n, d, s, b)| (*n, *d, s.clone(), b.len())).collect();

@@ -49,6 +49,7 @@ pub fn run(a: &InspectArgs) -> Result<()> {
                 "scores": v.parts().scores.is_some(), "gates": v.parts().gates.is_some(),
                 "out_norms": v.parts().out_norms.is_some(),
                 "seq_offsets": v.seq_offsets().map(<[u64]>::len), "step_offsets": v.step_offsets().map(<[u64]>::len),
+                "lookahead_ids": v.lookahead().map(|la| la.width),
             },
             "sequences": seqs,
             "steps": steps,
@@ -76,6 +77,13 @@ pub fn run(a: &InspectArgs) -> Result<()> {
         m.phase
     )?;
     writeln!(out, "source: {}", m.source)?;
+    if let Some(la) = v.lookahead() {
+        writeln!(
+            out,
+            "lookahead_ids: {} ids per layer and token (each layer's router on the previous layer's input)",
+            la.width
+        )?;
+    }
     for (k, val) in &m.extra {
         writeln!(out, "{k}: {val}")?;
     }

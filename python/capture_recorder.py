@@ -215,19 +215,19 @@ class Recorder:
             rows = self._rows(i, logits, idx, w)
             out = {"ids": rows.ids, "scores": rows.scores, "gates": rows.gates}
             if self.norms:
-                # Each used expert's own output: the experts module once per slot, with weight 1.
-                norms = np.zeros((rows.ids.shape[0], self.top_k), dtype=np.float32)
+                # Each used expert's own output: one call of the experts module on every (token,
+                # slot) pair as its own row, with that slot's expert alone at weight 1.
+                n, k = rows.ids.shape[0], self.top_k
                 self.busy = True
                 try:
                     with torch.no_grad():
-                        order = torch.from_numpy(rows.ids[:, : self.top_k].astype(np.int64)).to(idx.device)
-                        ones = torch.ones((hidden.shape[0], 1), dtype=w.dtype, device=w.device)
-                        for s in range(self.top_k):
-                            y = module(hidden, order[:, s: s + 1].to(idx.dtype), ones)
-                            norms[:, s] = y.reshape(hidden.shape[0], -1).float().norm(dim=-1).cpu().numpy()
+                        order = torch.from_numpy(rows.ids[:, :k].astype(np.int64)).to(idx.device)
+                        rep = hidden.repeat_interleave(k, dim=0)
+                        ones = torch.ones((n * k, 1), dtype=w.dtype, device=w.device)
+                        y = module(rep, order.reshape(-1, 1).to(idx.dtype), ones)
+                        out["out_norms"] = y.reshape(n, k, -1).float().norm(dim=-1).cpu().numpy()
                 finally:
                     self.busy = False
-                out["out_norms"] = norms
             if self.lookahead:
                 out["lookahead_ids"] = self._lookahead(i)
             sink = self.target.sinks[i]

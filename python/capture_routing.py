@@ -264,15 +264,18 @@ def parse_args(argv=None):
     p.add_argument("--dataset-config", default=None, help="dataset configuration name")
     p.add_argument("--split", default="train", help="dataset split (default train)")
     p.add_argument("-o", "--output", required=True, help="output trace (.safetensors)")
-    p.add_argument("--candidates", type=int, default=None, help="router candidates m recorded per token (default: top-k)")
-    p.add_argument("--max-len", type=int, default=2048, help="longest sequence (prompt) per forward pass (default 2048)")
+    p.add_argument("--candidates", type=int, default=None,
+                   help="router candidates m recorded per token (default: top-k)")
+    p.add_argument("--max-len", type=int, default=2048,
+                   help="longest sequence (prompt) per forward pass (default 2048)")
     p.add_argument("--max-tokens", type=int, default=None, help="stop reading input after this many tokens")
     p.add_argument("--batch-size", type=int, default=1, help="sequences per forward pass (default 1)")
     p.add_argument("--generate", type=int, default=0, metavar="N",
                    help="greedily generate N tokens per prompt with the KV cache and record those (phase decode)")
     p.add_argument("--prefill-output", default=None, help="with --generate: also write the prompts' prefill trace here")
     p.add_argument("--lookahead", type=int, default=0, metavar="M",
-                   help="also record lookahead_ids: per layer, the top-M ids of its router on the previous MoE layer's input")
+                   help="also record lookahead_ids: per layer, the top-M ids of its router on the previous "
+                        "MoE layer's input")
     p.add_argument("--dtype", default="bfloat16", help="torch dtype to load the model in (default bfloat16; or auto)")
     p.add_argument("--device", default="cpu", help="torch device without --device-map (default cpu)")
     p.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto (model larger than one device)")

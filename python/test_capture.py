@@ -184,8 +184,26 @@ def test_rows_put_the_used_experts_first_and_accept_ties(logits, chosen, weights
 def test_a_real_disagreement_is_refused_with_its_token():
     lg = np.array([[3.0, 2.0, 1.0, 0.0], [3.0, 2.0, 1.0, 0.0]], np.float32)
     ranked = torch.softmax(torch.tensor(lg), -1).numpy()
-    with pytest.raises(RoutingMismatch, match=r"token 1: the model used experts \[0, 2\], not the top-2 by logit \[0, 1\]"):
+    want = r"token 1: the model used experts \[0, 2\], not the top-2 by logit \[0, 1\]"
+    with pytest.raises(RoutingMismatch, match=want):
         order_rows(lg, ranked, np.array([[0, 1], [0, 2]]), np.ones((2, 2)), 2, 2, "top_logits")
+
+
+def test_a_model_that_uses_other_experts_is_refused_with_token_and_layer(tmp_path):
+    model = build("mixtral")
+    gate = model.model.layers[1].mlp.gate
+    orig = gate.forward
+
+    def forward(h):
+        logits, w, idx = orig(h)
+        idx = idx.clone()
+        idx[5] = torch.argsort(logits[5])[:2]  # the two lowest logits: no tie explains that
+        return logits, w, idx
+
+    gate.forward = forward
+    with pytest.raises(RoutingMismatch, match=r"token 5, layer 1 \(model.layers.1.mlp\): the model used"):
+        capture_routing.capture(model, SEQS[:1], tmp_path / "x.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()
 
 
 # ---------------------------------------------------------------- whole models

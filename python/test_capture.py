@@ -451,11 +451,11 @@ def test_input_readers_split_documents_and_cap_tokens(tmp_path):
 
 
 def test_dataset_input_reads_a_local_dataset(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    if not os.environ.get("CI"):
+        pytest.importorskip("datasets")
     d = tmp_path / "ds"
     d.mkdir()
     (d / "train.jsonl").write_text('{"content": "x y"}\n{"content": "z"}\n', encoding="utf-8")
-    del datasets
     assert list(capture_routing.documents_from_dataset(str(d), "content")) == ["x y", "z"]
 
 

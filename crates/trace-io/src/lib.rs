@@ -11,6 +11,7 @@
 //! - [`TraceFile`]: a memory-mapped (or in-memory) trace, validated once when opened.
 //! - [`TraceView`]: validated zero-copy slices of a trace, handed to every consumer.
 //! - [`TraceData`]: an owned trace, built by importers and generators, written by [`write_trace`].
+//! - [`Lookahead`]: the optional `lookahead_ids` tensor (pre-gating ids recorded by the capture script).
 //! - [`TraceMeta`]: the metadata (model, `num_experts`, `top_k`, `layer_ids`, score kind, phase).
 //! - [`TraceError`]: the one error type, naming file, tensor, layer, token and value.
 //!

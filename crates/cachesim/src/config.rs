@@ -5,60 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// An expert-cache eviction policy (SEMANTICS.md §5, "Priorities"). The cached expert with the
-/// lowest priority is evicted; ties go to the lowest expert id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Policy {
-    /// Priority = time of last access (a per-layer counter over all picks).
-    Lru,
-    /// Priority = time of insertion.
-    Fifo,
-    /// Priority = (accesses since insertion, time of last access).
-    Lfu,
-    /// Priority = the next token at which the expert is chosen again, negated (never again:
-    /// evicted first). Offline optimum; needs λ = 0.
-    Belady,
-    /// Priority = (last token at which the expert stood in F at rank < N, time of last access).
-    NearPick,
-    /// Priority = (s, time of last access), s ← d·s + 1(rank < N in F) once per token.
-    NearPickEma,
-    /// Priority = (s, time of last access), s ← d·s + p, p = softmax of the row's scores over all
-    /// m candidates. Needs scores.
-    InvRouter,
-}
-
-impl Policy {
-    /// Every policy, in declaration order.
-    pub const ALL: [Policy; 7] = [
-        Policy::Lru,
-        Policy::Fifo,
-        Policy::Lfu,
-        Policy::Belady,
-        Policy::NearPick,
-        Policy::NearPickEma,
-        Policy::InvRouter,
-    ];
-
-    /// The spelling used on the command line, in grids and in output keys.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Lru => "lru",
-            Policy::Fifo => "fifo",
-            Policy::Lfu => "lfu",
-            Policy::Belady => "belady",
-            Policy::NearPick => "near_pick",
-            Policy::NearPickEma => "near_pick_ema",
-            Policy::InvRouter => "inv_router",
-        }
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::Policy;
 
 /// Error of parsing a [`Policy`] or [`Semantics`] name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,17 +17,6 @@ pub struct ParseNameError {
     pub given: String,
     /// The accepted names, comma-separated.
     pub expected: &'static str,
-}
-
-impl FromStr for Policy {
-    type Err = ParseNameError;
-    fn from_str(s: &str) -> Result<Policy, ParseNameError> {
-        Policy::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| ParseNameError {
-            what: "policy",
-            given: s.to_string(),
-            expected: "lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router",
-        })
-    }
 }
 
 /// Residency semantics of step 4 of SEMANTICS.md §5.

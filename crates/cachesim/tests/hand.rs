@@ -24,6 +24,93 @@ fn cfg(policy: Policy, cap: usize) -> ReplayConfig {
     ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, cap) }
 }
 
+/// Replays the one-layer trace of `spec` with every policy named in `expect` on both replayers
+/// and checks each policy's misses.
+///
+/// `spec`: settings, `|`, then the rows (candidates comma-separated, rows space-separated).
+/// Settings: `E=` experts, `k=`, `cap=`, and optionally `W=` warmup (default 0), `N=`, `d=`,
+/// `j=`, `lambda=`, `keep=` (kept ids, comma-separated), `seq` (sequential semantics),
+/// `z=` (every row's scores, comma-separated; default 0, -1, -2, ... by rank).
+/// `expect`: `policy misses` pairs. A new policy adds a column to the table below.
+fn check_misses(spec: &str, expect: &str) {
+    let (settings, rows) = spec.split_once('|').expect("settings | rows");
+    let rows: Vec<Vec<u16>> =
+        rows.split_whitespace().map(|r| r.split(',').map(|e| e.parse().expect("an expert id")).collect()).collect();
+    let m = rows[0].len();
+    let mut z: Vec<f32> = (0..m).map(|r| -(r as f32)).collect();
+    let (mut experts, mut k, mut keep) = (0, 0, None);
+    let mut base = cfg(Policy::Lru, 0);
+    for setting in settings.split_whitespace() {
+        let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
+        let num = || value.parse::<f64>().expect("a number");
+        match key {
+            "E" => experts = num() as usize,
+            "k" => k = num() as usize,
+            "cap" => base.cap = num() as usize,
+            "W" => base.warmup = num() as usize,
+            "N" => base.near_pick_n = num() as usize,
+            "d" => base.decay = num(),
+            "j" => base.j = num() as usize,
+            "lambda" => base.lambda = num(),
+            "seq" => base.semantics = Semantics::Sequential,
+            "keep" => {
+                keep = Some(vec![value.split(',').map(|e| e.parse().expect("an expert id")).collect::<Vec<u16>>()])
+            }
+            "z" => z = value.split(',').map(|x| x.parse().expect("a score")).collect(),
+            _ => panic!("unknown setting {setting}"),
+        }
+    }
+    let row_refs: Vec<&[u16]> = rows.iter().map(Vec::as_slice).collect();
+    let scores: Vec<&[f32]> = rows.iter().map(|_| z.as_slice()).collect();
+    let trace = one_layer(experts, k, &row_refs, Some(&scores));
+    let expect: Vec<&str> = expect.split_whitespace().collect();
+    for pair in expect.chunks(2) {
+        let policy: Policy = pair[0].parse().expect("a policy name");
+        let misses: u64 = pair[1].parse().expect("a miss count");
+        let got = check(&trace, keep.as_deref(), &ReplayConfig { policy, ..base.clone() });
+        assert_eq!(got.misses, misses, "{policy} on {spec}");
+    }
+}
+
+/// Hand-computed replays: the derivations are in the comments of the tests below (each names
+/// its case), and near_pick_ema / inv_router on the first trace here.
+///
+/// First trace, near_pick_ema (d = 0.99; m = 1, so inv_router's softmax is 1 and it equals
+/// near_pick_ema; near_pick's last near token is the last access, so it equals lru):
+/// t2 evicts 0 (s .99 < 1); t3 evicts 1 (.99 < 1); t4 2 hits; t5 evicts 0 (s0 1.9506 < s2
+/// 1.9801); t6 evicts 2 (s2 1.960299 < s1 1.960596); t7 1 hits: misses t0..t3, t5, t6 = 6.
+#[test]
+fn hand_computed_misses() {
+    for (spec, expect) in [
+        // lru_fifo_lfu_belady_differ
+        ("E=3 k=1 cap=2 | 0 1 2 0 2 1 0 1", "lru 6 fifo 5 lfu 7 belady 4 near_pick 6 near_pick_ema 6 inv_router 6"),
+        ("E=3 k=1 cap=2 seq | 0 1 2 0 2 1 0 1", "lru 6 fifo 5 lfu 7 belady 4"),
+        ("E=3 k=1 cap=2 W=3 | 0 1 2 0 2 1 0 1", "lru 3"),
+        ("E=3 k=1 cap=3 | 0 1 2 0 2 1 0 1", "lru 3 fifo 3 lfu 3 belady 3 near_pick 3 near_pick_ema 3 inv_router 3"),
+        // belady_counted_from_warmup_is_not_a_bound
+        ("E=3 k=1 cap=2 | 0 0 1 2 1 0", "belady 4 lfu 4"),
+        ("E=3 k=1 cap=2 W=5 | 0 0 1 2 1 0", "belady 1 lfu 0"),
+        // pruned_keep_forces_misses
+        ("E=4 k=2 cap=2 keep=0,1 | 0,1,2 2,3,0 3,1,2 2,3,1", "lru 5 fifo 5 lfu 5 belady 5 near_pick 5 near_pick_ema 5"),
+        ("E=4 k=2 cap=2 | 0,1,2 2,3,0 3,1,2 2,3,1", "lru 6"),
+        // near_pick_keeps_recent_candidates
+        ("E=5 k=1 cap=3 N=2 | 0,1,4 1,2,4 2,0,4 3,4,1 0,4,1", "lru 5 near_pick 4"),
+        ("E=5 k=1 cap=3 N=1 | 0,1,4 1,2,4 2,0,4 3,4,1 0,4,1", "near_pick 5"),
+        // near_pick_ema_depends_on_decay
+        ("E=5 k=1 cap=2 N=2 d=0.9 | 1,3,4 3,1,4 1,3,4 0,2,4 2,4,0 1,0,4", "near_pick_ema 4 near_pick 5 lru 5"),
+        ("E=5 k=1 cap=2 N=2 d=0.1 | 1,3,4 3,1,4 1,3,4 0,2,4 2,4,0 1,0,4", "near_pick_ema 5"),
+        // sequential_differs_from_k_way
+        ("E=3 k=2 cap=2 | 0,1 2,0", "lru 3 fifo 3 lfu 3"),
+        ("E=3 k=2 cap=2 seq | 0,1 2,0", "lru 4 fifo 4 lfu 4 belady 3"),
+        // cache_aware_routing_reduces_misses
+        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0.5 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5"),
+        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0.6 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 2"),
+        ("E=3 k=2 cap=2 j=3 z=0,-1,-1.5 lambda=1 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5"),
+    ] {
+        check_misses(spec, expect);
+    }
+}
+
 /// k = 1, cap 2, requests 0 1 2 0 2 1 0 1 (t0..t7). Pick clock = t + 1.
 ///
 /// lru:  t0 0 miss [0]; t1 1 miss [0,1]; t2 2 miss, evict 0 (last t0) [1,2]; t3 0 miss, evict 1

@@ -1,0 +1,338 @@
+//! The token loop of one layer (SEMANTICS.md §5 steps 1-5).
+//!
+//! With a full keep set F is the row itself (no copy); with a pruned one F is built along the
+//! row without a branch on the keep mask, or read from an [`FTable`](super::FTable) built once
+//! for the configurations that share the keep set. At λ = 0 the chosen experts are F's prefix
+//! and the counts of step 3 need no per-slot work; at λ > 0 F is read only up to the cut past
+//! which no candidate can be chosen (its score plus the bonus below z(F[n−1])), and one pass
+//! over it merges the boosted and the plain candidates and stops once n are chosen. The
+//! per-token helpers run out of line (inlined into the token loop, their pointers were spilled
+//! and reloaded for every candidate).
+
+use super::shared::TrackRows;
+use super::{Cache, Evictor, LayerInput, Params, Pick, Protected};
+use crate::LayerCounts;
+
+/// The whole token loop of one layer with policy `policy`.
+pub(crate) fn run<P: Evictor>(params: &Params<'_>, input: &LayerInput<'_>, policy: P) -> LayerCounts {
+    run_tokens(params, input, State::new(params, input, policy), 0..params.tokens, None).counts
+}
+
+/// Everything one layer's replay carries from token to token: the policy, the cache, the
+/// buffers of the token loop (allocated once) and the counts so far.
+pub(crate) struct State<P: Evictor> {
+    pub(crate) policy: P,
+    pub(crate) cache: Cache<P::Key>,
+    /// `chosen_marks[e] == t + 1`: e is chosen for token t (k-way protection); never written in
+    /// sequential mode. `[E]`.
+    pub(crate) chosen_marks: Vec<u64>,
+    /// With a full keep set F is the row itself; otherwise F (expert, position in the row) is
+    /// built along the row in `f_ids`, `f_pos` (`[m]`), only as far as steps 2 and 5 read it.
+    pub(crate) keep_all: bool,
+    pub(crate) f_ids: Vec<u16>,
+    pub(crate) f_pos: Vec<u16>,
+    /// λ > 0: chosen (expert, position in the row) in processing order, and the merge's queue.
+    pub(crate) chosen_buf: Vec<(u16, u32)>,
+    pub(crate) chosen_ids: Vec<u16>,
+    pub(crate) pending: Vec<u32>,
+    /// A token's victims (at most one per miss: `<= k_used`).
+    pub(crate) victims: Vec<u128>,
+    pub(crate) counts: LayerCounts,
+    /// The pick clock.
+    pub(crate) now: u64,
+    /// The next entry of `Params::resets`.
+    pub(crate) ri: usize,
+}
+
+impl<P: Evictor> State<P> {
+    pub(crate) fn new(params: &Params<'_>, input: &LayerInput<'_>, policy: P) -> State<P> {
+        let (m, k) = (params.m, params.k_used);
+        State {
+            policy,
+            cache: Cache::new(input.keep, P::SLOTS),
+            chosen_marks: vec![0; params.num_experts],
+            keep_all: input.keep.iter().all(|&kept| kept),
+            f_ids: vec![0; m],
+            f_pos: vec![0; m],
+            chosen_buf: Vec::with_capacity(k),
+            chosen_ids: Vec::with_capacity(k),
+            pending: Vec::with_capacity(m),
+            victims: Vec::with_capacity(k),
+            counts: LayerCounts::default(),
+            now: 0,
+            ri: 0,
+        }
+    }
+}
+
+/// The token loop of one layer (SEMANTICS.md §5 steps 1-5) over `tokens`, from `state` (moved in
+/// and out: inside, its parts are locals the compiler keeps apart). `track` holds the rows of
+/// those tokens for a policy whose scores are shared.
+#[inline(never)]
+pub(crate) fn run_tokens<P: Evictor>(
+    params: &Params<'_>,
+    input: &LayerInput<'_>,
+    state: State<P>,
+    tokens: std::ops::Range<usize>,
+    track: Option<TrackRows<'_>>,
+) -> State<P> {
+    let (m, k, cap) = (params.m, params.k_used, params.cap);
+    let State {
+        mut policy,
+        mut cache,
+        mut chosen_marks,
+        keep_all,
+        mut f_ids,
+        mut f_pos,
+        mut chosen_buf,
+        mut chosen_ids,
+        mut pending,
+        mut victims,
+        mut counts,
+        mut now,
+        mut ri,
+    } = state;
+    let cache_aware = params.lambda > 0.0;
+    let batch = P::BATCH && !params.sequential;
+    // The part of F that the λ = 0 selection and the credits read.
+    let f_base = k.max(policy.f_needed()).min(m);
+
+    for t in tokens {
+        if ri < params.resets.len() && params.resets[ri] == t as u64 {
+            policy.reset(&mut cache);
+            cache.clear();
+            ri += 1;
+        }
+        let row = &input.ids[t * m..(t + 1) * m];
+        let row_scores = input.scores.map(|s| &s[t * m..(t + 1) * m]);
+
+        // Step 1: F (its first f_base entries) and n; pruned slots (of the row's first k_used
+        // ids, the ones not kept). `scanned`: row positions examined so far.
+        // With an F table, F is its row, whole.
+        let (mut f_len, mut scanned) = (f_base, f_base);
+        let mut pruned = 0;
+        let table_f = input.f_table.map(|ft| ft.row(t));
+        if !keep_all {
+            if let Some((ids, _)) = table_f {
+                f_len = ids.len();
+            } else {
+                (f_len, scanned) = (0, 0);
+                extend_f(row, input.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, f_base, m);
+            }
+            pruned = row[..k].iter().filter(|&&e| !input.keep[usize::from(e)]).count();
+        }
+        let n = k.min(f_len);
+
+        // Step 2: selection; substituted = chosen experts outside the row's first k_used.
+        let (chosen, substituted): (&[u16], usize) = match row_scores {
+            Some(z) if cache_aware && n > 0 => {
+                let pos = |r: usize| if keep_all { r } else { usize::from(table_f.map_or(&f_pos[..], |t| t.1)[r]) };
+                // Only row positions before `end` can be chosen: a candidate at rank >= n whose
+                // score plus the bonus stays below z(F[n-1]) is beaten by all of F[0..n] (and
+                // scores are non-increasing along the row, so all later ones are too).
+                let z_last = f64::from(z[pos(n - 1)]);
+                let bonus = if n <= 1 { 0.0 } else { params.lambda * (f64::from(z[pos(0)]) - z_last) };
+                let mut end = pos(n - 1) + 1;
+                while end < m && f64::from(z[end]) + bonus >= z_last {
+                    end += 1;
+                }
+                let sel_len = if keep_all {
+                    f_len = f_len.max(end);
+                    end
+                } else if let Some((_, table_pos)) = table_f {
+                    table_pos.partition_point(|&i| usize::from(i) < end)
+                } else {
+                    extend_f(row, input.keep, &mut f_ids, &mut f_pos, &mut f_len, &mut scanned, m, end);
+                    f_pos[..f_len].partition_point(|&i| usize::from(i) < end)
+                };
+                chosen_buf.clear();
+                if keep_all {
+                    select_cache_aware(
+                        &row[..sel_len],
+                        |r| r,
+                        z,
+                        n,
+                        bonus,
+                        params.j,
+                        &cache,
+                        &mut pending,
+                        &mut chosen_buf,
+                    );
+                } else {
+                    let (fi, fp): (&[u16], &[u16]) = table_f.unwrap_or((&f_ids, &f_pos));
+                    select_cache_aware(
+                        &fi[..sel_len],
+                        |r| usize::from(fp[r]),
+                        z,
+                        n,
+                        bonus,
+                        params.j,
+                        &cache,
+                        &mut pending,
+                        &mut chosen_buf,
+                    );
+                }
+                chosen_ids.clear();
+                chosen_ids.extend(chosen_buf.iter().map(|&(e, _)| e));
+                (&chosen_ids, chosen_buf.iter().filter(|&&(_, i)| i as usize >= k).count())
+            }
+            // F's first n: the kept ids among the row's first k_used (k_used − pruned of them)
+            // come first, the rest lie beyond.
+            _ => {
+                let f = if keep_all { &row[..n] } else { &table_f.map_or(&f_ids[..], |t| t.0)[..n] };
+                (f, n - (k - pruned))
+            }
+        };
+
+        // Step 3: counts from token W on.
+        let counted = t >= params.warmup;
+        if counted {
+            let forced = (k - n) as u64;
+            counts.picks += k as u64;
+            counts.misses += forced;
+            counts.forced_misses += forced;
+            counts.substituted += substituted as u64;
+            counts.pruned_slots += pruned as u64;
+        }
+
+        // Step 4: residency.
+        let stamp = t as u64 + 1;
+        if !params.sequential {
+            for &e in chosen {
+                chosen_marks[usize::from(e)] = stamp;
+            }
+        }
+        let protected = Protected { marks: &chosen_marks, stamp };
+        if batch {
+            // The token's misses evict the q lowest unprotected keys, which the token's own
+            // accesses do not change (only chosen, protected experts are touched).
+            let missing = chosen.iter().filter(|&&e| !cache.contains(usize::from(e))).count();
+            let q = (cache.len + missing).saturating_sub(cap);
+            if q > 0 {
+                policy.victims(&cache, protected, q, chosen, track.map(|tr| tr.before(t)), &mut victims);
+                for &key in &victims {
+                    let v = (key & 0xFFFF) as usize;
+                    cache.remove(v);
+                    policy.evicted(v, &cache);
+                }
+            }
+        }
+        let mut hits = 0;
+        for (i, &e) in chosen.iter().enumerate() {
+            now += 1;
+            hits += u64::from(policy.step(Pick { e: usize::from(e), now, t, i }, cap, protected, &mut cache));
+        }
+        if counted {
+            counts.hits += hits;
+            counts.misses += chosen.len() as u64 - hits;
+        }
+
+        // Step 5: credits.
+        // With a table, f_len is its row's length.
+        let f = if keep_all { &row[..f_len] } else { &table_f.map_or(&f_ids[..], |t| t.0)[..f_len] };
+        policy.end_token(t, f, row, row_scores, &mut cache);
+    }
+    State {
+        policy,
+        cache,
+        chosen_marks,
+        keep_all,
+        f_ids,
+        f_pos,
+        chosen_buf,
+        chosen_ids,
+        pending,
+        victims,
+        counts,
+        now,
+        ri,
+    }
+}
+
+/// Step 1 for a pruned keep set: appends the kept candidates of `row[*scanned..end]` to F
+/// (`f_ids`, `f_pos`: expert and row position, length >= m) until F holds `want`. Every
+/// candidate is written and the length advances only when it is kept (no branch on the keep
+/// mask, which is as unpredictable as the map is mixed).
+#[expect(clippy::too_many_arguments, reason = "a helper of the token loop")]
+// Not inlined: inside the token loop its pointers and counters are spilled to the stack; on its
+// own they stay in registers (a call per token costs less than a reload per candidate).
+#[inline(never)]
+pub(crate) fn extend_f(
+    row: &[u16],
+    keep: &[bool],
+    f_ids: &mut [u16],
+    f_pos: &mut [u16],
+    f_len: &mut usize,
+    scanned: &mut usize,
+    want: usize,
+    end: usize,
+) {
+    // Locals, and F's buffers cut to the row's length (F never outgrows the row scanned).
+    let (mut len, mut i) = (*f_len, *scanned);
+    let m = row.len();
+    let (f_ids, f_pos) = (&mut f_ids[..m], &mut f_pos[..m]);
+    let end = end.min(m);
+    while len < want && i < end {
+        let e = row[i];
+        f_ids[len] = e;
+        // Row positions are below m <= 65,536.
+        f_pos[len] = i as u16;
+        len += usize::from(keep[usize::from(e)]);
+        i += 1;
+    }
+    (*f_len, *scanned) = (len, i);
+}
+
+/// Step 2 for λ > 0: the first n of F by (score desc, rank asc), where candidates of rank < j
+/// or already cached get z + λ·δ. F's scores are non-increasing, so one pass in rank order
+/// suffices: a plain candidate waits in `pending` until a boosted one scores strictly above it
+/// (a later plain candidate never scores above a boosted one, λ·δ >= 0), and the pass stops as
+/// soon as n are chosen. `pos(r)` is the row position of F's rank r; `f` may stop early (at
+/// the cut of the token loop); `bonus` = λ·δ with δ = z(F[0]) − z(F[n−1]) (0 if n <= 1).
+#[expect(clippy::too_many_arguments, reason = "a helper of the token loop")]
+#[inline(never)]
+pub(crate) fn select_cache_aware<K: Copy + Default>(
+    f: &[u16],
+    pos: impl Fn(usize) -> usize,
+    z_row: &[f32],
+    n: usize,
+    bonus: f64,
+    j: usize,
+    cache: &Cache<K>,
+    pending: &mut Vec<u32>,
+    chosen: &mut Vec<(u16, u32)>,
+) {
+    if n == 0 {
+        return;
+    }
+    let z = |r: usize| f64::from(z_row[pos(r)]);
+    pending.clear();
+    let mut head = 0;
+    for (r, &e) in f.iter().enumerate() {
+        if r < j || cache.contains(usize::from(e)) {
+            let s = z(r) + bonus;
+            while head < pending.len() && chosen.len() < n {
+                let b = pending[head] as usize;
+                if z(b) < s {
+                    break;
+                }
+                chosen.push((f[b], pos(b) as u32));
+                head += 1;
+            }
+            if chosen.len() == n {
+                return;
+            }
+            chosen.push((e, pos(r) as u32));
+            if chosen.len() == n {
+                return;
+            }
+        } else {
+            pending.push(r as u32);
+        }
+    }
+    while chosen.len() < n && head < pending.len() {
+        let b = pending[head] as usize;
+        chosen.push((f[b], pos(b) as u32));
+        head += 1;
+    }
+}

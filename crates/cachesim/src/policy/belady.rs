@@ -1,0 +1,118 @@
+//! `belady`: priority = the next token at which the expert is chosen again, negated.
+
+use super::{PolicyFacts, PolicyKind, Shares};
+use crate::engine::structures::{ValueCounts, pick_counted};
+use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
+
+/// belady: priority = the next token at which the expert is chosen again (within the sequence
+/// when resets are on), never-again first, then farthest, ties to the lowest id. The cached
+/// experts are counted per next use ([`ValueCounts`], `[T + 1]`, value T = never); a token's
+/// victims come from a walk down from the farthest next use and [`pick_counted`]. Protected
+/// experts need no exclusion: they are chosen at this token, the nearest next use there is,
+/// and the walk stops before it (at least `q` unprotected experts lie beyond).
+pub(crate) struct Belady {
+    /// Next use of the `i`-th chosen expert of token `t`: `next_of[t * k_used + i]`, T = never.
+    pub(crate) next_of: Vec<u32>,
+    pub(crate) k_used: usize,
+    pub(crate) counts: ValueCounts,
+    pub(crate) buf: Vec<u128>,
+    pub(crate) below: Vec<u16>,
+    pub(crate) at: Vec<u64>,
+}
+
+impl Belady {
+    /// Backward pass over the λ = 0 selections (F[0..n]) of the layer.
+    pub(crate) fn new(params: &Params<'_>, input: &LayerInput<'_>) -> Belady {
+        let (m, k) = (params.m, params.k_used);
+        // validate() refuses belady on 2^32 tokens or more.
+        let never = params.tokens as u32;
+        let mut next_of = vec![never; params.tokens * k];
+        let mut upcoming = vec![never; params.num_experts];
+        let mut ri = params.resets.len();
+        for t in (0..params.tokens).rev() {
+            let row = &input.ids[t * m..(t + 1) * m];
+            let chosen = row.iter().map(|&e| usize::from(e)).filter(|&e| input.keep[e]).take(k);
+            for (i, e) in chosen.enumerate() {
+                next_of[t * k + i] = upcoming[e];
+                upcoming[e] = t as u32;
+            }
+            if ri > 0 && params.resets[ri - 1] == t as u64 {
+                upcoming.fill(never);
+                ri -= 1;
+            }
+        }
+        let slots = params.cap.min(params.num_experts);
+        Belady {
+            next_of,
+            k_used: k,
+            counts: ValueCounts::new(params.tokens + 1),
+            buf: Vec::with_capacity(slots),
+            below: vec![0; slots + 1],
+            at: vec![0; slots + 1],
+        }
+    }
+
+    /// The `q` unprotected cached experts of farthest next use (ties: lowest id) into `out`.
+    #[inline(always)]
+    pub(crate) fn farthest(&mut self, cache: &Cache<u32>, protected: Protected<'_>, q: usize, out: &mut Vec<u128>) {
+        let bound = self.counts.bound::<true>(q) as u32;
+        pick_counted::<true>(cache, protected, q, bound, &mut self.below, &mut self.at, out, |e| e as u64);
+    }
+}
+
+impl Evictor for Belady {
+    type Key = u32;
+    const BATCH: bool = true;
+    const SLOTS: bool = true;
+    #[inline(always)]
+    fn reset(&mut self, cache: &mut Cache<u32>) {
+        self.counts.clear(cache.live_keys().iter().map(|&v| v as usize));
+    }
+    #[inline(always)]
+    fn access(&mut self, pick: Pick, inserted: bool, cache: &mut Cache<u32>) {
+        let Pick { e, t, i, .. } = pick;
+        let key = cache.key_mut(e);
+        self.counts.sub(*key as usize, u32::from(!inserted));
+        *key = self.next_of[t * self.k_used + i];
+        self.counts.add(*key as usize, 1);
+    }
+    #[inline(always)]
+    fn evicted(&mut self, e: usize, cache: &Cache<u32>) {
+        self.counts.sub(cache.key(e) as usize, 1);
+    }
+    #[inline(always)]
+    fn victim(&mut self, cache: &Cache<u32>, protected: Protected<'_>) -> usize {
+        let mut out = std::mem::take(&mut self.buf);
+        self.farthest(cache, protected, 1, &mut out);
+        let v = (out[0] & 0xFFFF) as usize;
+        self.buf = out;
+        v
+    }
+    #[inline(always)]
+    fn victims(
+        &mut self,
+        cache: &Cache<u32>,
+        protected: Protected<'_>,
+        q: usize,
+        _chosen: &[u16],
+        _track: Option<&[f64]>,
+        out: &mut Vec<u128>,
+    ) {
+        self.farthest(cache, protected, q, out);
+    }
+}
+
+impl PolicyKind<'_> for Belady {
+    const FACTS: PolicyFacts = PolicyFacts {
+        name: "belady",
+        needs_scores: false,
+        allows_lambda: false,
+        token_indices: true,
+        shares: Shares::Nothing,
+        cost_per_pick: 140,
+        cost_per_pick_shared: 140,
+    };
+    fn build(params: &Params<'_>, input: &LayerInput<'_>) -> Belady {
+        Belady::new(params, input)
+    }
+}

@@ -1,0 +1,62 @@
+//! `fifo`: priority = time of insertion.
+
+use super::{PolicyFacts, PolicyKind, Shares};
+use crate::engine::simd::pick_if;
+use crate::engine::structures::List;
+use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
+
+pub(crate) struct Fifo(List);
+
+impl Evictor for Fifo {
+    type Key = ();
+    fn reset(&mut self, _cache: &mut Cache<()>) {
+        self.0.clear();
+    }
+    #[inline(always)]
+    fn access(&mut self, pick: Pick, inserted: bool, _cache: &mut Cache<()>) {
+        let e = pick.e;
+        if inserted {
+            self.0.push_back(e);
+        }
+    }
+    #[inline(always)]
+    fn evicted(&mut self, e: usize, _cache: &Cache<()>) {
+        self.0.unlink(e);
+    }
+    #[inline(always)]
+    fn victim(&mut self, _cache: &Cache<()>, protected: Protected<'_>) -> usize {
+        self.0.victim(protected)
+    }
+    /// Hit and miss on one path: the victim (on a miss into a full cache) or the spare leaves
+    /// the list, and `e` is appended on a miss; on a hit the append writes back the links it
+    /// found and links the spare to itself.
+    #[inline(always)]
+    fn step(&mut self, pick: Pick, cap: usize, protected: Protected<'_>, cache: &mut Cache<()>) -> bool {
+        let e = pick.e;
+        self.0.step(e, cap, protected, cache, |l, hit, evict, v| {
+            l.unlink(pick_if(evict, v, l.spare));
+            let s = l.sentinel;
+            let tail = l.prev[s] as usize;
+            let new = pick_if(hit, l.spare, e);
+            l.next[tail] = pick_if(hit, s, e) as u32;
+            l.prev[new] = pick_if(hit, l.spare, tail) as u32;
+            l.next[new] = pick_if(hit, l.spare, s) as u32;
+            l.prev[s] = pick_if(hit, tail, e) as u32;
+        })
+    }
+}
+
+impl PolicyKind<'_> for Fifo {
+    const FACTS: PolicyFacts = PolicyFacts {
+        name: "fifo",
+        needs_scores: false,
+        allows_lambda: true,
+        token_indices: false,
+        shares: Shares::Nothing,
+        cost_per_pick: 100,
+        cost_per_pick_shared: 100,
+    };
+    fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> Fifo {
+        Fifo(List::new(params.num_experts))
+    }
+}

@@ -1,0 +1,173 @@
+//! The eviction policies of SEMANTICS.md §5, one file each, and the one table that names them.
+//!
+//! A policy is a type that implements [`crate::engine::Evictor`] (what the token loop asks of
+//! it: accesses, evictions, victims, credits after a token) and [`PolicyKind`] (its facts and
+//! how to build it for one layer). The table at the end of this file ([`policies!`]) lists each
+//! policy once, with its doc line and its type; from it come the public [`Policy`] enum, its
+//! names ([`Policy::ALL`], [`Policy::as_str`], parsing), its [`PolicyFacts`] and the dispatch of
+//! the fast replayer. Adding a policy is one new file here and one line in that table (plus, as
+//! for every policy, its priority in the plain reference replayer, `crate::reference`, which is
+//! written from the spec, not from this code).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::LazyLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::LayerCounts;
+use crate::config::ParseNameError;
+use crate::engine::{Evictor, LayerInput, Params, run};
+
+mod belady;
+mod decayed;
+mod fifo;
+mod inv_router;
+mod lfu;
+mod lru;
+mod near_pick;
+mod near_pick_ema;
+
+pub(crate) use decayed::{Decayed, Tracked};
+pub(crate) use inv_router::{ExpMemo, softmax_row};
+
+/// Facts about one policy, kept on the policy ([`PolicyKind::FACTS`]) and read through
+/// [`Policy::facts`] by validation, by the scheduler of `replay_many` and by the cli.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyFacts {
+    /// The spelling on the command line, in grids and in output keys (`lru`, `near_pick_ema`).
+    pub name: &'static str,
+    /// Needs router scores in the trace (the softmax of `inv_router`).
+    pub needs_scores: bool,
+    /// Allows cache-aware routing (λ > 0); `belady`'s future is exact only at λ = 0.
+    pub allows_lambda: bool,
+    /// Records token indices as `u32` (`belady`'s next use, `near_pick`'s last near token): the
+    /// trace must have fewer than 2^32 tokens.
+    pub token_indices: bool,
+    /// What configurations of one layer may share, computed once for all of them.
+    pub shares: Shares,
+    /// Instructions per pick measured with callgrind on the seed-scale benchmark trace (only to
+    /// order the tasks of `replay_many`, costliest first; docs/performance.md).
+    pub cost_per_pick: u64,
+    /// The same when its scores are shared ([`Shares::Scores`]); `cost_per_pick` otherwise.
+    pub cost_per_pick_shared: u64,
+}
+
+/// What a policy's configurations on one layer can share (SEMANTICS.md §5: values that do not
+/// depend on the cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shares {
+    /// Nothing beyond F (the kept candidates), which every policy shares with its keep set.
+    Nothing,
+    /// Every expert's score per token, among configurations of the same decay, resets and
+    /// (for credits from F) rank bound and keep set.
+    Scores,
+    /// Every expert's score as above, and the softmax of every row among the others.
+    ScoresAndSoftmax,
+}
+
+/// A policy as the fast replayer sees it: its facts, and how to build its state for one layer.
+pub(crate) trait PolicyKind<'a>: Evictor + Sized {
+    /// The policy's facts.
+    const FACTS: PolicyFacts;
+    /// The policy's state for one layer, allocated here, before the token loop.
+    fn build(params: &Params<'a>, input: &LayerInput<'a>) -> Self;
+}
+
+/// Builds the [`Policy`] enum, its facts and the dispatch of the fast replayer from one table:
+/// `doc, Variant => policy type`.
+macro_rules! policies {
+    ($( $(#[doc = $doc:literal])* $variant:ident => $kind:ty ),* $(,)?) => {
+        /// An expert-cache eviction policy (SEMANTICS.md §5, "Priorities"). The cached expert
+        /// with the lowest priority is evicted; ties go to the lowest expert id.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum Policy {
+            $( $(#[doc = $doc])* $variant, )*
+        }
+
+        impl Policy {
+            /// Every policy, in the order of the table.
+            pub const ALL: [Policy; [$(stringify!($variant)),*].len()] = [$(Policy::$variant),*];
+
+            /// The policy's facts ([`PolicyFacts`]).
+            pub fn facts(self) -> &'static PolicyFacts {
+                match self {
+                    $( Policy::$variant => &<$kind as PolicyKind<'_>>::FACTS, )*
+                }
+            }
+        }
+
+        /// Replays one layer with the configured policy (monomorphized per policy).
+        pub(crate) fn replay_layer(params: &Params<'_>, input: &LayerInput<'_>) -> LayerCounts {
+            match params.policy {
+                $( Policy::$variant => run(params, input, <$kind as PolicyKind<'_>>::build(params, input)), )*
+            }
+        }
+    };
+}
+
+policies! {
+    /// Priority = time of last access (a per-layer counter over all picks).
+    Lru => lru::Lru,
+    /// Priority = time of insertion.
+    Fifo => fifo::Fifo,
+    /// Priority = (accesses since insertion, time of last access).
+    Lfu => lfu::Lfu,
+    /// Priority = the next token at which the expert is chosen again, negated (never again:
+    /// evicted first). Offline optimum; needs λ = 0.
+    Belady => belady::Belady,
+    /// Priority = (last token at which the expert stood in F at rank < N, time of last access).
+    NearPick => near_pick::NearPick,
+    /// Priority = (s, time of last access), s ← d·s + 1(rank < N in F) once per token.
+    NearPickEma => near_pick_ema::NearPickEma,
+    /// Priority = (s, time of last access), s ← d·s + p, p = softmax of the row's scores over all
+    /// m candidates. Needs scores.
+    InvRouter => inv_router::InvRouter<'_>,
+}
+
+impl Policy {
+    /// The spelling used on the command line, in grids and in output keys.
+    pub fn as_str(self) -> &'static str {
+        self.facts().name
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every policy's name, comma-separated, for [`ParseNameError`].
+static NAMES: LazyLock<String> = LazyLock::new(|| Policy::ALL.map(Policy::as_str).join(", "));
+
+impl FromStr for Policy {
+    type Err = ParseNameError;
+    fn from_str(s: &str) -> Result<Policy, ParseNameError> {
+        Policy::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| ParseNameError {
+            what: "policy",
+            given: s.to_string(),
+            expected: NAMES.as_str(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names come from the policies' facts; serde's spelling (derived from the variant)
+    /// must be the same, and names must be distinct and parse back.
+    #[test]
+    fn names_agree_everywhere() {
+        for policy in Policy::ALL {
+            let name = policy.as_str();
+            assert_eq!(serde_json::to_string(&policy).expect("serializable"), format!("\"{name}\""));
+            assert_eq!(name.parse::<Policy>(), Ok(policy));
+            assert_eq!(Policy::ALL.iter().filter(|p| p.as_str() == name).count(), 1, "{name}");
+        }
+        let err = "lru2".parse::<Policy>().expect_err("not a policy");
+        assert_eq!(err.expected, "lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router");
+    }
+}

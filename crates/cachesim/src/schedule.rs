@@ -1,0 +1,340 @@
+//! The scheduler behind [`crate::replay_many_traces`]: which configurations of a layer share
+//! work (units), what each unit costs, and the task queue that runs them on the rayon pool.
+
+use rayon::prelude::*;
+use trace_io::{Shape, TraceView};
+
+use crate::{Keep, LayerCounts, ReplayConfig, ReplayCounts, Result, Semantics, Shares, engine, validate};
+
+/// The bytes of one block of rows of shared scores (see [`crate::replay_many`]).
+pub(crate) const TRACK_BLOCK_BYTES: usize = 512 << 10;
+
+/// What makes the scores of two `near_pick_ema` or `inv_router` configurations evolve alike on a
+/// layer.
+#[derive(PartialEq)]
+struct TrackKey<'a> {
+    decay: u64,
+    reset: bool,
+    /// near_pick_ema: N and the layer's keep mask; `None` for `inv_router`, which credits every
+    /// candidate (so this also tells the two policies apart).
+    ema: Option<(usize, &'a [bool])>,
+}
+
+impl<'a> TrackKey<'a> {
+    /// The key of `cfg` on a layer where it keeps `mask`, if its scores can be shared.
+    fn of(cfg: &ReplayConfig, mask: &'a [bool]) -> Option<TrackKey<'a>> {
+        let ema = match cfg.policy.facts().shares {
+            Shares::Nothing => return None,
+            // Credits from F's first N: shared among the same N and keep set.
+            Shares::Scores => Some((cfg.near_pick_n, mask)),
+            // Credits from every candidate.
+            Shares::ScoresAndSoftmax => None,
+        };
+        (cfg.semantics == Semantics::KWay).then_some(TrackKey {
+            decay: cfg.decay.to_bits(),
+            reset: cfg.reset_at_sequence,
+            ema,
+        })
+    }
+}
+
+/// Configurations of one layer replayed together in one task of [`replay_many_traces`].
+enum Unit<'a> {
+    /// Replayed one after another, one keep set after another: those that prune the layer with
+    /// the same set (two or more) read one F table; `inv_router` ones (two or more) read one
+    /// softmax table.
+    Plain(Vec<usize>),
+    /// Scores that evolve alike: one shared computation, the members advanced a block at a time.
+    Tracked(TrackKey<'a>, Vec<usize>),
+}
+
+impl Unit<'_> {
+    fn members(&self) -> &[usize] {
+        match self {
+            Unit::Plain(m) | Unit::Tracked(_, m) => m,
+        }
+    }
+}
+
+/// Splits layer `l`'s configurations into units: groups of two or more that share scores, then
+/// the rest by keep set, or, when two or more `inv_router` configurations are among the rest
+/// (they share the softmax), the rest as one unit.
+fn layer_units<'a>(runs: &[(&'a Keep, &ReplayConfig)], l: usize) -> Vec<Unit<'a>> {
+    let mut groups: Vec<(TrackKey<'a>, Vec<usize>)> = Vec::new();
+    for (i, (keep, cfg)) in runs.iter().enumerate() {
+        if let Some(key) = TrackKey::of(cfg, keep.layer_mask(l)) {
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((key, vec![i])),
+            }
+        }
+    }
+    groups.retain(|(_, members)| members.len() >= 2);
+    let mut done = vec![false; runs.len()];
+    for &i in groups.iter().flat_map(|(_, members)| members) {
+        done[i] = true;
+    }
+    let mut units: Vec<Unit<'a>> = groups.into_iter().map(|(key, members)| Unit::Tracked(key, members)).collect();
+    let untracked: Vec<usize> = (0..runs.len()).filter(|&i| !done[i]).collect();
+    if untracked.iter().filter(|&&i| shares_softmax(runs[i].1)).count() >= 2 {
+        // They share the softmax, and F with the others of their keep set: one unit.
+        units.push(Unit::Plain(untracked));
+        return units;
+    }
+    units.extend(
+        by_keep_set(runs, l, &untracked)
+            .into_iter()
+            .map(|set| Unit::Plain(set.iter().map(|&p| untracked[p]).collect())),
+    );
+    units
+}
+
+/// `members` (indices into `runs`) split by their keep set of layer `l`, in order of first
+/// appearance: positions in `members`.
+fn by_keep_set(runs: &[(&Keep, &ReplayConfig)], l: usize, members: &[usize]) -> Vec<Vec<usize>> {
+    let mut sets: Vec<(&[bool], Vec<usize>)> = Vec::new();
+    for (p, &i) in members.iter().enumerate() {
+        let mask = runs[i].0.layer_mask(l);
+        match sets.iter_mut().find(|(m, _)| *m == mask) {
+            Some((_, set)) => set.push(p),
+            None => sets.push((mask, vec![p])),
+        }
+    }
+    sets.into_iter().map(|(_, set)| set).collect()
+}
+
+/// Whether `cfg`'s policy shares the softmax of every row with its kind ([`Shares`]).
+fn shares_softmax(cfg: &ReplayConfig) -> bool {
+    cfg.policy.facts().shares == Shares::ScoresAndSoftmax
+}
+
+/// An estimate of a unit's cost on a layer of a trace of `shape`, only to order the tasks
+/// (costliest first): per member, its picks (tokens × k_used) times the instructions per pick of
+/// its policy measured with callgrind on the seed-scale trace (docs/performance.md, "Sixth
+/// round"), shared scores included.
+fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit<'_>, shape: &Shape) -> u64 {
+    let tracked = matches!(unit, Unit::Tracked(..));
+    unit.members()
+        .iter()
+        .map(|&i| {
+            let cfg = runs[i].1;
+            let facts = cfg.policy.facts();
+            let base = if tracked { facts.cost_per_pick_shared } else { facts.cost_per_pick };
+            let per_pick = base + if cfg.lambda > 0.0 { 70 } else { 0 };
+            per_pick * (shape.tokens * cfg.k_used.unwrap_or(shape.top_k)) as u64
+        })
+        .sum()
+}
+
+/// Replays one unit on layer `l` of `trace`: the counts of its members, in its order. `f_table`
+/// is the worker's F table, rebuilt here when the unit needs one.
+fn replay_unit(
+    trace: &TraceView<'_>,
+    l: usize,
+    runs: &[(&Keep, &ReplayConfig)],
+    unit: &Unit<'_>,
+    progress: &(dyn Fn(usize) + Sync),
+    block: usize,
+    f_table: &mut engine::FTable,
+) -> Vec<LayerCounts> {
+    let shape = trace.shape();
+    let scores = trace.layer_scores(l);
+    let params = |i: usize| {
+        let cfg = runs[i].1;
+        let mut params = engine::Params::new(&shape, cfg, trace.seq_offsets());
+        params.cap = cfg.cap_of(l);
+        params
+    };
+    let input = |i: usize| engine::LayerInput {
+        ids: trace.layer_ids(l),
+        scores,
+        keep: runs[i].0.layer_mask(l),
+        probs: None,
+        f_table: None,
+    };
+    match unit {
+        Unit::Plain(members) => {
+            let share_softmax = members.iter().filter(|&&i| shares_softmax(runs[i].1)).count() >= 2;
+            let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
+            let mut counts = vec![LayerCounts::default(); members.len()];
+            // One keep set after another, one F table alive at a time.
+            for same in by_keep_set(runs, l, members) {
+                let mask = runs[members[same[0]]].0.layer_mask(l);
+                let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
+                    .then(|| f_table.rebuild(trace.layer_ids(l), mask, shape.candidates));
+                for b in same {
+                    let i = members[b];
+                    let inp = engine::LayerInput {
+                        probs: probs.as_deref().filter(|_| shares_softmax(runs[i].1)),
+                        f_table: table,
+                        ..input(i)
+                    };
+                    counts[b] = crate::policy::replay_layer(&params(i), &inp);
+                    progress(shape.tokens);
+                }
+            }
+            counts
+        }
+        Unit::Tracked(key, members) => {
+            let credit = match key.ema {
+                Some((n, mask)) => engine::TrackCredit::Ema { n, keep: mask },
+                None => engine::TrackCredit::Router,
+            };
+            let mut track = engine::TrackedScores::new(&params(members[0]), &input(members[0]), credit, block);
+            let mut replays: Vec<engine::TrackedRun<'_>> =
+                members.iter().map(|&i| engine::TrackedRun::new(params(i), input(i))).collect();
+            for start in (0..shape.tokens).step_by(block) {
+                let rows = track.fill(start..(start + block).min(shape.tokens));
+                replays = replays.into_iter().map(|r| r.advance(rows)).collect();
+                progress(members.len() * rows.len());
+            }
+            replays.iter().map(|r| r.counts()).collect()
+        }
+    }
+}
+
+/// [`replay_many_traces`] with shared scores computed `block(shape)` tokens at a time.
+pub(crate) fn replay_many_in_blocks(
+    traces: &[TraceView<'_>],
+    runs: &[(&Keep, &ReplayConfig)],
+    progress: &(dyn Fn(usize) + Sync),
+    block: impl Fn(&Shape) -> usize + Sync,
+) -> Result<Vec<Vec<ReplayCounts>>> {
+    for trace in traces {
+        let shape = trace.shape();
+        for (keep, cfg) in runs {
+            validate(&shape, trace.parts().scores.is_some(), cfg)?;
+            keep.check_shape(&shape)?;
+        }
+    }
+    // Every (trace, layer, unit), then a queue of them: the longest trace first, layer by layer
+    // (a layer's ids and scores stay in cache while its units run), the costliest unit of a layer
+    // first; the short trace's tasks come last and fill the end. Each task's counts depend only
+    // on its inputs, so the order and the thread count change nothing but the time.
+    let mut tasks: Vec<(usize, usize, Unit<'_>, u64)> = Vec::new();
+    for (t, trace) in traces.iter().enumerate() {
+        let shape = trace.shape();
+        for l in 0..shape.layers {
+            for unit in layer_units(runs, l) {
+                let cost = unit_cost(runs, &unit, &shape);
+                tasks.push((t, l, unit, cost));
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    order.sort_by_key(|&i| {
+        let (t, l, _, cost) = &tasks[i];
+        (std::cmp::Reverse(traces[*t].shape().tokens), *t, *l, std::cmp::Reverse(*cost))
+    });
+    // `par_bridge` hands the items out in order as threads become free; each worker keeps one F
+    // table whose buffers serve all its tasks.
+    let done: Vec<(usize, Vec<LayerCounts>)> = order
+        .into_iter()
+        .par_bridge()
+        .map_init(engine::FTable::default, |f_table, i| {
+            let (t, l, unit, _) = &tasks[i];
+            let shape = traces[*t].shape();
+            (i, replay_unit(&traces[*t], *l, runs, unit, progress, block(&shape), f_table))
+        })
+        .collect();
+    let mut per_trace: Vec<Vec<Vec<LayerCounts>>> =
+        traces.iter().map(|trace| vec![vec![LayerCounts::default(); trace.shape().layers]; runs.len()]).collect();
+    for (i, counts) in done {
+        let (t, l, unit, _) = &tasks[i];
+        for (&run, c) in unit.members().iter().zip(counts) {
+            per_trace[*t][run][*l] = c;
+        }
+    }
+    Ok(traces
+        .iter()
+        .zip(per_trace)
+        .map(|(trace, per_run)| {
+            let shape = trace.shape();
+            runs.iter()
+                .zip(per_run)
+                .map(|((_, cfg), layers)| ReplayCounts::from_layers(&shape, cfg.warmup, &layers))
+                .collect()
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Policy, reference, replay};
+
+    /// Configurations that share scores, advanced 7 tokens at a time (blocks end mid-sequence and
+    /// at sequence starts), give the counts of `replay` and of the reference replayer: groups
+    /// of near_pick_ema per keep map and of inv_router across keep maps, with caps, λ, j, k_used
+    /// and warmups that differ, next to the ones that cannot share (sequential mode, another
+    /// decay, a group of one). Two traces of different lengths go through one task queue.
+    #[test]
+    fn shared_scores_in_blocks_equal_replay() {
+        let synth = trace_io::synth::SynthConfig {
+            layers: 2,
+            experts: 16,
+            top_k: 3,
+            candidates: 7,
+            tokens: 300,
+            sequences: 4,
+            ..Default::default()
+        };
+        let trace = trace_io::synth::generate(&synth).expect("a valid synthetic trace");
+        let short = trace_io::synth::generate(&trace_io::synth::SynthConfig { tokens: 180, seed: 9, ..synth })
+            .expect("a valid synthetic trace");
+        let view = trace.view();
+        let shape = view.shape();
+        let full = Keep::full(&shape);
+        let pruned = Keep::from_layers(&shape, &[(0..16).step_by(2).chain([1, 3]).collect(), (4..16).collect()])
+            .expect("a valid keep set");
+        let mut cfgs = Vec::new();
+        for policy in [Policy::NearPickEma, Policy::InvRouter] {
+            for (cap, lambda, j, k_used, warmup, reset) in [
+                (4, 0.0, 0, None, 0, false),
+                (4, 0.12, 2, None, 5, false),
+                (6, 0.5, 1, Some(2), 0, false),
+                (5, 0.0, 0, None, 3, true),
+                (3, 0.3, 2, None, 0, true),
+            ] {
+                cfgs.push(ReplayConfig {
+                    lambda,
+                    j,
+                    k_used,
+                    warmup,
+                    reset_at_sequence: reset,
+                    near_pick_n: 4,
+                    ..ReplayConfig::new(policy, cap)
+                });
+            }
+            // Outside the groups (and, pruned, reading one F table): at λ > 0 too.
+            cfgs.push(ReplayConfig {
+                semantics: Semantics::Sequential,
+                lambda: 0.2,
+                j: 1,
+                ..ReplayConfig::new(policy, 4)
+            });
+            cfgs.push(ReplayConfig { decay: 0.9, ..ReplayConfig::new(policy, 4) });
+        }
+        let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| [(&full, c), (&pruned, c)]).collect();
+        let steps = std::sync::atomic::AtomicUsize::new(0);
+        let views = [view, short.view()];
+        let many = replay_many_in_blocks(
+            &views,
+            &runs,
+            &|tokens| {
+                steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+            },
+            |_| 7,
+        )
+        .expect("valid configs");
+        assert_eq!(steps.into_inner(), runs.len() * shape.layers * (300 + 180));
+        assert_eq!(many.len(), 2);
+        for (view, many) in views.iter().zip(&many) {
+            for ((keep, cfg), got) in runs.iter().zip(many) {
+                assert!(got.misses > 0 && got.hits > 0, "{cfg:?}");
+                assert_eq!(got, &replay(view, keep, cfg).expect("valid config"), "{cfg:?}");
+                assert_eq!(got, &reference::replay(view, keep, cfg).expect("valid config"), "{cfg:?}");
+            }
+        }
+    }
+}

@@ -61,6 +61,7 @@
 mod config;
 mod engine;
 mod error;
+pub mod exp;
 mod keep;
 pub mod mrc;
 mod policy;
@@ -150,7 +151,7 @@ impl ReplayCounts {
 ///
 /// # Errors
 /// - [`CacheSimError::InvalidParameter`]: `k_used` = 0, `cap` = 0, λ negative or not finite,
-///   decay outside (0, 1], `belady` or `near_pick` on a trace of 2^32 tokens or more.
+///   decay outside (0, 1] or whose inverse overflows, `belady` or `near_pick` on a trace of 2^32 tokens or more.
 /// - [`CacheSimError::KUsedAboveCandidates`]: `k_used` > m.
 /// - [`CacheSimError::CapBelowKUsed`]: `cap` < `k_used`.
 /// - [`CacheSimError::LayerCapBelowKUsed`]: a per-layer cap < `k_used`.
@@ -177,6 +178,10 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     }
     if !(cfg.decay > 0.0 && cfg.decay <= 1.0) {
         return invalid("decay", cfg.decay.to_string(), "must be in (0, 1]");
+    }
+    if !(1.0 / cfg.decay).is_finite() {
+        // The lazy decay multiplies by 1/d (SEMANTICS.md §5).
+        return invalid("decay", cfg.decay.to_string(), "1/decay must be finite (decay >= 5.6e-309)");
     }
     if k_used > shape.candidates {
         return Err(CacheSimError::KUsedAboveCandidates { k_used, candidates: shape.candidates });
@@ -229,29 +234,20 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 }
 
 /// Replays several configurations of one trace, layer by layer, sharing the work they have in
-/// common:
-/// - `near_pick_ema` and `inv_router` configurations (k-way mode) whose scores evolve alike
-///   (the same decay and sequence resets; for `near_pick_ema` also the same N and the same kept
-///   experts in the layer) share one computation of every expert's score per token, however
-///   their cap, λ, j, k_used or warmup differ: each reads its cached experts' scores from it in
-///   its victim selection instead of decaying and crediting every kept expert itself.
-/// - When two or more other `inv_router` configurations remain, the softmax of every row (whose
-///   `exp` calls are most of that policy's cost) is computed once per layer for all of them.
-/// - The other configurations replay one keep set after another; when two or more prune the
-///   layer with the same set, F (the kept candidates of every row, SEMANTICS.md §5 step 1) is
-///   built once for the layer and read by all of them.
+/// common (values that depend only on the trace, SEMANTICS.md §5):
+/// - When two or more `inv_router` configurations are among them, the softmax of every row is
+///   computed once per layer for all of them.
+/// - Configurations replay one keep set after another; when two or more prune the layer with
+///   the same set, F (the kept candidates of every row, SEMANTICS.md §5 step 1) is built once
+///   for the layer and read by all of them.
 /// - The work is cut into tasks as [`replay_many_traces`] says.
 ///
 /// The counts are those of [`replay`] for each configuration, in the order of `runs`, whatever
 /// the thread count.
 ///
-/// Runs as [`replay_many_traces`]: tasks of one layer and one set of configurations that share
-/// work, on the rayon pool, layer by layer (a layer's ids and scores stay in cache); the
-/// configurations that share scores advance together, one block of tokens at a time. Memory
-/// per task in flight: for a group sharing scores, a block of rows of 8 · E bytes each
-/// (512 KiB, and at least 17 rows); for the `inv_router` configurations that share the softmax,
-/// a table of T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates); and one F table
-/// of 4 · T · m bytes (32 MiB there) per worker thread, rebuilt in place from task to task and
+/// Memory per task in flight: for the `inv_router` configurations that share the softmax, a
+/// table of T · m `f64` (e.g. 64 MiB for 131,072 tokens of 64 candidates); and one F table of
+/// 4 · T · m bytes (32 MiB there) per worker thread, rebuilt in place from task to task and
 /// freed when the call returns.
 /// `progress(tokens)` is called from worker threads with the number of tokens replayed; the
 /// calls add up to the trace's token count per (layer, configuration).
@@ -271,9 +267,8 @@ pub fn replay_many(
 /// `result[t][i]` is the counts of `runs[i]` on `traces[t]`, each equal to [`replay`]'s.
 ///
 /// The work is cut into tasks of one trace, one layer and one set of configurations that share
-/// work (a group sharing scores; the configurations of one keep set; or, when two or more
-/// `inv_router` configurations are outside the groups, all the configurations outside them,
-/// which share the softmax and F), and the rayon pool takes them from one queue: the longest
+/// work (the configurations of one keep set; or, when two or more `inv_router` configurations
+/// are among them, all of them, which share the softmax and F), and the rayon pool takes them from one queue: the longest
 /// trace first (ties in the order of `traces`), layer by layer, within a layer the costliest set
 /// first (by an estimate: picks × instructions per pick of their policies), so that the short
 /// tasks fill the end and no core idles while another finishes a long layer.
@@ -287,7 +282,5 @@ pub fn replay_many_traces(
     runs: &[(&Keep, &ReplayConfig)],
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<Vec<ReplayCounts>>> {
-    schedule::replay_many_in_blocks(traces, runs, progress, |shape| {
-        (schedule::TRACK_BLOCK_BYTES / (8 * shape.num_experts.max(1))).max(16)
-    })
+    schedule::replay_many_traces(traces, runs, progress)
 }

@@ -1,8 +1,10 @@
 //! A plain reference replayer (SEMANTICS.md §8.4), written for clarity, not speed.
 //!
 //! It follows SEMANTICS.md §5 step by step for one layer at a time, single-threaded, with
-//! `BTreeMap`s, `Vec`s, f64 and eager decays. It shares no replay code with the fast replayer
-//! ([`crate::replay`]); both must produce identical [`ReplayCounts`] on every configuration.
+//! `BTreeMap`s, `Vec`s and f64: the decays in the lazy form that §5 defines (a multiplier M,
+//! credits x · M, a rescale when M exceeds 1e100) and the softmax with the project's
+//! [`crate::exp::exp`]. It shares no replay code with the fast replayer ([`crate::replay`]);
+//! both must produce identical [`ReplayCounts`] on every configuration.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,13 +59,17 @@ fn replay_layer(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, l: usize
     let mut counts = LayerCounts::default();
     let mut cache: BTreeMap<u16, Entry> = BTreeMap::new();
     let mut near_last: BTreeMap<u16, usize> = BTreeMap::new();
+    // The lazy decay of §5: multiplier M, stored scores S, 1/d computed once.
+    let mut multiplier: f64 = 1.0;
     let mut score: Vec<f64> = vec![0.0; num_experts];
+    let inverse_decay = 1.0 / cfg.decay;
     let mut clock: u64 = 0;
 
     for t in 0..shape.tokens {
         if sequence_starts.contains(&t) {
             cache.clear();
             near_last.clear();
+            multiplier = 1.0;
             score = vec![0.0; num_experts];
         }
         let row = trace.row(l, t);
@@ -151,28 +157,32 @@ fn replay_layer(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, l: usize
                 }
             }
             Policy::NearPickEma => {
-                let mut credit = vec![0.0; num_experts];
+                multiplier *= inverse_decay;
                 for &(_, e) in f.iter().take(cfg.near_pick_n) {
-                    credit[usize::from(e)] = 1.0;
-                }
-                for e in 0..num_experts {
-                    score[e] = cfg.decay * score[e] + credit[e];
+                    score[usize::from(e)] += 1.0 * multiplier;
                 }
             }
             Policy::InvRouter => {
+                multiplier *= inverse_decay;
                 let z_row = row_scores.expect("validate() guarantees scores for inv_router");
                 let max = z_row.iter().fold(f64::NEG_INFINITY, |a, &z| a.max(f64::from(z)));
-                let exps: Vec<f64> = z_row.iter().map(|&z| (f64::from(z) - max).exp()).collect();
-                let sum: f64 = exps.iter().sum();
-                let mut p = vec![0.0; num_experts];
-                for (i, &e) in row.iter().enumerate() {
-                    p[usize::from(e)] = exps[i] / sum;
+                let weights: Vec<f64> = z_row.iter().map(|&z| crate::exp::exp(f64::from(z) - max)).collect();
+                let mut sum = 0.0;
+                for &w in &weights {
+                    sum += w;
                 }
-                for e in 0..num_experts {
-                    score[e] = cfg.decay * score[e] + p[e];
+                for (i, &e) in row.iter().enumerate() {
+                    let p = weights[i] / sum;
+                    score[usize::from(e)] += p * multiplier;
                 }
             }
             Policy::Lru | Policy::Fifo | Policy::Lfu | Policy::Belady => {}
+        }
+        if multiplier > 1e100 {
+            for s in score.iter_mut() {
+                *s /= multiplier;
+            }
+            multiplier = 1.0;
         }
     }
     counts

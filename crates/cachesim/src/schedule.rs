@@ -4,89 +4,23 @@
 use rayon::prelude::*;
 use trace_io::{Shape, TraceView};
 
-use crate::{Keep, LayerCounts, ReplayConfig, ReplayCounts, Result, Semantics, Shares, engine, validate};
+use crate::{Keep, LayerCounts, ReplayConfig, ReplayCounts, Result, Shares, engine, validate};
 
-/// The bytes of one block of rows of shared scores (see [`crate::replay_many`]).
-pub(crate) const TRACK_BLOCK_BYTES: usize = 512 << 10;
+/// Configurations of one layer replayed together in one task of
+/// [`crate::replay_many_traces`] (indices into `runs`): one keep set after another, those that
+/// prune the layer with the same set (two or more) reading one F table, and those that share
+/// the softmax (two or more) reading one softmax table.
+type Unit = Vec<usize>;
 
-/// What makes the scores of two `near_pick_ema` or `inv_router` configurations evolve alike on a
-/// layer.
-#[derive(PartialEq)]
-struct TrackKey<'a> {
-    decay: u64,
-    reset: bool,
-    /// near_pick_ema: N and the layer's keep mask; `None` for `inv_router`, which credits every
-    /// candidate (so this also tells the two policies apart).
-    ema: Option<(usize, &'a [bool])>,
-}
-
-impl<'a> TrackKey<'a> {
-    /// The key of `cfg` on a layer where it keeps `mask`, if its scores can be shared.
-    fn of(cfg: &ReplayConfig, mask: &'a [bool]) -> Option<TrackKey<'a>> {
-        let ema = match cfg.policy.facts().shares {
-            Shares::Nothing => return None,
-            // Credits from F's first N: shared among the same N and keep set.
-            Shares::Scores => Some((cfg.near_pick_n, mask)),
-            // Credits from every candidate.
-            Shares::ScoresAndSoftmax => None,
-        };
-        (cfg.semantics == Semantics::KWay).then_some(TrackKey {
-            decay: cfg.decay.to_bits(),
-            reset: cfg.reset_at_sequence,
-            ema,
-        })
+/// Splits layer `l`'s configurations into units: by keep set, or, when two or more of them
+/// share the softmax, all of them as one unit (they share the softmax, and F with the others of
+/// their keep set).
+fn layer_units(runs: &[(&Keep, &ReplayConfig)], l: usize) -> Vec<Unit> {
+    let all: Vec<usize> = (0..runs.len()).collect();
+    if all.iter().filter(|&&i| shares_softmax(runs[i].1)).count() >= 2 {
+        return vec![all];
     }
-}
-
-/// Configurations of one layer replayed together in one task of [`replay_many_traces`].
-enum Unit<'a> {
-    /// Replayed one after another, one keep set after another: those that prune the layer with
-    /// the same set (two or more) read one F table; `inv_router` ones (two or more) read one
-    /// softmax table.
-    Plain(Vec<usize>),
-    /// Scores that evolve alike: one shared computation, the members advanced a block at a time.
-    Tracked(TrackKey<'a>, Vec<usize>),
-}
-
-impl Unit<'_> {
-    fn members(&self) -> &[usize] {
-        match self {
-            Unit::Plain(m) | Unit::Tracked(_, m) => m,
-        }
-    }
-}
-
-/// Splits layer `l`'s configurations into units: groups of two or more that share scores, then
-/// the rest by keep set, or, when two or more `inv_router` configurations are among the rest
-/// (they share the softmax), the rest as one unit.
-fn layer_units<'a>(runs: &[(&'a Keep, &ReplayConfig)], l: usize) -> Vec<Unit<'a>> {
-    let mut groups: Vec<(TrackKey<'a>, Vec<usize>)> = Vec::new();
-    for (i, (keep, cfg)) in runs.iter().enumerate() {
-        if let Some(key) = TrackKey::of(cfg, keep.layer_mask(l)) {
-            match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((key, vec![i])),
-            }
-        }
-    }
-    groups.retain(|(_, members)| members.len() >= 2);
-    let mut done = vec![false; runs.len()];
-    for &i in groups.iter().flat_map(|(_, members)| members) {
-        done[i] = true;
-    }
-    let mut units: Vec<Unit<'a>> = groups.into_iter().map(|(key, members)| Unit::Tracked(key, members)).collect();
-    let untracked: Vec<usize> = (0..runs.len()).filter(|&i| !done[i]).collect();
-    if untracked.iter().filter(|&&i| shares_softmax(runs[i].1)).count() >= 2 {
-        // They share the softmax, and F with the others of their keep set: one unit.
-        units.push(Unit::Plain(untracked));
-        return units;
-    }
-    units.extend(
-        by_keep_set(runs, l, &untracked)
-            .into_iter()
-            .map(|set| Unit::Plain(set.iter().map(|&p| untracked[p]).collect())),
-    );
-    units
+    by_keep_set(runs, l, &all)
 }
 
 /// `members` (indices into `runs`) split by their keep set of layer `l`, in order of first
@@ -105,22 +39,17 @@ fn by_keep_set(runs: &[(&Keep, &ReplayConfig)], l: usize, members: &[usize]) -> 
 
 /// Whether `cfg`'s policy shares the softmax of every row with its kind ([`Shares`]).
 fn shares_softmax(cfg: &ReplayConfig) -> bool {
-    cfg.policy.facts().shares == Shares::ScoresAndSoftmax
+    cfg.policy.facts().shares == Shares::Softmax
 }
 
 /// An estimate of a unit's cost on a layer of a trace of `shape`, only to order the tasks
-/// (costliest first): per member, its picks (tokens × k_used) times the instructions per pick of
-/// its policy measured with callgrind on the seed-scale trace (docs/performance.md, "Sixth
-/// round"), shared scores included.
-fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit<'_>, shape: &Shape) -> u64 {
-    let tracked = matches!(unit, Unit::Tracked(..));
-    unit.members()
-        .iter()
+/// (costliest first): per member, its picks (tokens × k_used) times its policy's cost per pick
+/// ([`crate::PolicyFacts::cost_per_pick`]), plus 70 at λ > 0.
+fn unit_cost(runs: &[(&Keep, &ReplayConfig)], unit: &Unit, shape: &Shape) -> u64 {
+    unit.iter()
         .map(|&i| {
             let cfg = runs[i].1;
-            let facts = cfg.policy.facts();
-            let base = if tracked { facts.cost_per_pick_shared } else { facts.cost_per_pick };
-            let per_pick = base + if cfg.lambda > 0.0 { 70 } else { 0 };
+            let per_pick = cfg.policy.facts().cost_per_pick + if cfg.lambda > 0.0 { 70 } else { 0 };
             per_pick * (shape.tokens * cfg.k_used.unwrap_or(shape.top_k)) as u64
         })
         .sum()
@@ -132,9 +61,8 @@ fn replay_unit(
     trace: &TraceView<'_>,
     l: usize,
     runs: &[(&Keep, &ReplayConfig)],
-    unit: &Unit<'_>,
+    members: &Unit,
     progress: &(dyn Fn(usize) + Sync),
-    block: usize,
     f_table: &mut engine::FTable,
 ) -> Vec<LayerCounts> {
     let shape = trace.shape();
@@ -145,60 +73,35 @@ fn replay_unit(
         params.cap = cfg.cap_of(l);
         params
     };
-    let input = |i: usize| engine::LayerInput {
-        ids: trace.layer_ids(l),
-        scores,
-        keep: runs[i].0.layer_mask(l),
-        probs: None,
-        f_table: None,
-    };
-    match unit {
-        Unit::Plain(members) => {
-            let share_softmax = members.iter().filter(|&&i| shares_softmax(runs[i].1)).count() >= 2;
-            let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
-            let mut counts = vec![LayerCounts::default(); members.len()];
-            // One keep set after another, one F table alive at a time.
-            for same in by_keep_set(runs, l, members) {
-                let mask = runs[members[same[0]]].0.layer_mask(l);
-                let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
-                    .then(|| f_table.rebuild(trace.layer_ids(l), mask, shape.candidates));
-                for b in same {
-                    let i = members[b];
-                    let inp = engine::LayerInput {
-                        probs: probs.as_deref().filter(|_| shares_softmax(runs[i].1)),
-                        f_table: table,
-                        ..input(i)
-                    };
-                    counts[b] = crate::policy::replay_layer(&params(i), &inp);
-                    progress(shape.tokens);
-                }
-            }
-            counts
-        }
-        Unit::Tracked(key, members) => {
-            let credit = match key.ema {
-                Some((n, mask)) => engine::TrackCredit::Ema { n, keep: mask },
-                None => engine::TrackCredit::Router,
+    let share_softmax = members.iter().filter(|&&i| shares_softmax(runs[i].1)).count() >= 2;
+    let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
+    let mut counts = vec![LayerCounts::default(); members.len()];
+    // One keep set after another, one F table alive at a time.
+    for same in by_keep_set(runs, l, members) {
+        let mask = runs[members[same[0]]].0.layer_mask(l);
+        let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
+            .then(|| f_table.rebuild(trace.layer_ids(l), mask, shape.candidates));
+        for b in same {
+            let i = members[b];
+            let input = engine::LayerInput {
+                ids: trace.layer_ids(l),
+                scores,
+                keep: runs[i].0.layer_mask(l),
+                probs: probs.as_deref().filter(|_| shares_softmax(runs[i].1)),
+                f_table: table,
             };
-            let mut track = engine::TrackedScores::new(&params(members[0]), &input(members[0]), credit, block);
-            let mut replays: Vec<engine::TrackedRun<'_>> =
-                members.iter().map(|&i| engine::TrackedRun::new(params(i), input(i))).collect();
-            for start in (0..shape.tokens).step_by(block) {
-                let rows = track.fill(start..(start + block).min(shape.tokens));
-                replays = replays.into_iter().map(|r| r.advance(rows)).collect();
-                progress(members.len() * rows.len());
-            }
-            replays.iter().map(|r| r.counts()).collect()
+            counts[b] = crate::policy::replay_layer(&params(i), &input);
+            progress(shape.tokens);
         }
     }
+    counts
 }
 
-/// [`replay_many_traces`] with shared scores computed `block(shape)` tokens at a time.
-pub(crate) fn replay_many_in_blocks(
+/// [`crate::replay_many_traces`].
+pub(crate) fn replay_many_traces(
     traces: &[TraceView<'_>],
     runs: &[(&Keep, &ReplayConfig)],
     progress: &(dyn Fn(usize) + Sync),
-    block: impl Fn(&Shape) -> usize + Sync,
 ) -> Result<Vec<Vec<ReplayCounts>>> {
     for trace in traces {
         let shape = trace.shape();
@@ -211,7 +114,7 @@ pub(crate) fn replay_many_in_blocks(
     // (a layer's ids and scores stay in cache while its units run), the costliest unit of a layer
     // first; the short trace's tasks come last and fill the end. Each task's counts depend only
     // on its inputs, so the order and the thread count change nothing but the time.
-    let mut tasks: Vec<(usize, usize, Unit<'_>, u64)> = Vec::new();
+    let mut tasks: Vec<(usize, usize, Unit, u64)> = Vec::new();
     for (t, trace) in traces.iter().enumerate() {
         let shape = trace.shape();
         for l in 0..shape.layers {
@@ -233,15 +136,14 @@ pub(crate) fn replay_many_in_blocks(
         .par_bridge()
         .map_init(engine::FTable::default, |f_table, i| {
             let (t, l, unit, _) = &tasks[i];
-            let shape = traces[*t].shape();
-            (i, replay_unit(&traces[*t], *l, runs, unit, progress, block(&shape), f_table))
+            (i, replay_unit(&traces[*t], *l, runs, unit, progress, f_table))
         })
         .collect();
     let mut per_trace: Vec<Vec<Vec<LayerCounts>>> =
         traces.iter().map(|trace| vec![vec![LayerCounts::default(); trace.shape().layers]; runs.len()]).collect();
     for (i, counts) in done {
         let (t, l, unit, _) = &tasks[i];
-        for (&run, c) in unit.members().iter().zip(counts) {
+        for (&run, c) in unit.iter().zip(counts) {
             per_trace[*t][run][*l] = c;
         }
     }
@@ -261,15 +163,14 @@ pub(crate) fn replay_many_in_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Policy, reference, replay};
+    use crate::{Policy, Semantics, reference, replay};
 
-    /// Configurations that share scores, advanced 7 tokens at a time (blocks end mid-sequence and
-    /// at sequence starts), give the counts of `replay` and of the reference replayer: groups
-    /// of near_pick_ema per keep map and of inv_router across keep maps, with caps, λ, j, k_used
-    /// and warmups that differ, next to the ones that cannot share (sequential mode, another
-    /// decay, a group of one). Two traces of different lengths go through one task queue.
+    /// Configurations replayed together (inv_router ones reading one softmax table, pruned ones
+    /// one F table) give the counts of `replay` and of the reference replayer, with caps, λ, j,
+    /// k_used, warmups, resets, semantics and decays that differ. Two traces of different
+    /// lengths go through one task queue.
     #[test]
-    fn shared_scores_in_blocks_equal_replay() {
+    fn configurations_together_equal_replay() {
         let synth = trace_io::synth::SynthConfig {
             layers: 2,
             experts: 16,
@@ -306,7 +207,6 @@ mod tests {
                     ..ReplayConfig::new(policy, cap)
                 });
             }
-            // Outside the groups (and, pruned, reading one F table): at λ > 0 too.
             cfgs.push(ReplayConfig {
                 semantics: Semantics::Sequential,
                 lambda: 0.2,
@@ -318,14 +218,9 @@ mod tests {
         let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| [(&full, c), (&pruned, c)]).collect();
         let steps = std::sync::atomic::AtomicUsize::new(0);
         let views = [view, short.view()];
-        let many = replay_many_in_blocks(
-            &views,
-            &runs,
-            &|tokens| {
-                steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
-            },
-            |_| 7,
-        )
+        let many = replay_many_traces(&views, &runs, &|tokens| {
+            steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+        })
         .expect("valid configs");
         assert_eq!(steps.into_inner(), runs.len() * shape.layers * (300 + 180));
         assert_eq!(many.len(), 2);

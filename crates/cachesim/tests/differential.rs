@@ -385,6 +385,41 @@ fn decayed_candidates_equal_reference() {
     }
 }
 
+/// The lazy decay of SEMANTICS.md §5 where it rescales and underflows: d close to 1 (M grows
+/// slowly, scores of experts credited long ago stay close), 0.5 and 0.3 (M passes 1e100 every
+/// 333 and 192 tokens: several rescales in 2,000 tokens), 0.01 (every 51), 1e-200 and 1e-300
+/// (every token, the inverse near the top of f64's range), where the scores of experts not
+/// credited for a few tokens underflow to 0 and tie (then last access decides). N = 1 and a
+/// cap of 40 of 64 experts leave cached experts without credits for long runs. Alone and
+/// together (one softmax table).
+#[test]
+fn lazy_decay_rescales_and_underflows_equal_reference() {
+    let s = Synth { num_experts: 64, top_k: 4, candidates: 10, reuse: 0.8, sequences: 2, tokens: 2000, ..SMALL };
+    let trace = synth(71, s);
+    let view = trace.view();
+    let shape = view.shape();
+    for (keep_name, keep) in keeps(&shape, 71).into_iter().take(2) {
+        let mut cfgs = Vec::new();
+        for policy in [Policy::NearPickEma, Policy::InvRouter] {
+            for decay in [1.0 - 1e-12, 0.999, 0.5, 0.3, 0.01, 1e-200, 1e-300] {
+                for (near_pick_n, cap, lambda, reset) in [(1, 40, 0.0, false), (3, 8, 0.12, true), (10, 20, 0.0, true)]
+                {
+                    cfgs.push(ReplayConfig {
+                        lambda,
+                        decay,
+                        near_pick_n,
+                        warmup: 10,
+                        reset_at_sequence: reset,
+                        ..ReplayConfig::new(policy, cap)
+                    });
+                }
+            }
+        }
+        let counts = equal_alone_and_together(&view, &keep, &cfgs, &format!("keep {keep_name}"));
+        assert!(counts.iter().all(|c| c.hits > 0 && c.misses > 0));
+    }
+}
+
 /// Every policy with caps of dozens to over a hundred experts (33, 70 and 140 of 160), each of
 /// which evicts (it misses more than a cache of all 160 experts): the victim searches compare
 /// the cached keys in vectors (32 at a time for near_pick and belady, chunks of 16 for

@@ -365,7 +365,7 @@ fn bad_configurations_are_refused() {
         let e = run(&with_scores, ReplayConfig { lambda, ..cfg(Policy::Lru, 2) });
         assert!(matches!(e, CacheSimError::InvalidParameter { name: "lambda", .. }));
     }
-    for decay in [0.0, -0.5, 1.5, f64::NAN] {
+    for decay in [0.0, -0.5, 1.5, f64::NAN, 1e-309] {
         let e = run(&with_scores, ReplayConfig { decay, ..cfg(Policy::NearPickEma, 2) });
         assert!(matches!(e, CacheSimError::InvalidParameter { name: "decay", .. }));
     }

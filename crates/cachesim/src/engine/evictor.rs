@@ -81,15 +81,13 @@ pub(crate) trait Evictor {
     fn victim(&mut self, cache: &Cache<Self::Key>, protected: Protected<'_>) -> usize;
     /// With `BATCH`: the `q` cached, unprotected experts of lowest priority, into `out`, each
     /// as a key whose low 16 bits are the expert id; `chosen` are the token's chosen experts
-    /// (the protected ones are those of them that are cached); `track`, for a policy whose
-    /// scores a [`TrackedScores`] computes, every expert's score before the token (`[E]`).
+    /// (the protected ones are those of them that are cached).
     fn victims(
         &mut self,
         _cache: &Cache<Self::Key>,
         _protected: Protected<'_>,
         _q: usize,
         _chosen: &[u16],
-        _track: Option<&[f64]>,
         _out: &mut Vec<u128>,
     ) {
     }

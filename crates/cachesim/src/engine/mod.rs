@@ -10,7 +10,7 @@
 //! - [`structures`]: the priority structures the policies build on (an intrusive list, groups
 //!   of equal count, counts per integer key value, a vector selector of the lowest scores).
 //! - [`shared`]: work that depends only on the trace, computed once for several configurations
-//!   (F tables, softmax tables, shared scores).
+//!   (F tables, softmax tables).
 //! - [`simd`]: small vector and branch-free helpers.
 //! - The policies themselves are in `crate::policy`, one file each.
 //!
@@ -29,7 +29,7 @@ pub(crate) mod token_loop;
 
 pub(crate) use cache::{ABSENT, Cache};
 pub(crate) use evictor::{Evictor, Pick, Protected};
-pub(crate) use shared::{FTable, TrackCredit, TrackedRun, TrackedScores, softmax_layer};
+pub(crate) use shared::{FTable, softmax_layer};
 pub(crate) use token_loop::run;
 use trace_io::Shape;
 

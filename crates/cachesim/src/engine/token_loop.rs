@@ -9,13 +9,12 @@
 //! per-token helpers run out of line (inlined into the token loop, their pointers were spilled
 //! and reloaded for every candidate).
 
-use super::shared::TrackRows;
 use super::{Cache, Evictor, LayerInput, Params, Pick, Protected};
 use crate::LayerCounts;
 
 /// The whole token loop of one layer with policy `policy`.
 pub(crate) fn run<P: Evictor>(params: &Params<'_>, input: &LayerInput<'_>, policy: P) -> LayerCounts {
-    run_tokens(params, input, State::new(params, input, policy), 0..params.tokens, None).counts
+    run_tokens(params, input, State::new(params, input, policy), 0..params.tokens).counts
 }
 
 /// Everything one layer's replay carries from token to token: the policy, the cache, the
@@ -66,15 +65,14 @@ impl<P: Evictor> State<P> {
 }
 
 /// The token loop of one layer (SEMANTICS.md §5 steps 1-5) over `tokens`, from `state` (moved in
-/// and out: inside, its parts are locals the compiler keeps apart). `track` holds the rows of
-/// those tokens for a policy whose scores are shared.
+/// and out: inside, its parts are locals the compiler keeps apart). Resumable: a caller may
+/// replay a trace's tokens in several ranges, in order.
 #[inline(never)]
 pub(crate) fn run_tokens<P: Evictor>(
     params: &Params<'_>,
     input: &LayerInput<'_>,
     state: State<P>,
     tokens: std::ops::Range<usize>,
-    track: Option<TrackRows<'_>>,
 ) -> State<P> {
     let (m, k, cap) = (params.m, params.k_used, params.cap);
     let State {
@@ -209,7 +207,7 @@ pub(crate) fn run_tokens<P: Evictor>(
             let missing = chosen.iter().filter(|&&e| !cache.contains(usize::from(e))).count();
             let q = (cache.len + missing).saturating_sub(cap);
             if q > 0 {
-                policy.victims(&cache, protected, q, chosen, track.map(|tr| tr.before(t)), &mut victims);
+                policy.victims(&cache, protected, q, chosen, &mut victims);
                 for &key in &victims {
                     let v = (key & 0xFFFF) as usize;
                     cache.remove(v);

@@ -95,7 +95,6 @@ impl Evictor for Belady {
         protected: Protected<'_>,
         q: usize,
         _chosen: &[u16],
-        _track: Option<&[f64]>,
         out: &mut Vec<u128>,
     ) {
         self.farthest(cache, protected, q, out);
@@ -110,7 +109,6 @@ impl PolicyKind<'_> for Belady {
         token_indices: true,
         shares: Shares::Nothing,
         cost_per_pick: 140,
-        cost_per_pick_shared: 140,
     };
     fn build(params: &Params<'_>, input: &LayerInput<'_>) -> Belady {
         Belady::new(params, input)

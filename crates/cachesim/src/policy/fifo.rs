@@ -54,7 +54,6 @@ impl PolicyKind<'_> for Fifo {
         token_indices: false,
         shares: Shares::Nothing,
         cost_per_pick: 100,
-        cost_per_pick_shared: 100,
     };
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> Fifo {
         Fifo(List::new(params.num_experts))

@@ -58,7 +58,6 @@ impl PolicyKind<'_> for Lfu {
         token_indices: false,
         shares: Shares::Nothing,
         cost_per_pick: 160,
-        cost_per_pick_shared: 160,
     };
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> Lfu {
         Lfu { g: Groups::new(params.num_experts, params.cap) }

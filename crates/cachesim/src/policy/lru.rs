@@ -49,7 +49,6 @@ impl PolicyKind<'_> for Lru {
         token_indices: false,
         shares: Shares::Nothing,
         cost_per_pick: 100,
-        cost_per_pick_shared: 100,
     };
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> Lru {
         Lru(List::new(params.num_experts))

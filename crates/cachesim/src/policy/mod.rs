@@ -28,8 +28,7 @@ mod lru;
 mod near_pick;
 mod near_pick_ema;
 
-pub(crate) use decayed::{Decayed, Tracked};
-pub(crate) use inv_router::{ExpMemo, softmax_row};
+pub(crate) use inv_router::softmax_row;
 
 /// Facts about one policy, kept on the policy ([`PolicyKind::FACTS`]) and read through
 /// [`Policy::facts`] by validation, by the scheduler of `replay_many` and by the cli.
@@ -46,11 +45,9 @@ pub struct PolicyFacts {
     pub token_indices: bool,
     /// What configurations of one layer may share, computed once for all of them.
     pub shares: Shares,
-    /// Instructions per pick measured with callgrind on the seed-scale benchmark trace (only to
-    /// order the tasks of `replay_many`, costliest first; docs/performance.md).
+    /// Instructions per pick, roughly, on the seed-scale benchmark trace (docs/performance.md):
+    /// only to order the tasks of `replay_many`, costliest first.
     pub cost_per_pick: u64,
-    /// The same when its scores are shared ([`Shares::Scores`]); `cost_per_pick` otherwise.
-    pub cost_per_pick_shared: u64,
 }
 
 /// What a policy's configurations on one layer can share (SEMANTICS.md §5: values that do not
@@ -59,11 +56,8 @@ pub struct PolicyFacts {
 pub enum Shares {
     /// Nothing beyond F (the kept candidates), which every policy shares with its keep set.
     Nothing,
-    /// Every expert's score per token, among configurations of the same decay, resets and
-    /// (for credits from F) rank bound and keep set.
-    Scores,
-    /// Every expert's score as above, and the softmax of every row among the others.
-    ScoresAndSoftmax,
+    /// The softmax of every row of the layer's router scores.
+    Softmax,
 }
 
 /// A policy as the fast replayer sees it: its facts, and how to build its state for one layer.
@@ -119,10 +113,11 @@ policies! {
     Belady => belady::Belady,
     /// Priority = (last token at which the expert stood in F at rank < N, time of last access).
     NearPick => near_pick::NearPick,
-    /// Priority = (s, time of last access), s ← d·s + 1(rank < N in F) once per token.
+    /// Priority = (s, time of last access), s ← d·s + 1(rank < N in F) once per token (in the
+    /// lazy form of SEMANTICS.md §5).
     NearPickEma => near_pick_ema::NearPickEma,
     /// Priority = (s, time of last access), s ← d·s + p, p = softmax of the row's scores over all
-    /// m candidates. Needs scores.
+    /// m candidates (with the project's [`crate::exp`]), in the lazy form. Needs scores.
     InvRouter => inv_router::InvRouter<'_>,
 }
 

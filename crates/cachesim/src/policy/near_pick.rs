@@ -77,15 +77,7 @@ impl Evictor for NearPick {
         v
     }
     #[inline(always)]
-    fn victims(
-        &mut self,
-        cache: &Cache<u32>,
-        protected: Protected<'_>,
-        q: usize,
-        chosen: &[u16],
-        _track: Option<&[f64]>,
-        out: &mut Vec<u128>,
-    ) {
+    fn victims(&mut self, cache: &Cache<u32>, protected: Protected<'_>, q: usize, chosen: &[u16], out: &mut Vec<u128>) {
         // Protected experts are not eligible: leave them out of the counts while walking.
         for &e in chosen {
             let e = usize::from(e);
@@ -133,7 +125,6 @@ impl PolicyKind<'_> for NearPick {
         token_indices: true,
         shares: Shares::Nothing,
         cost_per_pick: 290,
-        cost_per_pick_shared: 290,
     };
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> NearPick {
         NearPick::new(params)

@@ -4,9 +4,9 @@ use super::decayed::{Credit, Decayed};
 use super::{PolicyFacts, PolicyKind, Shares};
 use crate::engine::{Cache, LayerInput, Params};
 
-/// near_pick_ema: x = 1 for the experts at rank < N of F, 0 elsewhere (adding 0 is exact, so
-/// adding 1 where x = 1 equals the reference's d·s + x bit for bit).
+/// near_pick_ema's credits: x = 1 for the experts at rank < N of F (1 · M = M exactly).
 pub(crate) struct EmaCredit {
+    /// N.
     pub(crate) n: usize,
 }
 
@@ -15,16 +15,17 @@ impl Credit for EmaCredit {
         self.n
     }
     #[inline(always)]
-    fn credit(&mut self, cache: &mut Cache<f64>, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        add_ones(&f[..f.len().min(self.n)], &mut cache.keys, &cache.pos);
+    fn credit(&mut self, cache: &mut Cache<f64>, _t: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, m: f64) {
+        add_each(&f[..f.len().min(self.n)], m, &mut cache.keys, &cache.pos);
     }
 }
 
-/// `keys[pos[e]] += 1` for each expert of `ids`: the credits of near_pick_ema.
+/// `keys[pos[e]] += value` for each expert of `ids`. Over slices, so that their pointers stay in
+/// registers.
 #[inline(never)]
-pub(crate) fn add_ones(ids: &[u16], keys: &mut [f64], pos: &[u32]) {
+fn add_each(ids: &[u16], value: f64, keys: &mut [f64], pos: &[u32]) {
     for &e in ids {
-        keys[pos[usize::from(e)] as usize] += 1.0;
+        keys[pos[usize::from(e)] as usize] += value;
     }
 }
 
@@ -37,9 +38,8 @@ impl PolicyKind<'_> for NearPickEma {
         needs_scores: false,
         allows_lambda: true,
         token_indices: false,
-        shares: Shares::Scores,
-        cost_per_pick: 350,
-        cost_per_pick_shared: 310,
+        shares: Shares::Nothing,
+        cost_per_pick: 200,
     };
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> NearPickEma {
         Decayed::new(params, EmaCredit { n: params.near_n })

@@ -6,12 +6,12 @@
 //! and lru at λ = 0.12 with the full keep set, and lru at λ = 0 and 0.12 with a pruned one
 //! (about 60% of the experts kept: F is built and filtered, not the row itself).
 //!
-//! The `floor` group times two parts of the work that the exact semantics fix, alone, on the same
-//! number of tokens and reported in the same picks (k = 10 per token), so a policy's figure can
-//! be read against them: the eager decay of 512 f64 scores per token (near_pick_ema,
-//! inv_router), and the softmax of 64 continuous router scores per token with `f64::exp`
-//! (inv_router, when its exp memo does not pay; the benchmark trace's scores are quantized, so
-//! there the memo serves them). A replay cannot run faster than the parts it must do.
+//! The `floor` group times fixed pieces of arithmetic on the same number of tokens, reported in
+//! the same picks (k = 10 per token): the eager decay of 512 f64 scores per token (what
+//! near_pick_ema and inv_router did before the lazy form of SEMANTICS.md §5; now the machine's
+//! speed reference, since this VM's speed moves by 40% between runs: read a policy's figure as a
+//! ratio to it), and the softmax of 64 continuous router scores per token with `f64::exp` and
+//! with the project's exp (`cachesim::exp`, inv_router's credits).
 
 #![expect(missing_docs, reason = "criterion_group! generates an undocumented pub fn")]
 
@@ -90,6 +90,26 @@ fn bench_floor(c: &mut Criterion) {
     let trace = continuous_trace();
     let view = trace.view();
     let mut p = vec![0.0f64; s.candidates];
+    group.bench_function("softmax_64_continuous_own_exp", |b| {
+        b.iter(|| {
+            let rows = (0..s.layers).flat_map(|l| view.layer_scores(l).expect("scores").chunks_exact(s.candidates));
+            for row in rows {
+                let max = f64::from(row[0]);
+                let (z_chunks, _) = row.as_chunks::<8>();
+                for (o, zc) in p.as_chunks_mut::<8>().0.iter_mut().zip(z_chunks) {
+                    *o = cachesim::exp::exp_lanes(zc.map(|zi| f64::from(zi) - max));
+                }
+                let mut sum = 0.0;
+                for &w in p.iter() {
+                    sum += w;
+                }
+                for x in p.iter_mut() {
+                    *x /= sum;
+                }
+                std::hint::black_box(&p);
+            }
+        })
+    });
     group.bench_function("softmax_64_continuous", |b| {
         b.iter(|| {
             let rows = (0..s.layers).flat_map(|l| view.layer_scores(l).expect("scores").chunks_exact(s.candidates));
@@ -109,7 +129,7 @@ fn bench_floor(c: &mut Criterion) {
     });
     group.finish();
 
-    // inv_router itself on those scores: its exp memo turns itself off.
+    // inv_router itself on those scores.
     let mut group = timed_group(c, "replay");
     group.throughput(Throughput::Elements(picks));
     let keep = Keep::full(&view.shape());

@@ -90,28 +90,13 @@ pub fn exp_lanes<const N: usize>(x: [f64; N]) -> [f64; N] {
         p[i] = 1.0 + (r[i] + tail);
     }
     for i in 0..N {
-        // k lies in [−1077, 1025]; outside [−1000, 1000] scale by 2^(k ∓ 1000), then 2^±1000.
-        let low = k[i] < -BIG_STEP;
-        let high = k[i] > BIG_STEP;
-        let second = if low {
-            f64::from_bits(23u64 << 52) // 2^(23 − 1023) = 2^−1000
-        } else if high {
-            f64::from_bits(2023u64 << 52) // 2^1000
-        } else {
-            1.0
-        };
-        // k − step is an integer in [−1000, 1000]: its biased exponent is k − step + 1023. The
-        // shifter's low bits hold k; step's shift is applied to the integer directly.
+        // k lies in [−1077, 1025]; outside [−1000, 1000] scale by 2^(k + adj), then 2^−adj,
+        // adj = ±1000, so that both factors are normal. All on the exponent bits: the
+        // shifter's low bits hold k (as a two's-complement integer).
+        let adj = (if k[i] < -BIG_STEP { 1000u64 } else { 0 }).wrapping_sub(if k[i] > BIG_STEP { 1000 } else { 0 });
         let k_bits = t[i].to_bits().wrapping_sub(SHIFTER.to_bits());
-        let step_bits: u64 = if low {
-            1000u64.wrapping_neg()
-        } else if high {
-            1000
-        } else {
-            0
-        };
-        let biased = k_bits.wrapping_sub(step_bits).wrapping_add(1023);
-        let first = f64::from_bits(biased << 52);
+        let first = f64::from_bits(k_bits.wrapping_add(adj).wrapping_add(1023) << 52);
+        let second = f64::from_bits(1023u64.wrapping_sub(adj) << 52);
         let v = p[i] * first * second;
         // NaN stays NaN (the clamps above would have replaced it).
         out[i] = if x[i].is_nan() { x[i] } else { v };

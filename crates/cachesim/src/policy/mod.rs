@@ -30,7 +30,7 @@ mod near_pick_ema;
 
 pub(crate) use inv_router::softmax_row;
 
-/// Facts about one policy, kept on the policy ([`PolicyKind::FACTS`]) and read through
+/// Facts about one policy, kept on the policy (its `PolicyKind::FACTS`) and read through
 /// [`Policy::facts`] by validation, by the scheduler of `replay_many` and by the cli.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyFacts {

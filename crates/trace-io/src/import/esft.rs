@@ -7,10 +7,11 @@
 //!
 //! Output: one trace, domains concatenated in the order given, sequences in file order, with
 //! - rows sorted by (probability desc, id asc), since the files do not order them;
-//! - `scores = ln(max(p, PROB_FLOOR))` (`score_kind = log_probs`: logits up to a per-row constant);
-//!   probabilities that read 0.0000 after rounding are floored at half the rounding unit and counted
-//!   in the metadata key `floored_probs`;
-//! - `gates = p` as recorded (not renormalized);
+//! - `scores = ln(p)` (`score_kind = log_probs`: logits up to a per-row constant); probabilities
+//!   that read 0.0000 after rounding are floored at half the rounding unit and counted in the
+//!   metadata key `floored_probs`;
+//! - `gates = p` as recorded (not renormalized; a file whose rows all sum to 1 is detected as
+//!   renormalized and gets `score_kind = log_probs_renormalized`);
 //! - `seq_offsets` at every sequence start; `m = k` (no candidates beyond the used ones).
 
 use std::collections::BTreeMap;
@@ -19,7 +20,8 @@ use std::path::{Path, PathBuf};
 use super::{ImportReport, Imported};
 use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
 
-/// Probabilities below this (the recorded 0.0000) are floored here before `ln`: half the rounding unit.
+/// Probabilities recorded as 0 (ESFT's 0.0000) are floored here before `ln`: half the 4-decimal
+/// rounding unit. Non-zero probabilities, however small, are kept as they are.
 pub const PROB_FLOOR: f32 = 0.00005;
 
 /// The four domains of the ESFT release, in their default concatenation order.
@@ -161,6 +163,7 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     let mut scores = Vec::with_capacity(n_layers * tokens * k);
     let mut gates = Vec::with_capacity(n_layers * tokens * k);
     let mut floored = 0u64;
+    let (mut rows, mut rows_summing_to_one) = (0u64, 0u64);
     let mut row: Vec<(u16, f32)> = Vec::with_capacity(k);
     for files in &per_layer {
         for lf in files {
@@ -168,17 +171,29 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
                 row.clear();
                 row.extend_from_slice(chunk);
                 row.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                let mut sum = 0.0f64;
                 for &(id, p) in &row {
                     ids.push(id);
                     gates.push(p);
-                    if p < PROB_FLOOR {
+                    sum += f64::from(p);
+                    // Only a value recorded as 0 is floored (the 4-decimal rounding made it 0).
+                    if p == 0.0 {
                         floored += 1;
+                        scores.push(PROB_FLOOR.ln());
+                    } else {
+                        scores.push(p.ln());
                     }
-                    scores.push(p.max(PROB_FLOOR).ln());
+                }
+                rows += 1;
+                if (sum - 1.0).abs() <= super::RENORM_TOLERANCE {
+                    rows_summing_to_one += 1;
                 }
             }
         }
     }
+    // Renormalization is detected: the released files are not renormalized (a row sums to about
+    // 0.3-0.45), and their metadata stays as it always was; a renormalized export says so.
+    let renormalized = rows > 0 && rows_summing_to_one == rows;
     let mut seq_offsets = Vec::new();
     let mut start = 0u64;
     for (_, lens) in &seqs_per_domain {
@@ -196,13 +211,23 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     );
     extra.insert("prob_floor".to_string(), PROB_FLOOR.to_string());
     extra.insert("floored_probs".to_string(), floored.to_string());
-    extra.insert("gates".to_string(), "full-softmax probabilities of the used experts, not renormalized".to_string());
+    let score_kind = if renormalized {
+        extra.insert("renormalized".to_string(), format!("true: every row's probabilities sum to 1 (top-{k})"));
+        extra.insert("gates".to_string(), format!("probabilities renormalized over the {k} used experts"));
+        ScoreKind::LogProbsRenormalized
+    } else {
+        extra.insert(
+            "gates".to_string(),
+            "full-softmax probabilities of the used experts, not renormalized".to_string(),
+        );
+        ScoreKind::LogProbs
+    };
     let meta = TraceMeta {
         model: opts.model.clone(),
         num_experts: opts.num_experts,
         top_k: opts.top_k,
         layer_ids,
-        score_kind: ScoreKind::LogProbs,
+        score_kind,
         phase: Phase::Prefill,
         source: format!("esft expert_scores: {}", opts.domains.join(",")),
         extra,
@@ -227,6 +252,7 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
         floored_probs: floored,
         dropped: Vec::new(),
         notes: Vec::new(),
+        warnings: Vec::new(),
     };
     Ok(Imported { trace, report })
 }

@@ -41,6 +41,20 @@ fn vllm_routelog_five_layers_align_and_lose_their_warmup() {
     assert_eq!(r.dropped.len(), 1);
     assert_eq!((r.dropped[0].reason, r.dropped[0].tokens, r.dropped[0].records), (DropReason::WarmUp, 8448, 5 * 8448));
     assert_eq!(r.floored_probs, 0);
+    // One region of two warm-up batches, reported and recorded; one engine run, nothing to warn.
+    assert!(
+        r.dropped[0].detail.starts_with(
+            "rows 0..8448 (lines 2-8449 of each file; engine steps 0-1): 8192 rows with one identical route, \
+             then 256 rows with one identical route"
+        ),
+        "{}",
+        r.dropped[0].detail
+    );
+    assert_eq!(v.meta().extra["dummy_rows"], "0..8192 identical_route,8192..8448 identical_route");
+    assert_eq!(v.seq_offsets(), None);
+    assert_eq!(r.sequences, None);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert!(v.meta().extra["gates"].ends_with("not renormalized"));
     // Decode steps shrink from 25 rows to 11 as requests finish.
     let sizes: Vec<u64> = steps.windows(2).map(|w| w[1] - w[0]).chain([s.tokens as u64 - steps[128]]).collect();
     assert_eq!((sizes[2], sizes[128]), (25, 11));

@@ -152,9 +152,14 @@ fn a_never_restarting_token_idx_with_uniform_dummies_in_front() {
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
 
     // --skip-rows takes what the rules would not: the first 100 real rows, on top of the dummies.
-    let skip = VllmRoutelogOptions { skip_rows: vec![10496..10596], ..opts() };
+    let skip = VllmRoutelogOptions { skip_rows: one(10496..10596), ..opts() };
     let out = import_vllm_routelog(&files, &skip).unwrap();
     assert_eq!(out.trace.view().shape().tokens, REAL - 100);
     assert_eq!(out.trace.view().layer_ids(0), &plain.trace.view().layer_ids(0)[400..]);
     assert_eq!(out.report.dropped.last().map(|d| (d.reason, d.tokens)), Some((DropReason::Skipped, 100)));
+}
+
+/// One range of rows to skip.
+fn one(rows: std::ops::Range<usize>) -> Vec<std::ops::Range<usize>> {
+    vec![rows]
 }

@@ -309,15 +309,19 @@ mod tests {
 
     #[test]
     fn subtract_leaves_the_uncovered_parts() {
-        let cases: [(Range<usize>, &[Range<usize>], &[Range<usize>]); 5] = [
-            (0..10, &[], &[0..10]),
-            (0..10, &[0..4], &[4..10]),
-            (0..10, &[2..4, 6..8], &[0..2, 4..6, 8..10]),
-            (3..5, &[0..10], &[]),
-            (5..10, &[0..2, 12..14], &[5..10]),
+        // (range, covered, left), ranges as (start, end).
+        type Spans = &'static [(usize, usize)];
+        let cases: [((usize, usize), Spans, Spans); 5] = [
+            ((0, 10), &[], &[(0, 10)]),
+            ((0, 10), &[(0, 4)], &[(4, 10)]),
+            ((0, 10), &[(2, 4), (6, 8)], &[(0, 2), (4, 6), (8, 10)]),
+            ((3, 5), &[(0, 10)], &[]),
+            ((5, 10), &[(0, 2), (12, 14)], &[(5, 10)]),
         ];
-        for (range, covered, want) in cases {
-            assert_eq!(subtract(range.clone(), covered), want, "{range:?} - {covered:?}");
+        for ((a, b), covered, want) in cases {
+            let covered: Vec<Range<usize>> = covered.iter().map(|&(x, y)| x..y).collect();
+            let got: Vec<(usize, usize)> = subtract(a..b, &covered).iter().map(|r| (r.start, r.end)).collect();
+            assert_eq!(got, want, "{a}..{b} - {covered:?}");
         }
     }
 }

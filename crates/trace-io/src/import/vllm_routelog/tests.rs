@@ -285,7 +285,7 @@ fn skip_rows_and_meta_lines_of_new_runs() {
         out.report.notes
     );
 
-    let skip = VllmRoutelogOptions { skip_rows: vec![1..2], ..opts() };
+    let skip = VllmRoutelogOptions { skip_rows: one(1..2), ..opts() };
     let out = import_vllm_routelog(&[&p], &skip).unwrap();
     let v = out.trace.view();
     assert_eq!((v.shape().tokens, v.seq_offsets().unwrap()), (3, &[0u64, 1][..]));
@@ -294,12 +294,12 @@ fn skip_rows_and_meta_lines_of_new_runs() {
     assert_eq!((d.reason, d.tokens, d.records), (DropReason::Skipped, 1, 1));
     assert_eq!(d.detail, "rows 1..2 (lines 3-3 of each file)");
 
-    let e = import_vllm_routelog(&[&p], &VllmRoutelogOptions { skip_rows: vec![2..9], ..opts() }).unwrap_err();
+    let e = import_vllm_routelog(&[&p], &VllmRoutelogOptions { skip_rows: one(2..9), ..opts() }).unwrap_err();
     assert!(
         matches!(&e, TraceError::Config { key: "skip_rows", reason } if reason.contains("has 4 route rows")),
         "{e}"
     );
-    let e = import_vllm_routelog(&[&p], &VllmRoutelogOptions { skip_rows: vec![0..4], ..opts() }).unwrap_err();
+    let e = import_vllm_routelog(&[&p], &VllmRoutelogOptions { skip_rows: one(0..4), ..opts() }).unwrap_err();
     assert!(e.to_string().contains("no route rows left"), "{e}");
 
     // A meta line that changes top_k is refused where it stands.
@@ -347,4 +347,9 @@ fn row_ranges_parse_or_say_why_not() {
             (got, want) => panic!("{s}: got {got:?}, want {want:?}"),
         }
     }
+}
+
+/// One range of rows to skip.
+fn one(rows: std::ops::Range<usize>) -> Vec<std::ops::Range<usize>> {
+    vec![rows]
 }

@@ -19,10 +19,11 @@ pub struct StatsArgs {
     pub trace: Option<PathBuf>,
     /// A per-(layer, expert) REAP aggregate file (`core_agg.json` format) instead of a trace: its
     /// `freq` becomes `count` and its `reap` becomes `reap_sum` (no gate sums, norm sums or sums of
-    /// squares).
+    /// squares). Variants: `tokens` for `tok`, `reap_mean` (means; reap_sum = reap_mean x freq) for
+    /// `reap`, no reap at all (counts only), no corpus wrapper (omit --corpus).
     #[arg(long, value_name = "FILE")]
     pub reap_agg: Option<PathBuf>,
-    /// The corpus of --reap-agg to load (see --list-corpora).
+    /// The corpus of --reap-agg to load (see --list-corpora); omit it for a file without corpora.
     #[arg(long, requires = "reap_agg")]
     pub corpus: Option<String>,
     /// List the corpora of --reap-agg (tokens, layers, non-finite reap values) and exit.
@@ -115,7 +116,11 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
             t.set_header(["corpus", "tokens", "layers", "non-finite reap values"]);
             for c in corpora {
                 t.add_row([
-                    c.name,
+                    if c.name.is_empty() {
+                        "(top level: no corpus wrapper, omit --corpus)".to_string()
+                    } else {
+                        c.name
+                    },
                     c.tokens.map_or_else(|| "?".to_string(), |t| t.to_string()),
                     c.layers.to_string(),
                     c.non_finite_reap.to_string(),
@@ -124,10 +129,11 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
             writeln!(out, "{t}")?;
             return Ok(());
         }
-        let Some(corpus) = &a.corpus else { bail!("--reap-agg needs --corpus NAME (see --list-corpora)") };
         let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
         let opts = ReapAggOptions { top_k: a.top_k.unwrap_or(1), non_finite_reap: a.non_finite_reap };
-        let mut stats = Stats::from_reap_agg_with(agg, corpus, &opts)?;
+        // A file without the corpus wrapper takes no --corpus; the library's error says which.
+        let mut stats = Stats::from_reap_agg_corpus(agg, a.corpus.as_deref(), &opts)?;
+        let corpus = a.corpus.as_deref().unwrap_or("(top level)");
         if let (Some(given), Some(counted)) = (a.top_k, stats.infer_top_k())
             && given != counted
         {

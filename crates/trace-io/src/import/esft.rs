@@ -125,7 +125,13 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
                 layer_ids = Some(ids);
             }
             Some(prev) if *prev != ids => {
-                return Err(import_err(&ddir, None, format!("layers {ids:?} differ from the first domain's {prev:?}")));
+                return Err(import_err(
+                    &ddir,
+                    None,
+                    format!(
+                        "layers {ids:?} differ from the first domain's {prev:?}: give domains of one model and run"
+                    ),
+                ));
             }
             Some(_) => {}
         }
@@ -287,7 +293,11 @@ fn layer_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
         }
     }
     if out.is_empty() {
-        return Err(import_err(dir, None, "no expert_weights_<layer>.txt files".into()));
+        return Err(import_err(
+            dir,
+            None,
+            "no expert_weights_<layer>.txt files: give the esft-dsv2lite directory or its results/expert_scores".into(),
+        ));
     }
     out.sort();
     Ok(out)
@@ -309,23 +319,32 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
         let sep = fields
             .iter()
             .position(|f| f.is_empty())
-            .ok_or_else(|| err("no empty field between ids and probabilities".into()))?;
+            .ok_or_else(|| err("no empty field between ids and probabilities: a line is the ids, an empty field (two tabs), then the probabilities".into()))?;
         let (id_f, prob_f) = (&fields[..sep], &fields[sep + 1..]);
         if id_f.len() != prob_f.len() {
-            return Err(err(format!("{} ids but {} probabilities", id_f.len(), prob_f.len())));
+            return Err(err(format!(
+                "{} ids but {} probabilities: a line holds one probability per id",
+                id_f.len(),
+                prob_f.len()
+            )));
         }
         if id_f.len() % k != 0 {
-            return Err(err(format!("{} ids is not a multiple of k = {k}", id_f.len())));
+            return Err(err(format!(
+                "{} ids is not a multiple of k = {k}: is --top-k right? (DeepSeek-V2-Lite: 6)",
+                id_f.len()
+            )));
         }
         let row_start = rows.len();
         for (i, (a, b)) in id_f.iter().zip(prob_f).enumerate() {
-            let id: u16 =
-                a.trim().parse().map_err(|_| err(format!("field {}: expert id {a:?} is not an integer", i + 1)))?;
+            let id: u16 = a.trim().parse().map_err(|_| {
+                err(format!("field {}: expert id {a:?} is not an integer: the file is damaged; fetch it again", i + 1))
+            })?;
             // The row of this field: token i / k of the sequence, slot i % k.
             let (token, slot) = (i / k, i % k);
             if u32::from(id) >= num_experts {
                 return Err(err(format!(
-                    "field {}: token {token} of the sequence, slot {slot}: expert id {id} >= num_experts {num_experts}",
+                    "field {}: token {token} of the sequence, slot {slot}: expert id {id} >= num_experts {num_experts}: \
+                     is --num-experts right? (DeepSeek-V2-Lite: 64)",
                     i + 1
                 )));
             }
@@ -337,12 +356,17 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
                     token * k + first + 1
                 )));
             }
-            let p: f32 = b
-                .trim()
-                .parse()
-                .map_err(|_| err(format!("field {}: probability {b:?} is not a number", sep + 2 + i)))?;
+            let p: f32 = b.trim().parse().map_err(|_| {
+                err(format!(
+                    "field {}: probability {b:?} is not a number: the file is damaged; fetch it again",
+                    sep + 2 + i
+                ))
+            })?;
             if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
-                return Err(err(format!("field {}: probability {p} is not in [0, 1]", sep + 2 + i)));
+                return Err(err(format!(
+                    "field {}: probability {p} is not in [0, 1]: the file is damaged; fetch it again",
+                    sep + 2 + i
+                )));
             }
             rows.push((id, p));
         }
@@ -434,7 +458,10 @@ mod tests {
         match &e {
             TraceError::Import { format: "esft", location, message } => {
                 assert!(location.ends_with(&format!("a{}expert_weights_1.txt:2", std::path::MAIN_SEPARATOR)), "{e}");
-                assert_eq!(message, "field 3: token 1 of the sequence, slot 0: expert id 9 >= num_experts 8");
+                assert!(
+                    message.starts_with("field 3: token 1 of the sequence, slot 0: expert id 9 >= num_experts 8: is --num-experts right?"),
+                    "{message}"
+                );
             }
             other => panic!("expected an import error, got {other}"),
         }

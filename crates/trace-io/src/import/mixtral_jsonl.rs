@@ -118,7 +118,9 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
         records += 1;
         Ok(ControlFlow::Continue(()))
     })?;
-    let k = k.ok_or_else(|| import_err(path, None, "no routing records".into()))?;
+    let k = k.ok_or_else(|| {
+        import_err(path, None, "no routing records: the file is empty or holds only blank lines".into())
+    })?;
     let layer_ids: Vec<u32> = index.keys().map(|key| key.2).collect::<BTreeSet<_>>().into_iter().collect();
     if let Some((_, missing)) = super::missing_layers(&layer_ids) {
         return Err(import_err(
@@ -126,7 +128,7 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
             None,
             format!(
                 "no record for {missing}, between layers {} and {}: every layer of the model is logged, \
-                 so a gap means lost records",
+                 so a gap means lost records; log or fetch the file again",
                 layer_ids[0],
                 layer_ids[layer_ids.len() - 1]
             ),
@@ -142,7 +144,13 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     let dropped_tokens: Vec<(u64, u64)> =
         layers_seen.iter().filter(|(_, c)| **c != n_layers).map(|(key, _)| *key).collect();
     if kept.is_empty() {
-        return Err(import_err(path, None, format!("no token is recorded in all {n_layers} layers")));
+        return Err(import_err(
+            path,
+            None,
+            format!(
+                "no token is recorded in all {n_layers} layers: the layers were logged for different tokens; give the records of one run"
+            ),
+        ));
     }
     // A dropped token followed by a kept token of the same problem leaves a gap in the sequence.
     let mut last_kept: HashMap<u64, u64> = HashMap::new();

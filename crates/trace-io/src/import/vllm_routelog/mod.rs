@@ -166,7 +166,7 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
             return Err(import_err(
                 &w[1].path,
                 None,
-                format!("layer {} is also logged by {}", w[1].layer, w[0].path.display()),
+                format!("layer {} is also logged by {}: give each layer's file once", w[1].layer, w[0].path.display()),
             ));
         }
     }
@@ -175,7 +175,11 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
     for log in &parsed[1..] {
         let k_log = log.ids.len() / log.rows().max(1);
         if log.rows() > 0 && k_log != k {
-            return Err(import_err(&log.path, None, format!("rows have {k_log} experts, other files have {k}")));
+            return Err(import_err(
+                &log.path,
+                None,
+                format!("rows have {k_log} experts, other files have {k}: give files of one run"),
+            ));
         }
         if log.meta_runs != first.meta_runs {
             return Err(import_err(

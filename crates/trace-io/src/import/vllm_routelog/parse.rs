@@ -180,7 +180,14 @@ pub(super) fn parse_rows(path: &Path, num_experts: u32, top_k: Option<usize>) ->
         lines.push(u32::try_from(line_no).unwrap_or(u32::MAX));
         Ok(ControlFlow::Continue(()))
     })?;
-    let layer = layer.ok_or_else(|| import_err(path, None, "no route records after the meta line".into()))?;
+    let layer = layer.ok_or_else(|| {
+        import_err(
+            path,
+            None,
+            "no route records after the meta line: the logger recorded nothing for this layer; leave the file out"
+                .into(),
+        )
+    })?;
     Ok(LayerLog {
         path: path.to_path_buf(),
         layer,

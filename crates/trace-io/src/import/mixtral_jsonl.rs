@@ -294,6 +294,20 @@ mod tests {
     }
 
     #[test]
+    fn renormalization_is_detected_and_tiny_probabilities_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        // Full-softmax probabilities of the top-2 (rows sum below 1), one of them 2.8e-5.
+        let lines = [rec(0, 0, 0, [3, 4], [0.5, 0.25]), rec(0, 0, 1, [5, 6], [0.6, 2.8e-5])];
+        let out = import_mixtral_jsonl(write(dir.path(), &lines), &MixtralJsonlOptions::default()).unwrap();
+        let v = out.trace.view();
+        assert_eq!(v.meta().score_kind, ScoreKind::LogProbs);
+        assert_eq!(v.meta().extra["renormalized"], "false: 0 of 2 rows sum to 1 within 0.001");
+        assert!(v.meta().extra["gates"].ends_with("not renormalized"));
+        assert_eq!(v.layer_scores(0).unwrap()[3], 2.8e-5f64.ln() as f32);
+        assert_eq!((out.report.floored_probs, v.meta().extra["floored_probs"].as_str()), (0, "0"));
+    }
+
+    #[test]
     fn refuses_bad_records() {
         let dir = tempfile::tempdir().unwrap();
         let ok = rec(0, 0, 0, [1, 2], [0.5, 0.5]);

@@ -5,10 +5,21 @@
 //! JSON snapshot in `xtask/src/audit/snapshots/`.
 //!
 //! Modules: [`layering`] (crate dependencies point down), [`dir`] (audit any directory of
-//! moe-offload outputs); this module runs a whole pipeline on traces and renders reports.
+//! moe-offload outputs, with `locate` finding the inputs they name and verifying their hashes,
+//! `recompute` recomputing statistics files, `rederive` replaying sweep rows and `crossfile`
+//! checking a sweep's three files against one another); this module runs a whole pipeline on
+//! traces and renders reports.
 
+#[cfg(test)]
+mod corruption_tests;
+mod crossfile;
 pub mod dir;
+#[cfg(test)]
+mod fixture;
 pub mod layering;
+mod locate;
+mod recompute;
+mod rederive;
 
 use std::collections::BTreeMap;
 

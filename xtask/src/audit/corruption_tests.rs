@@ -57,6 +57,7 @@ fn untouched_outputs_pass_with_every_row_replayed() {
         "sweep/results.json: in-sample statistics recomputed from the trace",
         "sweep/results.json: every row of the grid present, once",
         "sweep/results.json: results.csv and summary.md agree with results.json",
+        "plan.json: chosen configuration replayed by the reference replayer",
     ] {
         let c = r.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no check {name}"));
         assert_eq!(c.status, Status::Pass, "{name}");
@@ -202,5 +203,32 @@ fn a_provenance_hash_edited() {
             "sweep/results.json: provenance.out_of_sample.sha256 is {}, but ../heldout.safetensors has ",
             "0".repeat(64)
         ),
+    );
+}
+
+/// A plan whose held-out prediction was improved by hand.
+#[test]
+fn a_plan_with_an_edited_prediction() {
+    check(
+        |fx| {
+            edit_json(&fx.path("plan.json"), |v| {
+                let x = v["chosen"]["plan"]["out_of_sample_misses_per_token"].as_f64().unwrap();
+                v["chosen"]["plan"]["out_of_sample_misses_per_token"] = json!(x - 0.25);
+            });
+        },
+        "plan.json: chosen.plan.out_of_sample_misses_per_token is ",
+    );
+}
+
+/// A plan whose keep map is not the one its variant gives (one id swapped out in layer 2).
+#[test]
+fn a_plan_with_another_keep_map() {
+    check(
+        |fx| {
+            edit_json(&fx.path("plan.json"), |v| {
+                v["chosen"]["keep_map"]["layers"][2].as_array_mut().unwrap().pop();
+            });
+        },
+        "plan.json: chosen.keep_map is not the full map rebuilt from the statistics of calib.safetensors",
     );
 }

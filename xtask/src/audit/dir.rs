@@ -3,14 +3,15 @@
 //!
 //! Every `*.json` file below `DIR` is classified by its fields: statistics (`moe-offload stats`),
 //! keep maps (`moe-offload keep`), retention tables (`retention --json`), sweep results
-//! (`results.json` of `moe-offload sweep`). Then: statistics get check 1 and are recomputed from
+//! (`results.json` of `moe-offload sweep`), plans (`moe-offload plan`). Then: statistics get check 1 and are recomputed from
 //! the trace they name (found and hash-verified by `locate`); keep maps are reproduced from the
 //! statistics file whose hash they record (check 2); retention rows are recomputed from the
 //! held-out input (check 3); sweep rows are replayed again from the traces their provenance names
 //! by the plain reference replayer (all rows, or `--sample N --seed S`), every count compared
 //! exactly, `results.csv` and `summary.md` are compared with `results.json`, and the rows get the
 //! checks of §8.5 with the device profiles from their own provenance. Without the traces the audit
-//! says so and fails, unless `--no-replay` is given, which the report then states.
+//! says so and fails, unless `--no-replay` is given, which the report then states. A plan's chosen
+//! configuration is replayed on both its traces and its keep map rebuilt (`plan`).
 //! A `*.json` file that is not valid JSON (a truncated `results.json`; REAP aggregate inputs,
 //! which hold NaN, are skipped), or that looks like one of these outputs but does not parse or
 //! validate, fails a `0 inputs` check naming the file.
@@ -24,6 +25,7 @@ use serde_json::{Value, json};
 use sweep::SweepOutput;
 
 use super::locate::Finder;
+use super::plan::{self, PlanFile};
 use super::{Check, Report, Status, check, crossfile, recompute, rederive, sweep_checks};
 
 /// One row of `moe-offload retention --json`: the stored figures, the keep map's file and the held-out input.
@@ -36,6 +38,8 @@ enum Output {
     Sweep(Box<SweepOutput>),
     /// `moe-offload retention --json`: rows with the keep map's `file` and the `heldout` input.
     Retention(Vec<RetentionRow>),
+    /// `moe-offload plan -o plan.json`.
+    Plan(Box<PlanFile>),
 }
 
 /// Reads one `*.json` file under the audited directory as one of our outputs: `Ok(None)` for valid
@@ -67,6 +71,9 @@ fn classify(path: &Path, name: &str) -> Result<Option<Output>> {
             })
             .collect::<Result<Vec<_>>>()?;
         return Ok(Some(Output::Retention(rows)));
+    }
+    if plan::looks_like_plan(&v) {
+        return Ok(Some(Output::Plan(Box::new(serde_json::from_value(v).with_context(|| parse("a plan"))?))));
     }
     if v.get("provenance").is_some() && v.get("rows").is_some() {
         return Ok(Some(Output::Sweep(Box::new(serde_json::from_value(v).with_context(|| parse("sweep results"))?))));
@@ -121,6 +128,7 @@ pub fn audit_dir(dir: &Path, opts: &Options) -> Result<Report> {
     let mut maps: Vec<(String, KeepMap)> = Vec::new();
     let mut sweeps: Vec<(String, PathBuf, SweepOutput)> = Vec::new();
     let mut retentions: Vec<(PathBuf, Vec<RetentionRow>)> = Vec::new();
+    let mut plans: Vec<(String, PathBuf, PlanFile)> = Vec::new();
     // Files that should be our outputs but cannot be read as one: (name, error).
     let mut bad: Vec<(String, String)> = Vec::new();
     for f in &files {
@@ -129,6 +137,7 @@ pub fn audit_dir(dir: &Path, opts: &Options) -> Result<Report> {
             Ok(Some(Output::Keep(m))) => maps.push((rel(f), m)),
             Ok(Some(Output::Sweep(s))) => sweeps.push((rel(f), f.clone(), *s)),
             Ok(Some(Output::Retention(r))) => retentions.push((f.clone(), r)),
+            Ok(Some(Output::Plan(p))) => plans.push((rel(f), f.clone(), *p)),
             Ok(None) => {}
             Err(e) => bad.push((rel(f), format!("{e:#}"))),
         }
@@ -139,7 +148,9 @@ pub fn audit_dir(dir: &Path, opts: &Options) -> Result<Report> {
     f.insert("keep_maps".into(), json!(maps.len()));
     f.insert("sweeps".into(), json!(sweeps.len()));
     f.insert("retention_files".into(), json!(retentions.len()));
-    let found = !(stats.is_empty() && maps.is_empty() && sweeps.is_empty() && retentions.is_empty());
+    f.insert("plans".into(), json!(plans.len()));
+    let found =
+        !(stats.is_empty() && maps.is_empty() && sweeps.is_empty() && retentions.is_empty() && plans.is_empty());
     checks.push(check(
         "0 inputs",
         "outputs found",
@@ -236,6 +247,9 @@ pub fn audit_dir(dir: &Path, opts: &Options) -> Result<Report> {
             c.name = format!("{name}: {}", c.name);
             checks.push(c);
         }
+    }
+    for (name, path, p) in &plans {
+        checks.push(plan::plan_checks(name, path, p, &finder, opts));
     }
     Ok(Report { subject: format!("directory {}", dir.display()), checks })
 }

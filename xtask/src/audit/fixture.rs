@@ -8,6 +8,7 @@
 //! ROOT/out/frequency@16.json, frequency@24.json      `moe-offload keep` from stats.json
 //! ROOT/out/retention.json                            `moe-offload retention --json`
 //! ROOT/out/sweep/results.json, .csv, summary.md      `moe-offload sweep ROOT/grid.json`
+//! ROOT/out/plan.json                                 `moe-offload plan` (per-layer caps, full map)
 //! ```
 //!
 //! The audited directory is `ROOT/out`: the traces are beside it, as in the README's ESFT run.
@@ -90,6 +91,40 @@ fn build(root: &Path) {
     held_stats.write_json(out.join("heldout-stats.json")).unwrap();
     write_saliency(&out, &stats, &held_stats);
     run_sweep(root, &Grid::read(&root.join("grid.json")).unwrap(), &out.join("sweep"));
+    write_plan(root, &out.join("plan.json"));
+}
+
+/// A plan file as `moe-offload plan --in-sample calib.safetensors --out-of-sample
+/// heldout.safetensors --budget-gb ... --variants full -o out/plan.json` run from ROOT writes it:
+/// the full map with per-layer caps 4, 6, 5, 8, LRU, k_used 4, warmup 64; the figures from the
+/// optimized replayer (the plan's own verification).
+fn write_plan(root: &Path, dest: &Path) {
+    let (calib, held) = (
+        TraceFile::open(root.join("calib.safetensors")).unwrap(),
+        TraceFile::open(root.join("heldout.safetensors")).unwrap(),
+    );
+    let meta = calib.meta();
+    let map = KeepMap::full(meta.num_experts, meta.layer_ids.clone());
+    let keep = cachesim::Keep::full(&calib.shape());
+    let caps = vec![4, 6, 5, 8];
+    let cfg = cachesim::ReplayConfig {
+        k_used: Some(4),
+        warmup: 64,
+        layer_caps: Some(caps.clone()),
+        ..cachesim::ReplayConfig::new(cachesim::Policy::Lru, 4)
+    };
+    let ins = cachesim::replay(&calib.view(), &keep, &cfg).unwrap().misses_per_token();
+    let outs = cachesim::replay(&held.view(), &keep, &cfg).unwrap().misses_per_token();
+    let plan = json!({ "caps": caps, "slots": 23, "memory_gb": 0.1, "in_sample_misses_per_token": ins,
+                       "out_of_sample_misses_per_token": outs, "in_sample_tok_s": [], "out_of_sample_tok_s": [] });
+    let v = json!({
+        "budget_gb": 0.1, "pinned_gb": 0.0, "profile": sweep::DeviceProfile::preset("reference").unwrap(), "slots": 23,
+        "policy": "lru", "k_used": 4, "warmup": 64, "in_sample": "calib.safetensors", "out_of_sample": "heldout.safetensors",
+        "chosen": { "variant": "full", "keep_map": map, "plan": plan,
+                    "replayed": { "in_sample_misses_per_token": ins, "out_of_sample_misses_per_token": outs } },
+        "uniform_best": null, "candidates": [],
+    });
+    std::fs::write(dest, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
 
 /// `moe-offload stats TRACE` run from ROOT (`source` as the user typed it); `from` reads the

@@ -6,8 +6,8 @@
 //!
 //! Modules: [`layering`] (crate dependencies point down), [`dir`] (audit any directory of
 //! moe-offload outputs, with `locate` finding the inputs they name and verifying their hashes,
-//! `recompute` recomputing statistics files, `rederive` replaying sweep rows and `crossfile`
-//! checking a sweep's three files against one another); this module runs a whole pipeline on
+//! `recompute` recomputing statistics files, `rederive` replaying sweep rows, `crossfile`
+//! checking a sweep's three files against one another and `plan` replaying plans); this module runs a whole pipeline on
 //! traces and renders reports.
 
 #[cfg(test)]
@@ -18,6 +18,7 @@ pub mod dir;
 mod fixture;
 pub mod layering;
 mod locate;
+mod plan;
 mod recompute;
 mod rederive;
 

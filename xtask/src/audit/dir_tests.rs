@@ -144,6 +144,17 @@ fn a_changed_sweep_count_or_tok_s_is_named() {
     let r = audit(&fx);
     let c = failed(&r, "sweep/results.json: derived fields follow from the counts");
     assert!(c.first_offending.as_deref().unwrap().starts_with(&k5), "{:?}", c.first_offending);
+
+    // A cost entry dropped (the zip of entries and profiles used to stop at the shorter).
+    let fx = fixture();
+    let mut k3 = String::new();
+    edit_json(&fx.path("sweep/results.json"), |v| {
+        k3 = key(v, 3);
+        v["rows"][3]["cost"].as_array_mut().unwrap().pop();
+    });
+    let r = audit(&fx);
+    let c = failed(&r, "sweep/results.json: derived fields follow from the counts");
+    assert_eq!(c.first_offending.as_deref(), Some(format!("{k3} (out_of_sample)").as_str()));
 }
 
 #[test]

@@ -56,6 +56,7 @@ fn untouched_outputs_pass_with_every_row_replayed() {
         "sweep/results.json: traces found and verified against their recorded hashes",
         "sweep/results.json: in-sample statistics recomputed from the trace",
         "sweep/results.json: every row of the grid present, once",
+        "sweep/results.json: keep maps rebuilt as recorded",
         "sweep/results.json: results.csv and summary.md agree with results.json",
         "plan.json: chosen configuration replayed by the reference replayer",
     ] {
@@ -230,5 +231,22 @@ fn a_plan_with_another_keep_map() {
             });
         },
         "plan.json: chosen.keep_map is not the full map rebuilt from the statistics of calib.safetensors",
+    );
+}
+
+/// A keep map's recorded hash edited in provenance (as when the map a `file:` variant names was
+/// changed after the sweep, or the saliency code builds another map from the same statistics).
+#[test]
+fn a_recorded_keep_map_hash_edited() {
+    check(
+        |fx| {
+            edit_json(&fx.path("sweep/results.json"), |v| {
+                v["provenance"]["keep_maps"][1]["sha256"] = json!("f".repeat(64));
+            });
+        },
+        &format!(
+            "sweep/results.json: provenance.keep_maps[1] (l2_sum@16) has sha256 {}, the map rebuilt from the recomputed statistics has ",
+            "f".repeat(64)
+        ),
     );
 }

@@ -174,6 +174,7 @@ pub fn run_sweep(root: &Path, grid: &Grid, dest: &Path) {
             out_of_sample: InputRef { source: hsrc.clone(), sha256: hs.clone() },
             stats_sha256: p.stats.sha256(),
             files: Vec::new(),
+            keep_maps: p.keep_maps(),
         },
         shard: None,
         rows: p.run(&cf.view(), &hf.view(), &|_| {}),

@@ -154,6 +154,9 @@ fn replay_rows(
         }),
     ));
 
+    // The keep maps rebuilt (or read from their files) are the ones the rows were replayed with.
+    checks.push(keep_maps_as_recorded(name, out, &prepared));
+
     // Every row of the grid (or of its shard) present once, with the configuration its key names.
     let mut index: BTreeMap<(String, Sample), usize> = BTreeMap::new();
     let mut first = None;
@@ -267,4 +270,43 @@ fn first_difference(recorded: &ReplayCounts, replayed: &ReplayCounts) -> Option<
         }
     }
     None
+}
+
+/// The keep maps of the prepared grid against `provenance.keep_maps` (outputs written before it
+/// existed record none: the maps are then rebuilt, not compared, and the check says so).
+fn keep_maps_as_recorded(name: &str, out: &SweepOutput, prepared: &sweep::Prepared) -> Check {
+    let title = format!("{name}: keep maps rebuilt as recorded");
+    let recorded = &out.provenance.keep_maps;
+    if recorded.is_empty() {
+        let detail = "no keep-map hashes in provenance (an older output): rebuilt from the statistics, not compared";
+        return check(SECTION, &title, true, BTreeMap::from([("detail".to_string(), json!(detail))]), None);
+    }
+    let rebuilt = prepared.keep_maps();
+    let mut first = None;
+    for (i, r) in recorded.iter().enumerate() {
+        let how = |v: &str| {
+            let spec = prepared.variants.iter().find(|x| x.label == v).map_or("", |x| x.spec.as_str());
+            if spec.starts_with("file:") { "read from its file" } else { "rebuilt from the recomputed statistics" }
+        };
+        match rebuilt.iter().find(|b| b.variant == r.variant) {
+            Some(b) if b.sha256 != r.sha256 => first.get_or_insert_with(|| {
+                format!(
+                    "{name}: provenance.keep_maps[{i}] ({}) has sha256 {}, the map {} has {}",
+                    r.variant,
+                    r.sha256,
+                    how(&r.variant),
+                    b.sha256
+                )
+            }),
+            Some(_) => continue,
+            None => first.get_or_insert_with(|| {
+                format!("{name}: provenance.keep_maps[{i}] ({}) is not a pruned variant of the grid", r.variant)
+            }),
+        };
+    }
+    if let Some(b) = rebuilt.iter().find(|b| !recorded.iter().any(|r| r.variant == b.variant)) {
+        first.get_or_insert_with(|| format!("{name}: variant {} has no entry in provenance.keep_maps", b.variant));
+    }
+    let f = BTreeMap::from([("maps".to_string(), json!(recorded.len()))]);
+    check(SECTION, &title, first.is_none(), f, first)
 }

@@ -259,8 +259,8 @@ fn missing_traces_fail_unless_no_replay_or_trace_dir() {
     assert_eq!(
         first,
         format!(
-            "heldout-stats.json: meta.source trace heldout.safetensors not found (looked for heldout.safetensors, {}, \
-             ../heldout.safetensors); give --trace-dir DIR, or --no-replay to audit without the traces",
+            "heldout-stats.json: meta.source trace heldout.safetensors not found (looked for heldout.safetensors, \
+             ../heldout.safetensors, {}); give --trace-dir DIR, or --no-replay to audit without the traces",
             cwd.display()
         )
     );

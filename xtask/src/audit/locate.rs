@@ -3,9 +3,9 @@
 //!
 //! An output records an input by the path it was given (relative to the grid file's directory for
 //! a sweep, to the working directory of the run for statistics and plans) or as `embedded:NAME`.
-//! [`Finder::locate`] looks for it, in order: in `--trace-dir` (by file name), as recorded (absolute,
-//! or relative to the output's directory and to the working directory), then by file name in the
-//! output's directory, beside it (its parent), in the audited directory and beside that; an
+//! [`Finder::locate`] looks for it, in order: in `--trace-dir` (by file name), by file name in the
+//! output's directory, beside it (its parent), in the audited directory and beside that, then as
+//! recorded (absolute, or relative to the output's directory and to the working directory); an
 //! `embedded:NAME` input is the workspace's committed file `NAME` (`cargo xtask gen-data --check`
 //! keeps it equal to the embedded bytes). The first candidate whose hash matches is the input; when
 //! none matches, the first one found is named with its hash.
@@ -92,12 +92,6 @@ impl Finder {
         if let Some(t) = &self.trace_dir {
             out.push(t.join(file_name));
         }
-        if rec.is_absolute() {
-            out.push(rec.to_path_buf());
-        } else {
-            out.push(here.join(rec));
-            out.push(rec.to_path_buf());
-        }
         out.push(here.join(file_name));
         if let Some(up) = here.parent() {
             out.push(up.join(file_name));
@@ -105,6 +99,12 @@ impl Finder {
         out.push(self.dir.join(file_name));
         if let Some(up) = self.dir.parent() {
             out.push(up.join(file_name));
+        }
+        if rec.is_absolute() {
+            out.push(rec.to_path_buf());
+        } else {
+            out.push(here.join(rec));
+            out.push(rec.to_path_buf());
         }
         let mut seen = Vec::new();
         out.retain(|p| {

@@ -62,14 +62,11 @@ fn csv_difference(got: &str, want: &str) -> Option<String> {
         let (g, w) = match (got.get(i), want.get(i)) {
             (Some(g), Some(w)) => (g, w),
             (None, Some(w)) => {
-                return Some(format!(
-                    "ends after {} rows: row {} of results.json is not in it",
-                    got.len() - 1,
-                    label(w)
-                ));
+                let rows = got.len().saturating_sub(1);
+                return Some(format!("ends after {rows} rows: row {} of results.json is not in it", label(w)));
             }
             (Some(g), None) => return Some(format!("has a row {} that results.json does not have", label(g))),
-            (None, None) => unreachable!("i < max of the lengths"),
+            (None, None) => break,
         };
         if i == 0 {
             if g != w {
@@ -130,4 +127,70 @@ fn summary_difference(got: &str, want: &str) -> Option<String> {
         return Some(format!("line {}: {gl:?} in the file, {wl:?} from results.json", i + 1));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `check(file, from_json, expected)`: the difference named, `None` when they agree.
+    fn check(diff: fn(&str, &str) -> Option<String>, file: &str, want: &str, expected: Option<&str>) {
+        assert_eq!(diff(file, want).as_deref(), expected, "{file:?} vs {want:?}");
+    }
+
+    #[test]
+    fn csv_differences_are_named_by_row_and_column() {
+        let want = "key,sample,misses\na,in_sample,5\na,out_of_sample,7\n";
+        for (file, expected) in [
+            (want, None),
+            (
+                "key,sample,misses\na,in_sample,5\na,out_of_sample,8\n",
+                Some("row a (out_of_sample), column misses: 8 in the file, 7 from results.json"),
+            ),
+            (
+                "key,sample,misses\na,in_sample,5\n",
+                Some("ends after 1 rows: row a (out_of_sample) of results.json is not in it"),
+            ),
+            (
+                "key,sample,misses\na,in_sample,5\na,out_of_sample,7\nb,in_sample,1\n",
+                Some("has a row b (in_sample) that results.json does not have"),
+            ),
+            (
+                "key,sample,misses\na,out_of_sample,7\na,in_sample,5\n",
+                Some("row 1 is a (out_of_sample), results.json's row 1 is a (in_sample)"),
+            ),
+            (
+                "key,sample,hits\na,in_sample,5\na,out_of_sample,7\n",
+                Some("header, column 3: \"hits\" in the file, \"misses\" from results.json"),
+            ),
+            (
+                "key,sample,misses\na,in_sample\na,out_of_sample,7\n",
+                Some("row a (in_sample), column misses: (none) in the file, 5 from results.json"),
+            ),
+        ] {
+            check(csv_difference, file, want, expected);
+        }
+    }
+
+    #[test]
+    fn summary_differences_name_the_cell() {
+        let want = "intro\n\n| variant | cap | best |\n|---|---:|---|\n| full | 8 | 1.5 |\n";
+        for (file, expected) in [
+            (want, None),
+            (
+                "intro\n\n| variant | cap | best |\n|---|---:|---|\n| full | 8 | 1.4 |\n",
+                Some("line 5 (variant full, cap 8), column `best`: 1.4 in the file, 1.5 from results.json"),
+            ),
+            (
+                "intra\n\n| variant | cap | best |\n|---|---:|---|\n| full | 8 | 1.5 |\n",
+                Some("line 1: \"intra\" in the file, \"intro\" from results.json"),
+            ),
+            (
+                "intro\n\n| variant | cap | best |\n|---|---:|---|\n",
+                Some("line 5: \"\" in the file, \"| full | 8 | 1.5 |\" from results.json"),
+            ),
+        ] {
+            check(summary_difference, file, want, expected);
+        }
+    }
 }

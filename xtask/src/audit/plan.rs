@@ -78,7 +78,8 @@ pub(super) fn plan_checks(name: &str, path: &Path, plan: &PlanFile, finder: &Fin
                 let first = format!("{text}; give --trace-dir DIR, or --no-replay to audit without the traces");
                 return check(SECTION, &title, false, BTreeMap::new(), Some(first));
             }
-            Located::Mismatch { .. } => unreachable!("no hash was given"),
+            // No hash is recorded, so nothing can mismatch; `Unreadable` is the only other case.
+            Located::Mismatch { path: p, .. } => traces.push(p),
             Located::Unreadable(e) => return check(SECTION, &title, false, BTreeMap::new(), Some(e)),
         }
     }

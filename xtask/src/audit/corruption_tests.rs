@@ -48,8 +48,9 @@ fn untouched_outputs_pass_with_every_row_replayed() {
     let replay =
         r.checks.iter().find(|c| c.name.ends_with("rows replayed by the reference replayer, every count equal"));
     let f = &replay.expect("a replay check").figures;
-    // 3 variants x 7 policies x 2 caps + 2 variants x 3 policies x 2 lambdas x 2 j = 66, x 2 traces.
-    assert_eq!((&f["replayed"], &f["of"], &f["mismatches"]), (&json!(132), &json!(132), &json!(0)));
+    // 3 variants x 7 policies x 2 caps + 2 variants x 3 policies x 2 lambdas x 2 j + 1 with
+    // per-layer caps = 67, x 2 traces.
+    assert_eq!((&f["replayed"], &f["of"], &f["mismatches"]), (&json!(134), &json!(134), &json!(0)));
     for name in [
         "stats.json: recomputed from its trace",
         "heldout-stats.json: recomputed from its trace",
@@ -105,7 +106,7 @@ fn a_row_deleted() {
                 out.rows.remove(i);
             });
         },
-        "sweep/results.json: row l2_sum@16/near_pick/0.05/3/8/4 (in_sample) is missing: the grid in its provenance gives 132 rows, results.json has 131",
+        "sweep/results.json: row l2_sum@16/near_pick/0.05/3/8/4 (in_sample) is missing: the grid in its provenance gives 134 rows, results.json has 133",
     );
 }
 
@@ -247,6 +248,18 @@ fn a_recorded_keep_map_hash_edited() {
         &format!(
             "sweep/results.json: provenance.keep_maps[1] (l2_sum@16) has sha256 {}, the map rebuilt from the recomputed statistics has ",
             "f".repeat(64)
+        ),
+    );
+}
+
+/// The per-layer caps file the grid names, edited after the sweep.
+#[test]
+fn a_caps_file_changed_after_the_sweep() {
+    check(
+        |fx| std::fs::write(fx.root().join("caps.json"), "[4, 6, 6, 8]\n").unwrap(),
+        &format!(
+            "sweep/results.json: provenance.files[0].sha256 (caps.json) is {}, but ../caps.json has ",
+            trace_io::sha256_hex(b"[4, 6, 5, 8]\n")
         ),
     );
 }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! ROOT/calib.safetensors, ROOT/heldout.safetensors   the default traces (copies)
-//! ROOT/grid.json                                     data/grids/default.json naming them (3 variants)
+//! ROOT/grid.json, ROOT/caps.json                    data/grids/default.json naming them (3 variants)
+//!                                                    and a block of per-layer caps from caps.json
 //! ROOT/out/stats.json, heldout-stats.json            `moe-offload stats` of each trace
 //! ROOT/out/frequency@16.json, frequency@24.json      `moe-offload keep` from stats.json
 //! ROOT/out/retention.json                            `moe-offload retention --json`
@@ -82,6 +83,12 @@ fn build(root: &Path) {
     // the lambda > 0 block while the test audits stay quick: 66 configurations, 132 rows.
     grid["variants"] = json!(["full", "frequency@16", "l2_sum@16"]);
     grid["blocks"][0]["cap"] = json!([4, 8]);
+    // And per-layer caps from a file the grid names (recorded with its hash in provenance.files).
+    std::fs::write(root.join("caps.json"), "[4, 6, 5, 8]\n").unwrap();
+    grid["blocks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "variants": ["full"], "policies": ["lru"], "layer_caps": ["caps.json"] }));
     std::fs::write(root.join("grid.json"), serde_json::to_vec_pretty(&grid).unwrap()).unwrap();
     let out = root.join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -166,6 +173,15 @@ pub fn run_sweep(root: &Path, grid: &Grid, dest: &Path) {
     let ins = TraceInput { view: cf.view(), source: &csrc, sha256: &cs };
     let oos = TraceInput { view: hf.view(), source: &hsrc, sha256: &hs };
     let p = sweep::prepare(grid, &ins, &oos).unwrap();
+    let files = grid
+        .files()
+        .iter()
+        .zip(recorded.files())
+        .map(|(path, written)| InputRef {
+            source: written.display().to_string(),
+            sha256: trace_io::sha256_file(path).unwrap(),
+        })
+        .collect();
     let out = SweepOutput {
         provenance: Provenance {
             tool_version: "test".into(),
@@ -173,7 +189,7 @@ pub fn run_sweep(root: &Path, grid: &Grid, dest: &Path) {
             in_sample: InputRef { source: csrc.clone(), sha256: cs.clone() },
             out_of_sample: InputRef { source: hsrc.clone(), sha256: hs.clone() },
             stats_sha256: p.stats.sha256(),
-            files: Vec::new(),
+            files,
             keep_maps: p.keep_maps(),
         },
         shard: None,

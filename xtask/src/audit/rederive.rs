@@ -104,10 +104,19 @@ fn replay_rows(
     let mut grid = prov.grid.clone();
     grid.traces.in_sample = traces[0].clone();
     grid.traces.out_of_sample = traces[1].clone();
+    // Each verified against its hash in `provenance.files` when the output records one.
     let locate_plain = |what: &str, rec: &str| -> std::result::Result<PathBuf, String> {
-        match finder.locate(rec, path, None) {
-            // No hash is given, so nothing can mismatch.
-            Located::Found(p) | Located::Mismatch { path: p, .. } => Ok(p),
+        let recorded = prov.files.iter().enumerate().find(|(_, f)| f.source == rec);
+        let hash = recorded.map(|(_, f)| RecordedHash { algorithm: None, value: &f.sha256 });
+        match finder.locate(rec, path, hash) {
+            Located::Found(p) => Ok(p),
+            Located::Mismatch { path: p, actual } => {
+                let (i, sha) = recorded.map_or((0, ""), |(i, f)| (i, f.sha256.as_str()));
+                Err(format!(
+                    "{name}: provenance.files[{i}].sha256 ({rec}) is {sha}, but {} has {actual}: not the {what} this sweep read",
+                    finder.show(&p)
+                ))
+            }
             Located::Missing(looked) => Err(missing_text(name, what, rec, &looked, finder)),
             Located::Unreadable(e) => Err(e),
         }

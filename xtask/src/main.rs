@@ -5,7 +5,8 @@
 //! - `cargo xtask fetch-real-data [--dir DIR]`: downloads the public real routing the docs use
 //!   (pinned commits, SHA-256 checked) into a directory outside the repository.
 //! - `cargo xtask audit`: the audit of SEMANTICS.md §8 on the embedded default (and on the real
-//!   data when `MOE_OFFLOAD_REAL_DATA` is set), asserted against insta snapshots.
+//!   data when `MOE_OFFLOAD_REAL_DATA` is set), asserted against insta snapshots; `--dir DIR`
+//!   audits a directory of outputs, replaying them from the inputs they name.
 
 #![expect(clippy::print_stdout, reason = "xtask reports to the terminal")]
 
@@ -55,6 +56,19 @@ enum Cmd {
         /// With `--dir`: also write the report as JSON here.
         #[arg(long, requires = "dir")]
         json: Option<PathBuf>,
+        /// With `--dir`: look here first (by file name) for the traces and files the outputs name
+        /// (default: beside the directory, and where they record them).
+        #[arg(long, requires = "dir")]
+        trace_dir: Option<PathBuf>,
+        /// With `--dir`: replay N rows of each sweep, chosen with `--seed`, instead of all.
+        #[arg(long, requires = "dir")]
+        sample: Option<usize>,
+        /// The seed of `--sample`.
+        #[arg(long, requires = "sample", default_value_t = 0)]
+        seed: u64,
+        /// With `--dir`: do not replay (no traces needed); the report says nothing was replayed.
+        #[arg(long, requires = "dir", conflicts_with_all = ["sample", "trace_dir"])]
+        no_replay: bool,
     },
 }
 
@@ -63,8 +77,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::GenData { check } => gen_data::run(check),
         Cmd::FetchRealData { dir } => fetch_real_data::run(dir.as_deref()),
         Cmd::GenBenchTraces { out } => gen_bench::run(out.as_deref()),
-        Cmd::Audit { dir: Some(dir), json } => {
-            let report = audit::dir::audit_dir(&dir)?;
+        Cmd::Audit { dir: Some(dir), json, trace_dir, sample, seed, no_replay } => {
+            anyhow::ensure!(sample != Some(0), "--sample 0 replays nothing: give at least 1, or --no-replay");
+            let opts = audit::dir::Options { trace_dir, sample, seed, no_replay };
+            let report = audit::dir::audit_dir(&dir, &opts)?;
             println!("{}", audit::markdown(&report));
             if let Some(path) = json {
                 trace_io::write_atomic(&path, |w| {

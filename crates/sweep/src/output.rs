@@ -22,6 +22,26 @@ pub struct Provenance {
     /// path as the grid wrote it and its SHA-256; absent from the JSON when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputRef>,
+    /// The keep map of every pruned variant (label and [`keep_map_sha256`]), so that the maps an
+    /// audit rebuilds from the statistics, or reads from a `file:` variant's file, can be compared
+    /// with the ones the rows were replayed with. Absent in outputs written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_maps: Vec<KeepRef>,
+}
+
+/// A keep map a sweep replayed: its variant label and the hash of its contents.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeepRef {
+    /// The variant's label in keys (`frequency@32`, `l2_sum@256[mymap]`).
+    pub variant: String,
+    /// [`keep_map_sha256`] of the map.
+    pub sha256: String,
+}
+
+/// Hex SHA-256 of a keep map's canonical JSON (`serde_json::to_vec`, compact, fields in
+/// declaration order): what [`Provenance::keep_maps`] records.
+pub fn keep_map_sha256(map: &saliency::KeepMap) -> String {
+    trace_io::sha256_hex(&serde_json::to_vec(map).expect("a keep map serializes"))
 }
 
 /// A reference to an input file.
@@ -195,7 +215,9 @@ impl SweepOutput {
     /// `ssd_mb_per_token@PROFILE` column (it does not depend on the bandwidth) and one
     /// `tok_s@PROFILE@BW` column per bandwidth.
     pub fn csv(&self) -> Vec<u8> {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        // Flexible: rows read back from a results.json whose cost lists differ in length (an edited
+        // file the audit is checking) are written as they are instead of panicking.
+        let mut w = csv::WriterBuilder::new().flexible(true).from_writer(Vec::new());
         let mut header: Vec<String> = [
             "key",
             "sample",

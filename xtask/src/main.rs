@@ -13,6 +13,8 @@ mod audit;
 mod fetch_real_data;
 mod gen_bench;
 mod gen_data;
+#[cfg(test)]
+mod tidy;
 
 use std::path::PathBuf;
 

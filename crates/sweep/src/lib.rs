@@ -19,11 +19,13 @@ mod merge;
 mod output;
 pub mod plan;
 mod run;
+mod summary;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
 pub use output::{BestOf, InputRef, Provenance, Shard, SweepOutput, best_per_variant, write_atomic};
 pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config, variant_keep_map};
+pub use summary::{Column, SUMMARY_COLUMNS, SUMMARY_INTRO, SummaryTable};
 
 use std::path::PathBuf;
 

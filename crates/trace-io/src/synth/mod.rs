@@ -60,7 +60,7 @@ pub const BLOCK_ROWS: usize = 8192;
 /// Generates a trace from `cfg` in memory (fixtures and tests; [`write()`] streams large ones).
 ///
 /// # Errors
-/// [`TraceError::Config`] from [`SynthConfig::validate`].
+/// [`TraceError::Config`](crate::TraceError::Config) from [`SynthConfig::validate`].
 pub fn generate(cfg: &SynthConfig) -> Result<TraceData> {
     cfg.validate()?;
     let (l_n, t_n, m, k) = (cfg.layers, cfg.tokens, cfg.candidates, cfg.top_k);
@@ -97,8 +97,9 @@ pub fn generate(cfg: &SynthConfig) -> Result<TraceData> {
 /// (in completion order).
 ///
 /// # Errors
-/// [`TraceError::Config`] from [`SynthConfig::validate`]; [`TraceError::File`] naming `path`
-/// around an I/O error (no partial file is left behind).
+/// [`TraceError::Config`](crate::TraceError::Config) from [`SynthConfig::validate`];
+/// [`TraceError::File`](crate::TraceError::File) naming `path` around an I/O error (no partial
+/// file is left behind).
 pub fn write(
     path: impl AsRef<Path>,
     cfg: &SynthConfig,

@@ -74,6 +74,15 @@ pub enum SweepError {
         #[source]
         source: std::io::Error,
     },
+    /// cachesim refused a curve or replay of the plan search.
+    #[error(transparent)]
+    CacheSim(#[from] cachesim::CacheSimError),
+    /// The plan search found no plan, or its inputs cannot be planned.
+    #[error("{reason}")]
+    Plan {
+        /// Why.
+        reason: String,
+    },
     /// Shard outputs cannot be merged.
     #[error("cannot merge: {reason}")]
     Merge {

@@ -14,6 +14,8 @@ mod audit;
 mod fetch_real_data;
 mod gen_bench;
 mod gen_data;
+#[cfg(test)]
+mod tidy;
 
 use std::path::PathBuf;
 
@@ -94,8 +96,13 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Audit { dir: None, .. } => {
             let mut reports = vec![("default", audit::default_report()?)];
-            if let Some(real) = trace_io::real_data::dir_or_skip() {
+            if let Some(real) = real_data::dir_if_set() {
                 reports.push(("esft", audit::esft_report(&real)?));
+            } else {
+                note(&format!(
+                    "skipping the real-data audit: {} not set (it names ../shared/data/real)",
+                    real_data::ENV
+                ));
             }
             for (name, report) in &reports {
                 println!("{}", audit::markdown(report));
@@ -108,6 +115,12 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A note on stderr, beside the report on stdout.
+#[expect(clippy::print_stderr, reason = "a note, not part of the report")]
+fn note(line: &str) {
+    eprintln!("{line}");
 }
 
 /// The workspace root (xtask lives one level below it).

@@ -167,35 +167,10 @@ impl SweepOutput {
         best_per_variant(&self.rows)
     }
 
-    /// The summary as a Markdown table: per (variant, cap), the best online policy chosen in
-    /// sample, what it gives out of sample, the out-of-sample best, and Belady (the offline optimum
-    /// of λ = 0 routing, which cache-aware routing can beat).
+    /// The summary as Markdown (`summary.md`): [`SUMMARY_INTRO`](crate::SUMMARY_INTRO), then
+    /// the [`SummaryTable`](crate::SummaryTable) of the rows.
     pub fn summary_markdown(&self) -> String {
-        let mut s = String::from(
-            "Misses per token (lower is better); configurations as policy/lambda/j. Belady is the offline optimum for the requests of λ = 0 routing: a lower bound of every λ = 0 online policy when every token counts (warmup 0); counted from the warmup it may exceed one by up to the cap per layer. Cache-aware routing (λ > 0) changes the requests, so a λ > 0 configuration can beat it. The in-sample choice is the best online configuration on the in-sample trace; `out-of-sample (in-sample choice)` is what that configuration gives on the out-of-sample trace, `shift` the difference.\n\n\
-             | variant | cap | best online in-sample | in-sample | out-of-sample (in-sample choice) | shift | best online out-of-sample | out-of-sample (best) | Belady in / out |\n\
-             |---|---:|---|---:|---:|---:|---|---:|---|\n",
-        );
-        let best = self.best_per_variant();
-        // With several k_used in the grid, the variant cell says which one (rows would collide).
-        let several_k = best.iter().any(|b| b.k_used != best[0].k_used);
-        for b in best {
-            let belady = b.belady.map_or("-".to_string(), |(i, o)| format!("{i:.4} / {o:.4}"));
-            let variant = if several_k { format!("{} (k_used {})", b.variant, b.k_used) } else { b.variant.clone() };
-            s += &format!(
-                "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {} | {:.4} | {} |\n",
-                variant,
-                b.layer_caps.as_ref().map_or_else(|| b.cap.to_string(), |n| format!("caps:{n}")),
-                b.in_sample_best,
-                b.in_sample_misses_per_token,
-                b.chosen_out_of_sample,
-                b.shift(),
-                b.out_of_sample_best,
-                b.out_of_sample_misses_per_token,
-                belady
-            );
-        }
-        s
+        format!("{}\n\n{}", crate::SUMMARY_INTRO, crate::SummaryTable::of(self).markdown())
     }
 
     /// Writes `results.json`, `results.csv` and `summary.md` into `dir` (created if missing),

@@ -27,7 +27,6 @@ mod file;
 pub mod import;
 mod lookahead;
 mod meta;
-pub mod real_data;
 pub mod summary;
 pub mod synth;
 mod view;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{fails, ok, ok_in, real_data, run, s, synth};
+use common::{fails, ok, ok_in, run, s, synth};
 
 fn replay_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(args)).unwrap()
@@ -147,8 +147,9 @@ fn default_sweep_writes_sorted_results() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn real_esft_translation_end_to_end() {
-    let Some(real) = real_data() else { return };
+    let real = real_data::dir();
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("translation.safetensors");
     let esft = real.join("esft-dsv2lite");

@@ -22,6 +22,26 @@ pub struct Provenance {
     /// path as the grid wrote it and its SHA-256; absent from the JSON when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputRef>,
+    /// The keep map of every pruned variant (label and [`keep_map_sha256`]), so that the maps an
+    /// audit rebuilds from the statistics, or reads from a `file:` variant's file, can be compared
+    /// with the ones the rows were replayed with. Absent in outputs written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_maps: Vec<KeepRef>,
+}
+
+/// A keep map a sweep replayed: its variant label and the hash of its contents.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeepRef {
+    /// The variant's label in keys (`frequency@32`, `l2_sum@256[mymap]`).
+    pub variant: String,
+    /// [`keep_map_sha256`] of the map.
+    pub sha256: String,
+}
+
+/// Hex SHA-256 of a keep map's canonical JSON (`serde_json::to_vec`, compact, fields in
+/// declaration order): what [`Provenance::keep_maps`] records.
+pub fn keep_map_sha256(map: &saliency::KeepMap) -> String {
+    trace_io::sha256_hex(&serde_json::to_vec(map).expect("a keep map serializes"))
 }
 
 /// A reference to an input file.
@@ -147,35 +167,10 @@ impl SweepOutput {
         best_per_variant(&self.rows)
     }
 
-    /// The summary as a Markdown table: per (variant, cap), the best online policy chosen in
-    /// sample, what it gives out of sample, the out-of-sample best, and Belady (the offline optimum
-    /// of λ = 0 routing, which cache-aware routing can beat).
+    /// The summary as Markdown (`summary.md`): [`SUMMARY_INTRO`](crate::SUMMARY_INTRO), then
+    /// the [`SummaryTable`](crate::SummaryTable) of the rows.
     pub fn summary_markdown(&self) -> String {
-        let mut s = String::from(
-            "Misses per token (lower is better); configurations as policy/lambda/j. Belady is the offline optimum for the requests of λ = 0 routing: a lower bound of every λ = 0 online policy when every token counts (warmup 0); counted from the warmup it may exceed one by up to the cap per layer. Cache-aware routing (λ > 0) changes the requests, so a λ > 0 configuration can beat it. The in-sample choice is the best online configuration on the in-sample trace; `out-of-sample (in-sample choice)` is what that configuration gives on the out-of-sample trace, `shift` the difference.\n\n\
-             | variant | cap | best online in-sample | in-sample | out-of-sample (in-sample choice) | shift | best online out-of-sample | out-of-sample (best) | Belady in / out |\n\
-             |---|---:|---|---:|---:|---:|---|---:|---|\n",
-        );
-        let best = self.best_per_variant();
-        // With several k_used in the grid, the variant cell says which one (rows would collide).
-        let several_k = best.iter().any(|b| b.k_used != best[0].k_used);
-        for b in best {
-            let belady = b.belady.map_or("-".to_string(), |(i, o)| format!("{i:.4} / {o:.4}"));
-            let variant = if several_k { format!("{} (k_used {})", b.variant, b.k_used) } else { b.variant.clone() };
-            s += &format!(
-                "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {} | {:.4} | {} |\n",
-                variant,
-                b.layer_caps.as_ref().map_or_else(|| b.cap.to_string(), |n| format!("caps:{n}")),
-                b.in_sample_best,
-                b.in_sample_misses_per_token,
-                b.chosen_out_of_sample,
-                b.shift(),
-                b.out_of_sample_best,
-                b.out_of_sample_misses_per_token,
-                belady
-            );
-        }
-        s
+        format!("{}\n\n{}", crate::SUMMARY_INTRO, crate::SummaryTable::of(self).markdown())
     }
 
     /// The files of a sweep output: `results.json`, `results.csv`, `summary.md`.
@@ -212,7 +207,9 @@ impl SweepOutput {
     /// `ssd_mb_per_token@PROFILE` column (it does not depend on the bandwidth) and one
     /// `tok_s@PROFILE@BW` column per bandwidth.
     pub fn csv(&self) -> Vec<u8> {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        // Flexible: rows read back from a results.json whose cost lists differ in length (an edited
+        // file the audit is checking) are written as they are instead of panicking.
+        let mut w = csv::WriterBuilder::new().flexible(true).from_writer(Vec::new());
         let mut header: Vec<String> = [
             "key",
             "sample",

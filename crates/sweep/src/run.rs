@@ -280,6 +280,15 @@ impl Prepared {
         Ok(())
     }
 
+    /// The keep map of every pruned variant, for [`crate::Provenance::keep_maps`], in grid order.
+    pub fn keep_maps(&self) -> Vec<crate::KeepRef> {
+        self.variants
+            .iter()
+            .filter(|v| !v.keep.is_full())
+            .map(|v| crate::KeepRef { variant: v.label.clone(), sha256: crate::keep_map_sha256(&v.keep) })
+            .collect()
+    }
+
     /// Number of replays [`Prepared::run`] performs (configurations × 2 traces).
     pub fn jobs(&self) -> usize {
         self.configs.len() * 2

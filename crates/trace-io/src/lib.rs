@@ -29,7 +29,6 @@ mod file;
 pub mod import;
 mod lookahead;
 mod meta;
-pub mod real_data;
 #[cfg(unix)]
 mod sigbus;
 pub mod summary;

@@ -188,6 +188,7 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
             stats_sha256: prepared.stats.sha256(),
             files,
+            keep_maps: prepared.keep_maps(),
         },
         shard: a.shard,
         rows,

@@ -173,17 +173,34 @@ impl SweepOutput {
         format!("{}\n\n{}", crate::SUMMARY_INTRO, crate::SummaryTable::of(self).markdown())
     }
 
-    /// Writes `results.json`, `results.csv` and `summary.md` into `dir` (created if missing),
-    /// each through a temporary file renamed into place.
+    /// The files of a sweep output: `results.json`, `results.csv`, `summary.md`.
+    pub const FILES: [&'static str; 3] = ["results.json", "results.csv", "summary.md"];
+
+    /// Writes `results.json`, `results.csv` and `summary.md` into `dir` (created if missing) as
+    /// one output set ([`trace_io::OutputSet`]): `dir` ends up with all three of this run or
+    /// keeps its previous contents, never a mix.
     ///
     /// # Errors
-    /// [`SweepError::Io`] naming the file.
+    /// [`SweepError::Io`] naming the directory, around the lock (another writer) or a write.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|source| SweepError::Io { path: dir.into(), source })?;
+        let set = trace_io::OutputSet::begin(dir).map_err(|source| SweepError::Io { path: dir.into(), source })?;
+        self.write_set(set)
+    }
+
+    /// [`SweepOutput::write`] into an output set begun (and locked) by the caller, for example
+    /// before the sweep ran, so that a second writer fails before any work. Commits the set.
+    ///
+    /// # Errors
+    /// [`SweepError::Io`] naming the set's directory.
+    pub fn write_set(&self, mut set: trace_io::OutputSet) -> Result<()> {
+        let dir = set.target().to_path_buf();
+        let io = |source| SweepError::Io { path: dir.clone(), source };
         let json = serde_json::to_vec_pretty(self).expect("rows serialize");
-        write_atomic(&dir.join("results.json"), &json)?;
-        write_atomic(&dir.join("results.csv"), &self.csv())?;
-        write_atomic(&dir.join("summary.md"), self.summary_markdown().as_bytes())
+        let [results, csv, summary] = Self::FILES;
+        set.write(results, |w| w.write_all(&json)).map_err(io)?;
+        set.write(csv, |w| w.write_all(&self.csv())).map_err(io)?;
+        set.write(summary, |w| w.write_all(self.summary_markdown().as_bytes())).map_err(io)?;
+        set.commit().map_err(io)
     }
 
     /// The rows as CSV: key fields, counts, derived fields, then per profile one

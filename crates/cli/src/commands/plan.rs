@@ -35,6 +35,9 @@ pub struct MrcArgs {
     /// Residency semantics: k-way (default) or sequential.
     #[arg(long, default_value = "k-way")]
     pub semantics: Semantics,
+    /// Compute a curve above the limit of work (see the announcement the command prints).
+    #[arg(long)]
+    pub yes: bool,
     /// Output JSON; a CSV (layer_id, cap, misses, misses_per_token) is written beside it.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -61,6 +64,45 @@ fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
     })
 }
 
+/// Steps (picks plus per-replay expert state) a curve may cost without `--yes`: about a minute.
+const MAX_CURVE_STEPS: u64 = 4_000_000_000;
+
+/// The work of the curve of `policy` on `v` over `caps` (default k_used..=E), in steps (one per
+/// pick, plus the E experts of state each replay of a layer sets up), and its description.
+fn curve_work(v: &TraceView<'_>, policy: Policy, k_used: Option<usize>, caps: Option<(usize, usize)>) -> (u64, String) {
+    let s = v.shape();
+    let k = k_used.unwrap_or(s.top_k);
+    let (lo, hi) = caps.unwrap_or((k, s.num_experts));
+    let n = hi.saturating_sub(lo) as u64 + 1;
+    let per_replay =
+        (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
+    if policy == Policy::Lru && lo == k && hi == s.num_experts {
+        let what =
+            format!("lru curve of caps {lo}..={hi} in one pass (O(L x T x k x log E)): about {per_replay} steps");
+        return (per_replay, what);
+    }
+    let steps = n.saturating_mul(per_replay);
+    let what = format!(
+        "{policy} curve of caps {lo}..={hi} by one replay per cap: {n} caps x {} x ({} tokens x k_used {k} + E = {} \
+         experts of state) = {steps} steps",
+        super::layers(s.layers),
+        s.tokens,
+        s.num_experts
+    );
+    (steps, what)
+}
+
+/// Refuses `steps` of curve work above [`MAX_CURVE_STEPS`] without `--yes`.
+fn bound_curves(steps: u64, yes: bool) -> Result<()> {
+    if steps > MAX_CURVE_STEPS && !yes {
+        bail!(
+            "{steps} steps is above the limit of {MAX_CURVE_STEPS} without --yes (minutes of work or more): narrow \
+             --caps, use --policy lru (one pass), or pass --yes to run it"
+        );
+    }
+    Ok(())
+}
+
 /// Runs `mrc`.
 pub fn mrc(a: &MrcArgs) -> Result<()> {
     let csv_path = a.output.with_extension("csv");
@@ -75,9 +117,15 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     }
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
+    super::require_tokens(&v, &a.trace)?;
     let keep = open_keep(a.keep.as_ref(), &v)?;
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, reset_at_sequence: false };
+    let (steps, what) = curve_work(&v, a.policy, a.k_used, a.caps);
+    crate::progress::status!("mrc: {what}");
+    bound_curves(steps, a.yes)?;
+    let working = crate::progress::working("mrc");
     let c = sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?;
+    working.finish();
     let json = serde_json::to_vec_pretty(&c)?;
     trace_io::write_atomic(&a.output, |w| w.write_all(&json))
         .with_context(|| format!("writing {}", a.output.display()))?;
@@ -146,6 +194,9 @@ pub struct PlanArgs {
     /// (fraction of used slots whose expert is pruned, SEMANTICS §4).
     #[arg(long)]
     pub max_slot_replacement: Option<f64>,
+    /// Compute the curves above the limit of work (see the announcement the command prints).
+    #[arg(long)]
+    pub yes: bool,
     /// Output plan JSON.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -169,6 +220,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
+    super::require_tokens(&cv, &a.in_sample)?;
+    super::require_tokens(&hv, &a.out_of_sample)?;
     // The profile named, else the one of the trace's model, else the study's reference.
     let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cv.meta().model)).flatten();
     let profile_name = a.profile.as_deref().or(inferred).unwrap_or("reference");
@@ -191,7 +244,14 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         warmup: a.warmup,
         max_slot_replacement: a.max_slot_replacement,
     };
+    let (ci, _) = curve_work(&cv, a.policy, a.k_used, None);
+    let (co, what) = curve_work(&hv, a.policy, a.k_used, None);
+    let steps = (ci.saturating_add(co)).saturating_mul(a.variants.len() as u64);
+    crate::progress::status!("plan: {} variants x 2 traces, each a {what}; {steps} steps in all", a.variants.len());
+    bound_curves(steps, a.yes)?;
+    let working = crate::progress::working("plan");
     let PlanOutcome { slots, candidates, chosen, uniform_best } = sweep::plan::search(&req)?;
+    working.finish();
     let (replayed_in, replayed_out) = chosen.replayed;
     let report = serde_json::json!({
         "budget_gb": a.budget_gb,

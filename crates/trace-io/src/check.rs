@@ -9,6 +9,7 @@
 //! error is the one a plain scan finds, whatever the thread count.
 
 use rayon::prelude::*;
+use wide::f32x8;
 
 use crate::error::ValueProblem;
 use crate::view::{Shape, TraceParts};
@@ -63,14 +64,14 @@ impl Reads {
         }
     }
 
-    /// `self` clamped to what a trace of shape `s` with these tensors holds: ids to m, a flag
-    /// of an absent tensor to `true` (nothing to check).
+    /// `self` clamped to what a trace of shape `s` with these tensors holds: ids to m, the flag
+    /// of an absent tensor to `false` (nothing there to read or check).
     pub(crate) fn clamp(self, s: &Shape, parts: &TraceParts<'_>) -> Reads {
         Reads {
             ids: self.ids.min(s.candidates),
-            scores: self.scores | parts.scores.is_none(),
-            gates: self.gates | parts.gates.is_none(),
-            out_norms: self.out_norms | parts.out_norms.is_none(),
+            scores: self.scores & parts.scores.is_some(),
+            gates: self.gates & parts.gates.is_some(),
+            out_norms: self.out_norms & parts.out_norms.is_some(),
         }
     }
 
@@ -234,20 +235,44 @@ fn name_ids(block: &[u16], m: usize, r: usize, num_experts: usize, first_row: us
 
 /// Whether every score of `block` is finite and no score exceeds the one before it in its row.
 fn scores_ok(block: &[f32], m: usize) -> bool {
-    let mut bad = false;
+    // NaN differs from itself and fails `<`; ±inf equals the bound.
+    let inf = f32x8::splat(f32::INFINITY);
+    let mut bad = any_lanes(block, |v| v.abs().simd_ge(inf) | v.simd_ne(v), |v| !(v.abs() < f32::INFINITY));
     for row in block.chunks_exact(m) {
-        let mut not_finite = false;
-        for &v in row {
-            // NaN fails the comparison, ±inf equals it.
-            not_finite |= !(v.abs() < f32::INFINITY);
-        }
-        let mut increasing = false;
-        for (a, b) in row.iter().zip(&row[1..]) {
-            increasing |= b > a;
-        }
-        bad |= not_finite | increasing;
+        bad |= any_pairs(&row[..m - 1], &row[1..], |a, b| b.simd_gt(a), |a, b| b > a);
     }
     !bad
+}
+
+/// Eight values as a vector (`c` has eight).
+#[inline(always)]
+fn lanes(c: &[f32]) -> f32x8 {
+    f32x8::from(<[f32; 8]>::try_from(c).unwrap_or_default())
+}
+
+/// Whether `bad` (a lane mask; `one` for a single value) holds for any value of `data`, with
+/// vector compares and ors, without a branch per value.
+#[inline(always)]
+fn any_lanes(data: &[f32], bad: impl Fn(f32x8) -> f32x8, one: impl Fn(f32) -> bool) -> bool {
+    let chunks = data.chunks_exact(8);
+    let tail = chunks.remainder().iter().any(|&v| one(v));
+    let acc = chunks.fold(f32x8::splat(0.0), |acc, c| acc | bad(lanes(c)));
+    tail | (acc.to_bitmask() != 0)
+}
+
+/// Whether `bad(a[i], b[i])` (a lane mask; `one` for a single pair) holds for any i (`a` and `b`
+/// of one length), with vector compares and ors.
+#[inline(always)]
+fn any_pairs(
+    a: &[f32],
+    b: &[f32],
+    bad: impl Fn(f32x8, f32x8) -> f32x8,
+    one: impl Fn(f32, f32) -> bool,
+) -> bool {
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = ca.remainder().iter().zip(cb.remainder()).any(|(&x, &y)| one(x, y));
+    let acc = ca.zip(cb).fold(f32x8::splat(0.0), |acc, (x, y)| acc | bad(lanes(x), lanes(y)));
+    tail | (acc.to_bitmask() != 0)
 }
 
 /// The first violation of a block of scores that [`scores_ok`] refused (plain scan).
@@ -269,12 +294,9 @@ fn name_scores(block: &[f32], m: usize, first_row: usize, namer: &Namer<'_>) -> 
 
 /// Whether every value of `block` is finite and >= 0 (-0 included).
 fn nonneg_ok(block: &[f32]) -> bool {
-    let mut bad = false;
-    for &v in block {
-        // NaN fails both comparisons.
-        bad |= !(v >= 0.0) | !(v < f32::INFINITY);
-    }
-    !bad
+    let (zero, inf) = (f32x8::splat(0.0), f32x8::splat(f32::INFINITY));
+    // NaN differs from itself and fails both comparisons.
+    !any_lanes(block, |v| v.simd_lt(zero) | v.simd_ge(inf) | v.simd_ne(v), |v| !(v >= 0.0) | !(v < f32::INFINITY))
 }
 
 /// The first violation of a block of gates or norms that [`nonneg_ok`] refused (plain scan).

@@ -171,7 +171,7 @@ impl<'a> TraceView<'a> {
     }
 
     /// What of the content was validated when the view was made (clamped to the trace: ids to
-    /// m, an absent tensor counts as validated).
+    /// at most m, `false` for an absent tensor).
     pub fn reads(&self) -> Reads {
         self.reads
     }

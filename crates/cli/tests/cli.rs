@@ -273,7 +273,7 @@ fn sweep_provenance_does_not_depend_on_the_working_directory() {
     ok_in(&g, &["sweep", "grid.json", "--shard", "1/2", "--out-of-sample", "../h2.safetensors", "-o", "../s1b"]);
     let out = run(&["sweep", "merge", s(&root.join("s0")), s(&root.join("s1b")), "-o", s(&root.join("m2"))]);
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && e.contains("out-of-sample trace (SHA-256)"), "{e}");
+    assert!(!out.status.success() && e.contains("out-of-sample trace (digest)"), "{e}");
 }
 
 /// `--reset-at-sequence` on a trace of one sequence says it changes nothing (on stderr; the JSON

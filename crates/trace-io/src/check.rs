@@ -263,12 +263,7 @@ fn any_lanes(data: &[f32], bad: impl Fn(f32x8) -> f32x8, one: impl Fn(f32) -> bo
 /// Whether `bad(a[i], b[i])` (a lane mask; `one` for a single pair) holds for any i (`a` and `b`
 /// of one length), with vector compares and ors.
 #[inline(always)]
-fn any_pairs(
-    a: &[f32],
-    b: &[f32],
-    bad: impl Fn(f32x8, f32x8) -> f32x8,
-    one: impl Fn(f32, f32) -> bool,
-) -> bool {
+fn any_pairs(a: &[f32], b: &[f32], bad: impl Fn(f32x8, f32x8) -> f32x8, one: impl Fn(f32, f32) -> bool) -> bool {
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail = ca.remainder().iter().zip(cb.remainder()).any(|(&x, &y)| one(x, y));
     let acc = ca.zip(cb).fold(f32x8::splat(0.0), |acc, (x, y)| acc | bad(lanes(x), lanes(y)));

@@ -35,7 +35,12 @@ fn position(bytes: &[u8], tensor: &str, index: usize, size: usize) -> usize {
 fn plain(ids: &[u16], scores: &[f32], gates: &[f32], norms: &[f32], need: Reads) -> Option<String> {
     let SynthConfig { experts: e, top_k: k, candidates: m, tokens: t, .. } = config();
     let at = |tensor: &str, row: usize, slot: usize, what: String| {
-        Some(format!("tensor `{tensor}`, layer {} (index {}), token {}, slot {slot}: {what}", row / t, row / t, row % t))
+        Some(format!(
+            "tensor `{tensor}`, layer {} (index {}), token {}, slot {slot}: {what}",
+            row / t,
+            row / t,
+            row % t
+        ))
     };
     for (r, row) in ids.chunks(m).enumerate() {
         let mut seen = vec![false; e];
@@ -114,7 +119,8 @@ fn fast_check_names_what_the_plain_scan_names() {
             match rng.random_range(0..6) {
                 0 | 1 => {
                     let (row, slot) = (rng.random_range(0..rows), rng.random_range(0..m));
-                    let id: u16 = if rng.random_bool(0.3) { rng.random_range(20..100) } else { rng.random_range(0..20) };
+                    let id: u16 =
+                        if rng.random_bool(0.3) { rng.random_range(20..100) } else { rng.random_range(0..20) };
                     let p = position(&bytes, "ids", row * m + slot, 2);
                     bytes[p..p + 2].copy_from_slice(&id.to_le_bytes());
                 }
@@ -162,7 +168,10 @@ fn tensors(path: &Path) -> (Vec<u16>, Vec<f32>, Vec<f32>, Vec<f32>) {
     let (m, k, rows) = (cfg.candidates, cfg.top_k, cfg.layers * cfg.tokens);
     let read = |tensor: &str, n: usize, size: usize| -> Vec<[u8; 4]> {
         let p = position(&bytes, tensor, 0, size);
-        bytes[p..p + n * size].chunks(size).map(|c| [c[0], c[1], *c.get(2).unwrap_or(&0), *c.get(3).unwrap_or(&0)]).collect()
+        bytes[p..p + n * size]
+            .chunks(size)
+            .map(|c| [c[0], c[1], *c.get(2).unwrap_or(&0), *c.get(3).unwrap_or(&0)])
+            .collect()
     };
     let ids = read("ids", rows * m, 2).iter().map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
     let f32s = |t: &str, n| read(t, n, 4).iter().map(|b| f32::from_le_bytes(*b)).collect();

@@ -10,7 +10,7 @@ use saliency::{
     Budget, BudgetScale, KeepConfig, KeepMap, Metric, MetricConfig, NonFiniteReap, ReapAggOptions, Retention, Stats,
     retention,
 };
-use trace_io::TraceFile;
+use trace_io::{Reads, TraceFile};
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
@@ -172,9 +172,11 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     }
     let trace = a.trace.as_ref().context("a trace or --reap-agg is required")?;
     let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
-    let f = TraceFile::open(trace)?;
-    let sha = trace_io::sha256_file(trace)?;
-    let stats = Stats::from_trace(&f.view(), trace.display().to_string(), sha);
+    // Statistics read the first k ids of each row, the gates and the norms: validated alone, while
+    // the provenance digest is computed beside them.
+    let f = TraceFile::open_lazy(trace)?;
+    let (view, digest) = rayon::join(|| f.view_for(Reads::stats(f.shape().top_k)), || trace_io::trace_digest(trace));
+    let stats = Stats::from_trace(&view?, trace.display().to_string(), digest?);
     stats.write_json(output)?;
     writeln!(
         out,

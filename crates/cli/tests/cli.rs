@@ -66,11 +66,12 @@ fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
     std::fs::write(&bad, &bytes[..bytes.len() - 10]).unwrap();
     let e = fails(&["replay", s(&bad), "--policy", "lru", "--cap", "2"]);
     assert!(e.contains("truncated.safetensors") && e.contains("not a valid safetensors container"), "{e}");
-    // An id >= E: `ids` is the last tensor, so the last two bytes are the last id.
+    // An id >= E: `ids` is the last tensor, so the last four bytes are the last two ids (slots 1
+    // and 2 of the last token); slot 1 is among the k = 2 that `stats` reads (SEMANTICS.md §1).
     let bad = dir.path().join("bad-id.safetensors");
     let mut b = bytes.clone();
     let n = b.len();
-    b[n - 2..].copy_from_slice(&200u16.to_le_bytes());
+    b[n - 4..n - 2].copy_from_slice(&200u16.to_le_bytes());
     std::fs::write(&bad, &b).unwrap();
     let e = fails(&["stats", s(&bad), "-o", s(&dir.path().join("never.json"))]);
     assert!(

@@ -237,7 +237,7 @@ fn name_ids(block: &[u16], m: usize, r: usize, num_experts: usize, first_row: us
 fn scores_ok(block: &[f32], m: usize) -> bool {
     // NaN differs from itself and fails `<`; ±inf equals the bound.
     let inf = f32x8::splat(f32::INFINITY);
-    let mut bad = any_lanes(block, |v| v.abs().simd_ge(inf) | v.simd_ne(v), |v| !(v.abs() < f32::INFINITY));
+    let mut bad = any_lanes(block, |v| v.abs().simd_ge(inf) | v.simd_ne(v), |v| !v.is_finite());
     for row in block.chunks_exact(m) {
         bad |= any_pairs(&row[..m - 1], &row[1..], |a, b| b.simd_gt(a), |a, b| b > a);
     }
@@ -291,7 +291,7 @@ fn name_scores(block: &[f32], m: usize, first_row: usize, namer: &Namer<'_>) -> 
 fn nonneg_ok(block: &[f32]) -> bool {
     let (zero, inf) = (f32x8::splat(0.0), f32x8::splat(f32::INFINITY));
     // NaN differs from itself and fails both comparisons.
-    !any_lanes(block, |v| v.simd_lt(zero) | v.simd_ge(inf) | v.simd_ne(v), |v| !(v >= 0.0) | !(v < f32::INFINITY))
+    !any_lanes(block, |v| v.simd_lt(zero) | v.simd_ge(inf) | v.simd_ne(v), |v| !v.is_finite() | (v < 0.0))
 }
 
 /// The first violation of a block of gates or norms that [`nonneg_ok`] refused (plain scan).

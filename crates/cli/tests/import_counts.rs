@@ -130,8 +130,9 @@ fn vllm_second_run_becomes_a_sequence_and_skip_rows_drops_rows() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn real_reap_frequencies_as_a_count_file_match_the_aggregate() {
-    let Some(real) = common::real_data() else { return };
+    let real = real_data::dir();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let agg = real.join("reap-agg-dsv4/core_agg.json");

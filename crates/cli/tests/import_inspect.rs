@@ -76,8 +76,9 @@ fn mixtral_jsonl_import_and_refusal() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn real_logs_import_end_to_end() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let dir = tempfile::tempdir().unwrap();
     let q = dir.path().join("qwen.safetensors");
     let logs: Vec<String> = [0, 8, 12, 18, 23]

@@ -336,8 +336,9 @@ fn llama_expert_stats_give_all_four_sums() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn real_reap_aggregate_rewritten_as_means_reads_the_same() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let path = real.join("reap-agg-dsv4/core_agg.json");
     let opts = ReapAggOptions { top_k: 6, non_finite_reap: NonFiniteReap::DropStatistic };
     let gita = Stats::from_reap_agg_corpus(&path, Some("gita"), &opts).unwrap();

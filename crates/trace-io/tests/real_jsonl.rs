@@ -17,8 +17,9 @@ fn vllm_files(real: &std::path::Path) -> Vec<PathBuf> {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn vllm_routelog_five_layers_align_and_lose_their_warmup() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let files = vllm_files(&real);
     // The meta lines do not record num_experts: it must be given.
     let e = import_vllm_routelog(&files, &VllmRoutelogOptions::default()).unwrap_err();
@@ -83,8 +84,9 @@ fn vllm_routelog_five_layers_align_and_lose_their_warmup() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn vllm_routelog_single_layer_and_a_misaligned_pair() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let dir = real.join("vllm-routelog-qwen15moe");
     let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
     let one = import_vllm_routelog(&[dir.join("moe_layer8.jsonl")], &opts).unwrap();
@@ -101,8 +103,9 @@ fn vllm_routelog_single_layer_and_a_misaligned_pair() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn mixtral_decode_keeps_tokens_of_every_layer() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let path = real.join("mixtral-decode/gsm8k_2_routing.jsonl");
     let out = import_mixtral_jsonl(&path, &MixtralJsonlOptions::default()).unwrap();
     let v = out.trace.view();
@@ -128,8 +131,9 @@ fn mixtral_decode_keeps_tokens_of_every_layer() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn mixtral_decode_without_one_layer_is_refused() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let text = std::fs::read_to_string(real.join("mixtral-decode/gsm8k_2_routing.jsonl")).unwrap();
     let kept: Vec<&str> = text.lines().filter(|l| !l.contains("\"layer\": 13,")).collect();
     assert!(kept.len() < text.lines().count(), "the filter must remove layer 13's records");

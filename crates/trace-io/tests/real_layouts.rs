@@ -38,8 +38,9 @@ fn rewrite(real: &Path, dir: &Path, f: impl Fn(&[&str]) -> String) -> Vec<PathBu
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn a_log_of_two_engine_runs_gives_two_sequences() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let plain = import_vllm_routelog(&real_files(&real), &opts()).unwrap();
     let pv = plain.trace.view();
     let dir = tempfile::tempdir().unwrap();
@@ -102,8 +103,9 @@ fn a_log_of_two_engine_runs_gives_two_sequences() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn a_never_restarting_token_idx_with_uniform_dummies_in_front() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let plain = import_vllm_routelog(&real_files(&real), &opts()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     const DUMMIES: usize = 2048;

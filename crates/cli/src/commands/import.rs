@@ -1,5 +1,6 @@
 //! `moe-offload import`: real routing logs to a trace, and per-expert count files to statistics.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -109,7 +110,8 @@ fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
     super::refuse_overwrite(output, [input])?;
     let stats = Stats::from_counts_file(input, opts)?;
     stats.write_json(output)?;
-    println!(
+    writeln!(
+        std::io::stdout().lock(),
         "wrote {}: {} x {} experts, top-{}, statistics: {} (from {})",
         output.display(),
         super::layers(stats.layers.len()),
@@ -117,12 +119,14 @@ fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
         stats.meta.top_k,
         stats.present_statistics().join(", "),
         stats.meta.source
-    );
+    )?;
     Ok(())
 }
 
 /// Runs `import`.
 pub fn run(cmd: ImportCmd) -> Result<()> {
+    announce(&cmd);
+    let reading = crate::progress::working("import: reading the routing logs");
     let (imported, output) = match cmd {
         ImportCmd::Counts { input, top_k, layer_ids, num_experts, output } => {
             let opts = CountsOptions { top_k, layer_ids: (!layer_ids.is_empty()).then_some(layer_ids), num_experts };
@@ -147,17 +151,45 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
             (import_mixtral_jsonl(&input, &opts)?, output)
         }
     };
+    reading.finish();
     let Imported { trace, report } = imported;
     write_trace(&output, &trace.view())?;
     let s = trace.view().shape();
-    println!("{report}");
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{report}")?;
+    writeln!(
+        out,
         "wrote {}: {} x {} tokens, {} experts, top-{}",
         output.display(),
         super::layers(s.layers),
         s.tokens,
         s.num_experts,
         s.top_k
-    );
+    )?;
     Ok(())
+}
+
+/// Says what the import reads (files and their size) before it starts.
+fn announce(cmd: &ImportCmd) {
+    let size = |paths: &[PathBuf]| paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum::<u64>();
+    match cmd {
+        ImportCmd::Counts { input, .. } => crate::progress::status!(
+            "import counts: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
+        ),
+        ImportCmd::Esft { dir, domains, .. } => {
+            crate::progress::status!("import esft: domains {} of {}", domains.join(", "), dir.display());
+        }
+        ImportCmd::VllmRoutelog { inputs, .. } => crate::progress::status!(
+            "import vllm-routelog: {} files, {:.1} MB",
+            inputs.len(),
+            size(inputs) as f64 / 1e6
+        ),
+        ImportCmd::MixtralJsonl { input, .. } => crate::progress::status!(
+            "import mixtral-jsonl: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
+        ),
+    }
 }

@@ -43,6 +43,18 @@ fn refuse_overwrite<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a Path
     Ok(())
 }
 
+/// Refuses a trace without tokens: every figure of it would be 0/0.
+fn require_tokens(shape: trace_io::Shape, path: &Path) -> Result<()> {
+    if shape.tokens == 0 {
+        bail!(
+            "{} has no tokens ({} x 0 tokens): no figure can be computed from it; import or record a trace with tokens",
+            path.display(),
+            layers(shape.layers)
+        );
+    }
+    Ok(())
+}
+
 /// Plan expert pruning and caching for offloaded Mixture-of-Experts inference from routing traces.
 #[derive(Debug, Parser)]
 #[command(name = "moe-offload", version, about, long_about = None)]

@@ -63,6 +63,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     // Shapes and offsets now; the content the replay reads once the configuration is known.
     let f = TraceFile::open_lazy(&a.trace)?;
     let shape = f.shape();
+    super::require_tokens(shape, &a.trace)?;
     let (map, keep) = match &a.keep {
         Some(p) => {
             let map = read_keep(p).with_context(|| {
@@ -99,7 +100,10 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         ..ReplayConfig::new(a.policy, cap)
     };
     let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
-    let c = cachesim::replay(&v, &keep, &cfg).map_err(|e| match e {
+    let working = crate::progress::working("replay");
+    let c = cachesim::replay(&v, &keep, &cfg);
+    working.finish();
+    let c = c.map_err(|e| match e {
         cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
             anyhow::anyhow!("{e}: use --k-used {candidates} or less")
         }

@@ -172,11 +172,14 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     }
     let trace = a.trace.as_ref().context("a trace or --reap-agg is required")?;
     let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
+    let working = crate::progress::working("stats: validating, hashing and counting");
     // Statistics read the first k ids of each row, the gates and the norms: validated alone, while
     // the provenance digest is computed beside them.
     let f = TraceFile::open_lazy(trace)?;
+    super::require_tokens(f.shape(), trace)?;
     let (view, digest) = rayon::join(|| f.view_for(Reads::stats(f.shape().top_k)), || trace_io::trace_digest(trace));
     let stats = Stats::from_trace(&view?, trace.display().to_string(), digest?);
+    working.finish();
     stats.write_json(output)?;
     writeln!(
         out,
@@ -225,12 +228,25 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     // A path written as a directory (`maps/`) is one too, existing or not.
     let dir_like = a.output.as_os_str().to_string_lossy().ends_with(std::path::is_separator);
     let into_dir = maps.len() > 1 || a.output.is_dir() || dir_like;
-    if into_dir {
-        std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    // Several maps are one output set: the directory gets all of them or none.
+    let set = if into_dir {
+        let set = trace_io::OutputSet::begin(&a.output)
+            .with_context(|| format!("cannot write the output directory {}", a.output.display()))?;
+        for map in &maps {
+            map.write_json(set.staging().join(format!("{}.json", map.label())))?;
+        }
+        Some(set)
+    } else {
+        None
+    };
+    if let Some(set) = set {
+        set.commit().with_context(|| format!("writing {}", a.output.display()))?;
     }
     for map in &mut maps {
         let path = if into_dir { a.output.join(format!("{}.json", map.label())) } else { a.output.clone() };
-        map.write_json(&path)?;
+        if !into_dir {
+            map.write_json(&path)?;
+        }
         let sizes: Vec<usize> = map.layers.iter().map(Vec::len).collect();
         let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
         write!(out, "wrote {}: {} ({}", path.display(), map.label(), super::layers(map.layers.len()))?;
@@ -300,6 +316,7 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
     let (stats, trace) = match &heldout {
         Heldout::Trace(f) => {
             let view = f.view();
+            super::require_tokens(view.shape(), &a.heldout)?;
             (Stats::from_trace(&view, a.heldout.display().to_string(), String::new()), Some(view))
         }
         Heldout::Stats(s) => (s.clone(), None),

@@ -10,7 +10,7 @@
 //! Probabilities become scores as `ln(p)`; a probability recorded as exactly 0 (ESFT's 4-decimal
 //! rounding) becomes `ln(PROB_FLOOR)` instead, counted in the report and in the metadata key
 //! `floored_probs`. A full-precision probability below the floor is kept as it is.
-//! Renormalization is detected, not assumed: see [`RowSink::renormalized`].
+//! Renormalization is detected, not assumed: see `RowSink::renormalized`.
 
 use std::fmt;
 use std::path::Path;

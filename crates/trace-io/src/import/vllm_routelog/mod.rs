@@ -13,7 +13,7 @@
 //! Output: one multi-layer trace, layers sorted by id, the files aligned row by row (they must
 //! share the same batch structure), with
 //! - `step_offsets` at every engine step (where `token_idx` restarts at 0) that keeps a row;
-//! - dummy rows (the engine's warm-up runs on dummy input, see [`dummy`]) dropped wherever they
+//! - dummy rows (the engine's warm-up runs on dummy input, see the `dummy` module) dropped wherever they
 //!   are, unless [`VllmRoutelogOptions::keep_warmup`]; each region reported and listed in the
 //!   metadata key `dummy_rows`; rows of [`VllmRoutelogOptions::skip_rows`] dropped too;
 //! - `seq_offsets` when the log holds more than one engine run (the first row kept of each run),

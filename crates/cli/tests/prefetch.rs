@@ -5,6 +5,10 @@ mod common;
 use common::{fails, ok, s, synth};
 use serde_json::Value;
 
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 fn json(args: &[&str]) -> Value {
     serde_json::from_str(&ok(args)).expect("one JSON object")
 }
@@ -13,15 +17,26 @@ fn json(args: &[&str]) -> Value {
 #[test]
 fn prefetch_counts_timeline_and_shuffle_in_json() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.safetensors");
+    let (trace, calib) = (dir.path().join("t.safetensors"), dir.path().join("c.safetensors"));
     synth(&trace, [3, 32, 4, 8, 600], &["--seed", "5"]);
+    synth(&calib, [3, 32, 4, 8, 600], &["--seed", "6"]);
     let base = ["replay", s(&trace), "--policy", "lru", "--cap", "8", "--json"];
     let plain = json(&base);
     let mut args = base.to_vec();
-    args.extend(["--prefetch", "prev_token:3", "--timeline", "--profile", "dsv2-lite-bf16", "--bandwidth", "3.9"]);
+    args.extend([
+        "--prefetch",
+        "coact:3",
+        "--calib",
+        s(&calib),
+        "--timeline",
+        "--profile",
+        "dsv2-lite-bf16",
+        "--bandwidth",
+        "3.9",
+    ]);
     args.extend(["--shuffle", "7"]);
     let r = json(&args);
-    assert_eq!(r["prefetch"], "prev_token:3");
+    assert_eq!(r["prefetch"], "coact:3");
     assert_eq!(r["tokens"], plain["tokens"]);
     assert_eq!(r["picks"], plain["picks"]);
     assert_eq!(r["plain_misses"], plain["misses"]);
@@ -31,7 +46,9 @@ fn prefetch_counts_timeline_and_shuffle_in_json() {
     assert_eq!(useful + wasted, loads);
     assert_eq!(r["precision"].as_f64().unwrap(), useful as f64 / loads as f64);
     let misses = r["misses"].as_u64().unwrap();
-    assert!(misses < plain["misses"].as_u64().unwrap());
+    let saved = plain["misses"].as_u64().unwrap() - misses;
+    assert!(saved > 0);
+    assert_eq!(r["loads_per_miss_saved"].as_f64().unwrap(), loads as f64 / saved as f64);
     assert_eq!(r["coverage"].as_f64().unwrap(), useful as f64 / (useful + misses) as f64);
     let tokens = r["tokens"].as_u64().unwrap() as f64;
     assert_eq!(r["loads_per_token"].as_f64().unwrap(), (misses + loads) as f64 / tokens);
@@ -80,18 +97,20 @@ fn coact_calibration_and_refusals() {
     synth(&calib, [3, 32, 4, 8, 400], &["--seed", "2"]);
     synth(&other, [3, 16, 4, 8, 400], &["--seed", "3"]);
     let base = ["replay", s(&trace), "--policy", "lru", "--cap", "8", "--json"];
-    let with = |extra: &[&str]| [&base[..], extra].concat();
-    let r = json(&with(&["--prefetch", "coact:4", "--calib", s(&calib)]));
+    let with = |extra: &[&str]| -> Vec<String> { base.iter().chain(extra).map(|x| x.to_string()).collect() };
+    let r = json(&refs(&with(&["--prefetch", "coact:4", "--calib", s(&calib)])));
     assert!(r["prefetch_loads"].as_u64().unwrap() > 0 && r["useful"].as_u64().unwrap() > 0, "{r}");
-    assert!(fails(&with(&["--prefetch", "coact:4"])).contains("--calib TRACE"));
-    assert!(fails(&with(&["--prefetch", "prev_token:4", "--calib", s(&calib)])).contains("coact"));
-    let err = fails(&with(&["--prefetch", "coact:4", "--calib", s(&other)]));
+    assert!(fails(&refs(&with(&["--prefetch", "coact:4"]))).contains("--calib TRACE"));
+    assert!(fails(&refs(&with(&["--prefetch", "prev_token:4", "--calib", s(&calib)]))).contains("coact"));
+    let err = fails(&refs(&with(&["--prefetch", "coact:4", "--calib", s(&other)])));
     assert!(err.contains(s(&other)) && err.contains("experts per layer"), "{err}");
-    let err = fails(&with(&["--prefetch", "lookahead:2"]));
+    let err = fails(&refs(&with(&["--prefetch", "lookahead:2"])));
     assert!(err.contains(s(&trace)) && err.contains("lookahead_ids"), "{err}");
-    assert!(fails(&with(&["--prefetch", "prev_token:9"])).contains("budget 9 is larger than the cache capacity 8"));
+    assert!(
+        fails(&refs(&with(&["--prefetch", "prev_token:9"]))).contains("budget 9 is larger than the cache capacity 8")
+    );
     let belady = ["replay", s(&trace), "--policy", "belady", "--cap", "8", "--prefetch", "oracle:4"];
     assert!(fails(&belady).contains("belady cannot be combined with prefetch"));
-    assert!(fails(&with(&["--prefetch", "next:4"])).contains("prev_token, coact, lookahead, oracle"));
-    assert!(fails(&with(&["--timeline", "--profile", "gpu9"])).contains("unknown --profile"));
+    assert!(fails(&refs(&with(&["--prefetch", "next:4"]))).contains("prev_token, coact, lookahead, oracle"));
+    assert!(fails(&refs(&with(&["--timeline", "--profile", "gpu9"]))).contains("unknown --profile"));
 }

@@ -90,6 +90,7 @@ pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -
             e => e.into(),
         }
     };
+    let working = crate::progress::working("replay");
     let plain_opts = PrefetchOptions { prefetch: None, coact: None, timeline };
     let plain = cachesim::replay_prefetch(v, keep, cfg, &plain_opts).map_err(explain)?;
     let main = match x.prefetch {
@@ -103,6 +104,7 @@ pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -
         }
         None => None,
     };
+    working.finish();
     let report = report(x, &main, &plain, shuffled.as_ref(), &profile, bw);
     let mut out = std::io::stdout().lock();
     if a.json {

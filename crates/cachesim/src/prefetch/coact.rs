@@ -148,16 +148,26 @@ impl Predict for Coact<'_> {
             }
         }
         // Top B by (score desc, id asc), score > 0: ids ascend, so an equal score never
-        // displaces one already kept.
+        // displaces one already kept. `floor`: the score to beat (the B-th best once there are
+        // B); blocks of 16 scores none of which beats it are skipped in one vector max.
         let b_n = self.budget;
         self.best.clear();
-        for (e, &s) in self.scores.iter().enumerate() {
-            if s == 0 || (self.best.len() == b_n && s <= self.best[b_n - 1].0) {
+        let mut floor = 0u32;
+        for (c, block) in self.scores.chunks(16).enumerate() {
+            if block.iter().copied().max().unwrap_or(0) <= floor {
                 continue;
             }
-            let at = self.best.partition_point(|&(x, _)| x >= s);
-            self.best.insert(at, (s, e as u16));
-            self.best.truncate(b_n);
+            for (i, &s) in block.iter().enumerate() {
+                if s <= floor {
+                    continue;
+                }
+                let at = self.best.partition_point(|&(x, _)| x >= s);
+                self.best.insert(at, (s, (c * 16 + i) as u16));
+                self.best.truncate(b_n);
+                if self.best.len() == b_n {
+                    floor = self.best[b_n - 1].0;
+                }
+            }
         }
         out.extend(self.best.iter().map(|&(_, e)| e));
     }

@@ -163,7 +163,7 @@ fn bench_prefetch(c: &mut Criterion) {
     let s = common::BENCH_TRACE;
     let trace = common::synth(common::BENCH_SEED, s);
     let calib = common::synth(common::BENCH_SEED + 1, s);
-    let table = cachesim::CoactTable::learn(&calib.view());
+    let table = cachesim::CoactTable::learn(&calib.view()).expect("a validated calibration trace");
     let v = trace.view();
     let width = 16;
     let lookahead: Vec<u16> = v.parts().ids.chunks_exact(s.candidates).flat_map(|row| row[..width].to_vec()).collect();

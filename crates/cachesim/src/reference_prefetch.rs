@@ -31,6 +31,9 @@ pub fn replay(
     crate::validate(&shape, trace.parts().scores.is_some(), cfg)?;
     keep.check_shape(&shape)?;
     crate::validate_prefetch(trace, cfg, opts)?;
+    // Written for clarity, it builds F from whole rows: every candidate, whatever the policy.
+    let scores = cfg.lambda > 0.0 || cfg.policy == Policy::InvRouter;
+    crate::require(trace, trace_io::Reads { scores, ..trace_io::Reads::ids(usize::MAX) })?;
     let mut layers = Vec::new();
     let mut logs: Vec<Vec<TokenLog>> = Vec::new();
     let (mut prefetch_loads, mut useful) = (0, 0);

@@ -106,7 +106,7 @@ fn fast_equals_reference_on_every_policy_and_predictor() {
     };
     let trace = synth(7, s);
     let calib = synth(8, s);
-    let table = CoactTable::learn(&calib.view());
+    let table = CoactTable::learn(&calib.view()).expect("a validated calibration trace");
     let la = WithLookahead::new(&trace, 5, 3);
     let view = la.view();
     let shape = view.shape();

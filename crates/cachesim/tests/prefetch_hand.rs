@@ -145,7 +145,7 @@ fn coact_from_a_calibration_trace() {
     let m = meta(3, 1, 2);
     let calib_ids = [0, 0, 1, 2, 2, 0];
     let calib = TraceView::new(&m, 3, 1, parts(&calib_ids)).expect("valid");
-    let table = CoactTable::learn(&calib);
+    let table = CoactTable::learn(&calib).expect("a validated calibration trace");
     assert_eq!((table.get(1, 0, 2), table.get(1, 1, 0), table.get(1, 0, 0)), (2, 1, 0));
     let ids = [0, 1, 0, 2, 1, 2];
     let view = TraceView::new(&m, 3, 1, parts(&ids)).expect("valid");
@@ -167,7 +167,7 @@ fn bad_prefetch_configurations_are_refused() {
     let other_meta = meta(4, 1, 2);
     let other_ids = [0, 1, 0, 2, 1, 3];
     let other = TraceView::new(&other_meta, 3, 1, parts(&other_ids)).unwrap();
-    let other_table = CoactTable::learn(&other);
+    let other_table = CoactTable::learn(&other).expect("a validated calibration trace");
     let err = |c: &ReplayConfig, p: Option<Prefetch>, t: Option<&CoactTable>| {
         let opts = PrefetchOptions { prefetch: p, coact: t, ..Default::default() };
         cachesim::replay_prefetch(&view, &keep, c, &opts).expect_err("refused")

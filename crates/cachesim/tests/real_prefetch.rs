@@ -26,7 +26,7 @@ const DEV: TimelineDevice = TimelineDevice { expert_mb: 17.301504, compute_ms: 2
 fn fast_equals_reference_on_translation() {
     let trace = esft(&["translation"]);
     let calib = esft(&["intent", "law", "summary"]);
-    let table = CoactTable::learn(&calib.view());
+    let table = CoactTable::learn(&calib.view()).expect("a validated calibration trace");
     let view = trace.view();
     let keep = Keep::full(&view.shape());
     for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::Belady) {

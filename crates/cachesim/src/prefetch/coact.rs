@@ -24,8 +24,13 @@ impl CoactTable {
     /// Learns Q from `calib`: a token "chooses" the first k ids of its row (the experts the
     /// model used, SEMANTICS.md §1, k = the calibration trace's top-k), and every token of the
     /// calibration trace counts.
-    pub fn learn(calib: &TraceView<'_>) -> CoactTable {
+    ///
+    /// # Errors
+    /// [`CacheSimError::NotValidated`] when `calib` was not validated for its first k ids
+    /// (`trace_io::Reads::ids(k)`).
+    pub fn learn(calib: &TraceView<'_>) -> Result<CoactTable> {
         let s = calib.shape();
+        crate::require(calib, trace_io::Reads::ids(s.top_k))?;
         let (e_n, k, m) = (s.num_experts, s.top_k, s.candidates);
         let mut q = vec![0u32; s.layers * e_n * e_n];
         for l in 1..s.layers {
@@ -40,7 +45,7 @@ impl CoactTable {
                 }
             }
         }
-        CoactTable { layer_ids: calib.meta().layer_ids.clone(), num_experts: e_n, q }
+        Ok(CoactTable { layer_ids: calib.meta().layer_ids.clone(), num_experts: e_n, q })
     }
 
     /// Q_l[a][b] (layer index `l`, experts `a` at l − 1 and `b` at l).

@@ -240,7 +240,8 @@ pub fn validate_prefetch(trace: &TraceView<'_>, cfg: &ReplayConfig, opts: &Prefe
 /// chosen experts of one layer (2 · T · (k_used + 1) bytes, two layers alive).
 ///
 /// # Errors
-/// As [`crate::replay`] and [`validate_prefetch`].
+/// As [`crate::replay`] (including [`CacheSimError::NotValidated`] for a view not validated for
+/// [`crate::replay_reads`]) and [`validate_prefetch`].
 pub fn replay_prefetch(
     trace: &TraceView<'_>,
     keep: &Keep,
@@ -251,6 +252,9 @@ pub fn replay_prefetch(
     crate::validate(&shape, trace.parts().scores.is_some(), cfg)?;
     keep.check_shape(&shape)?;
     validate_prefetch(trace, cfg, opts)?;
+    // Prefetch reads nothing of the ids the replay does not (oracle: F[0..n]; coact at λ = 0: the
+    // layer below's F[0..n]); lookahead_ids are validated whole when the trace is opened.
+    crate::require(trace, crate::replay_reads(&shape, keep, cfg))?;
     let record = opts.timeline.is_some();
     let chain = opts.prefetch.is_some_and(|p| p.predictor == Predictor::Coact) && cfg.lambda > 0.0;
     let layers: Vec<(PfLayerCounts, Vec<LayerEvent>)> = if chain {

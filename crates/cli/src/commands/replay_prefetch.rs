@@ -66,9 +66,18 @@ pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -
     if coact_wanted && x.calib.is_none() {
         bail!("--prefetch coact:B learns its co-activation table from a calibration trace: add --calib TRACE");
     }
-    let calib = x.calib.as_ref().map(|p| TraceFile::open(p).with_context(|| format!("--calib {}", p.display())));
+    let calib = x.calib.as_ref().map(|p| TraceFile::open_lazy(p).with_context(|| format!("--calib {}", p.display())));
     let calib = calib.transpose()?;
-    let table = calib.as_ref().map(|c| CoactTable::learn(&c.view()));
+    // coact learns from the first k ids of every calibration row: validate those.
+    let table = match (&calib, &x.calib) {
+        (Some(c), Some(p)) => {
+            let view = c
+                .view_for(trace_io::Reads::ids(c.shape().top_k))
+                .with_context(|| format!("--calib {}", p.display()))?;
+            Some(CoactTable::learn(&view)?)
+        }
+        _ => None,
+    };
     let inferred = x.profile.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
     let profile_name = x.profile.as_deref().or(inferred).unwrap_or("reference");
     let profile = DeviceProfile::preset(profile_name).with_context(|| {

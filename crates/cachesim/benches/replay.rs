@@ -155,5 +155,50 @@ fn continuous_trace() -> trace_io::TraceData {
     trace_io::synth::generate(&cfg).expect("a valid synthetic trace")
 }
 
-criterion_group!(benches, bench_replay, bench_floor);
+/// Prefetch replays (SEMANTICS.md §12) on the benchmark trace, lru at λ = 0 with cap 128: each
+/// predictor at B = k (coact calibrated on a second trace of the same shape; lookahead from a
+/// synthetic `lookahead_ids` of 16 ids per row, the row's own first 16), and prev_token with the
+/// timeline of §13. `replay/lru/lambda0` in the same run is the plain baseline.
+fn bench_prefetch(c: &mut Criterion) {
+    let s = common::BENCH_TRACE;
+    let trace = common::synth(common::BENCH_SEED, s);
+    let calib = common::synth(common::BENCH_SEED + 1, s);
+    let table = cachesim::CoactTable::learn(&calib.view()).expect("a validated calibration trace");
+    let v = trace.view();
+    let width = 16;
+    let lookahead: Vec<u16> = v.parts().ids.chunks_exact(s.candidates).flat_map(|row| row[..width].to_vec()).collect();
+    let parts =
+        trace_io::TraceParts { lookahead_ids: Some(trace_io::Lookahead { ids: &lookahead, width }), ..v.parts() };
+    let view = trace_io::TraceView::new(v.meta(), s.tokens, s.candidates, parts).expect("valid lookahead");
+    let keep = Keep::full(&view.shape());
+    let cfg = ReplayConfig::new(Policy::Lru, 128);
+    let pool = one_core_pool();
+    let picks = (s.layers * s.tokens * s.top_k) as u64;
+    let mut group = timed_group(c, "prefetch");
+    group.throughput(Throughput::Elements(picks));
+    let dev = cachesim::TimelineDevice { expert_mb: 1.3824, compute_ms: 12.0, bandwidth_gbps: 3.9 };
+    let mut cases: Vec<(String, cachesim::PrefetchOptions<'_>)> = cachesim::Predictor::ALL
+        .iter()
+        .map(|&predictor| {
+            let prefetch = Some(cachesim::Prefetch { predictor, budget: s.top_k });
+            (
+                format!("lru/{predictor}:{}", s.top_k),
+                cachesim::PrefetchOptions { prefetch, coact: Some(&table), timeline: None },
+            )
+        })
+        .collect();
+    let prev = Some(cachesim::Prefetch { predictor: cachesim::Predictor::PrevToken, budget: s.top_k });
+    cases.push((
+        format!("lru/prev_token:{}/timeline", s.top_k),
+        cachesim::PrefetchOptions { prefetch: prev, coact: None, timeline: Some(dev) },
+    ));
+    for (name, opts) in cases {
+        group.bench_function(name, |b| {
+            b.iter(|| pool.install(|| cachesim::replay_prefetch(&view, &keep, &cfg, &opts).expect("valid config")))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_replay, bench_floor, bench_prefetch);
 criterion_main!(benches);

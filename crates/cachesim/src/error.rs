@@ -118,6 +118,41 @@ pub enum CacheSimError {
         /// Why it is rejected.
         reason: &'static str,
     },
+    /// Prefetch with `belady` (SEMANTICS.md §12: its future would depend on the prefetches).
+    #[error("policy belady cannot be combined with prefetch; use an online policy such as lru")]
+    PrefetchWithBelady,
+    /// The prefetch budget exceeds a layer's cache capacity (SEMANTICS.md §12: B <= cap).
+    #[error(
+        "prefetch budget {budget} is larger than the cache capacity {cap} of layer index {layer}; use a budget of {cap} or less"
+    )]
+    BudgetAboveCap {
+        /// B, proposals per (token, layer).
+        budget: usize,
+        /// The layer's cap, in experts.
+        cap: usize,
+        /// The layer's position in the trace, from 0.
+        layer: usize,
+    },
+    /// The `lookahead` predictor on a trace without `lookahead_ids`.
+    #[error(
+        "predictor lookahead needs the trace's lookahead_ids, and the trace has none (capture with `--lookahead M'`)"
+    )]
+    NoLookahead,
+    /// The `coact` predictor without a co-activation table.
+    #[error("predictor coact needs a calibration trace to learn its co-activation table from")]
+    CoactNeedsCalibration,
+    /// The calibration trace of `coact` is of another model shape than the replayed trace.
+    #[error(
+        "the calibration trace has {what} {calibration}, the replayed trace {trace}: calibrate on a trace of the same model"
+    )]
+    CalibrationMismatch {
+        /// What differs.
+        what: &'static str,
+        /// The calibration trace's value.
+        calibration: String,
+        /// The replayed trace's value.
+        trace: String,
+    },
 }
 
 /// Result type of cachesim.

@@ -65,9 +65,13 @@ pub mod exp;
 mod keep;
 pub mod mrc;
 mod policy;
+pub mod prefetch;
 mod reads;
 pub mod reference;
+pub mod reference_prefetch;
 mod schedule;
+pub mod shuffle;
+pub mod timeline;
 
 use serde::{Deserialize, Serialize};
 use trace_io::{Shape, TraceView};
@@ -76,7 +80,12 @@ pub use config::{ParseNameError, ReplayConfig, Semantics};
 pub use error::{CacheSimError, Result};
 pub use keep::Keep;
 pub use policy::{Policy, PolicyFacts, Shares};
+pub use prefetch::{
+    CoactTable, Predictor, Prefetch, PrefetchCounts, PrefetchOptions, PrefetchReplay, replay_prefetch,
+    validate_prefetch,
+};
 pub use reads::{replay_reads, runs_reads};
+pub use timeline::{Timeline, TimelineDevice};
 
 /// The counts of one replay (SEMANTICS.md §5 "Results").
 ///

@@ -68,6 +68,14 @@ pub(crate) trait PolicyKind<'a>: Evictor + Sized {
     fn build(params: &Params<'a>, input: &LayerInput<'a>) -> Self;
 }
 
+/// A token loop generic over the policy, run by [`with_policy`] with the configured one.
+pub(crate) trait VisitPolicy {
+    /// What the loop returns.
+    type Out;
+    /// Runs the loop with `policy`.
+    fn visit<P: Evictor>(self, policy: P) -> Self::Out;
+}
+
 /// Builds the [`Policy`] enum, its facts and the dispatch of the fast replayer from one table:
 /// `doc, Variant => policy type`.
 macro_rules! policies {
@@ -96,6 +104,14 @@ macro_rules! policies {
         pub(crate) fn replay_layer(params: &Params<'_>, input: &LayerInput<'_>) -> LayerCounts {
             match params.policy {
                 $( Policy::$variant => run(params, input, <$kind as PolicyKind<'_>>::build(params, input)), )*
+            }
+        }
+
+        /// Builds the configured policy for one layer and hands it to `visit` (monomorphized
+        /// per policy): for token loops other than [`run`] (prefetch, `crate::prefetch`).
+        pub(crate) fn with_policy<'a, V: VisitPolicy>(params: &Params<'a>, input: &LayerInput<'a>, visit: V) -> V::Out {
+            match params.policy {
+                $( Policy::$variant => visit.visit(<$kind as PolicyKind<'a>>::build(params, input)), )*
             }
         }
     };

@@ -56,6 +56,9 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Prefetch, timeline and shuffled-order control (`replay_prefetch`).
+    #[command(flatten)]
+    pub extra: super::replay_prefetch::PrefetchArgs,
 }
 
 /// Runs `replay`.
@@ -100,6 +103,9 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         ..ReplayConfig::new(a.policy, cap)
     };
     let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
+    if a.extra.active() {
+        return super::replay_prefetch::run(a, &v, &keep, &cfg);
+    }
     let working = crate::progress::working("replay");
     let c = cachesim::replay(&v, &keep, &cfg);
     working.finish();

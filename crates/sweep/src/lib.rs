@@ -22,7 +22,7 @@ mod run;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
-pub use output::{BestOf, InputRef, Provenance, Shard, SweepOutput, best_per_variant, write_atomic};
+pub use output::{BestOf, InputRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, write_atomic};
 pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config, variant_keep_map};
 
 use std::path::PathBuf;

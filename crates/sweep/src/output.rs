@@ -95,6 +95,18 @@ pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
         .collect()
 }
 
+/// The `kind` tag of `results.json` (its first field), so that a reader (pandas, a script) can tell
+/// the file from the other JSON outputs. Ignored when reading.
+pub const RESULTS_KIND: &str = "moe-offload-sweep-results";
+
+/// `results.json`: the output with its `kind` tag first.
+#[derive(serde::Serialize)]
+struct Tagged<'a> {
+    kind: &'static str,
+    #[serde(flatten)]
+    out: &'a SweepOutput,
+}
+
 impl SweepOutput {
     /// Reads a `results.json` written by [`SweepOutput::write`].
     ///
@@ -185,9 +197,10 @@ impl SweepOutput {
     /// [`SweepError::Io`] naming the file.
     pub fn write(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|source| SweepError::Io { path: dir.into(), source })?;
-        let json = serde_json::to_vec_pretty(self).expect("rows serialize");
+        let json = serde_json::to_vec_pretty(&Tagged { kind: RESULTS_KIND, out: self }).expect("rows serialize");
         write_atomic(&dir.join("results.json"), &json)?;
         write_atomic(&dir.join("results.csv"), &self.csv())?;
+        write_atomic(&dir.join("results-costs.csv"), &self.costs_csv())?;
         write_atomic(&dir.join("summary.md"), self.summary_markdown().as_bytes())
     }
 
@@ -259,6 +272,52 @@ impl SweepOutput {
                 rec.push(cost.tok_s.to_string());
             }
             w.write_record(&rec).expect("writing to a Vec cannot fail");
+        }
+        w.into_inner().expect("flushing a Vec cannot fail")
+    }
+
+    /// The costs in long (tidy) form: one line per (row, profile, bandwidth) with the row's key
+    /// fields and misses per token, then `profile`, `bandwidth_gbps`, `ssd_mb_per_token`, `tok_s`
+    /// (the same figures as the `@` columns of [`SweepOutput::csv`]).
+    pub fn costs_csv(&self) -> Vec<u8> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let header = [
+            "key",
+            "sample",
+            "variant",
+            "policy",
+            "lambda",
+            "j",
+            "cap",
+            "layer_caps",
+            "k_used",
+            "misses_per_token",
+            "profile",
+            "bandwidth_gbps",
+            "ssd_mb_per_token",
+            "tok_s",
+        ];
+        w.write_record(header).expect("writing to a Vec cannot fail");
+        for r in &self.rows {
+            for cost in &r.cost {
+                w.write_record([
+                    r.key.clone(),
+                    r.sample.as_str().to_string(),
+                    r.config.variant.clone(),
+                    r.config.policy.to_string(),
+                    r.config.lambda.to_string(),
+                    r.config.j.to_string(),
+                    r.config.cap.to_string(),
+                    r.config.layer_caps.as_ref().map_or_else(String::new, |c| c.name.clone()),
+                    r.config.k_used.to_string(),
+                    r.misses_per_token.to_string(),
+                    cost.profile.clone(),
+                    cost.bandwidth_gbps.to_string(),
+                    cost.ssd_mb_per_token.to_string(),
+                    cost.tok_s.to_string(),
+                ])
+                .expect("writing to a Vec cannot fail");
+            }
         }
         w.into_inner().expect("flushing a Vec cannot fail")
     }

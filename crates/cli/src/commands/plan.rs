@@ -127,6 +127,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
         let hr = if picks == 0 { 0.0 } else { 1.0 - m as f64 / picks as f64 };
         t.add_row([cap.to_string(), format!("{:.4}", c.misses_per_token(cap)), format!("{hr:.4}")]);
     }
+    super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     Ok(())
 }
@@ -170,7 +171,7 @@ pub struct PlanArgs {
     /// (fraction of used slots whose expert is pruned, SEMANTICS §4).
     #[arg(long)]
     pub max_slot_replacement: Option<f64>,
-    /// Output plan JSON.
+    /// Output plan JSON (`-` for stdout; the table then goes to stderr).
     #[arg(short, long)]
     pub output: PathBuf,
 }
@@ -349,6 +350,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         );
     }
     let report = serde_json::json!({
+        "kind": "moe-offload-plan",
+        "tool_version": super::version(),
         "budget_gb": a.budget_gb,
         "pinned_gb": a.pinned_gb,
         "profile": profile,
@@ -364,9 +367,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         "candidates": candidates,
     });
     let bytes = serde_json::to_vec_pretty(&report)?;
-    trace_io::write_atomic(&a.output, |w| w.write_all(&bytes))
-        .with_context(|| format!("writing {}", a.output.display()))?;
-    let mut out = std::io::stdout().lock();
+    super::write_output(&a.output, &bytes)?;
+    let mut out = super::human(&a.output);
     writeln!(
         out,
         "budget {} GB ({} pinned): {slots} expert slots of {:.3} MB (profile {}{}); policy {}; plan in {}\n",
@@ -414,6 +416,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             ]);
         }
     }
+    super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     writeln!(out, "chosen: {} with per-layer caps {:?}", chosen_c.variant, chosen_e.caps)?;
     writeln!(

@@ -20,7 +20,7 @@ pub struct ReportArgs {
     /// (`retention --json` output) and miss-ratio curves (`mrc` output) saved as *.json in it are
     /// plotted too.
     pub dir: PathBuf,
-    /// The HTML file to write (default: DIR/report.html).
+    /// The HTML file to write (default: DIR/report.html; `-` for stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// More `retention --json` files to plot (besides those found in DIR).
@@ -142,9 +142,8 @@ pub fn run(a: &ReportArgs) -> Result<()> {
         [results.as_path()].into_iter().chain(found.iter().chain(&a.retention).chain(&a.mrc).map(PathBuf::as_path)),
     )?;
     let html = render(&sweep, &retention, &mrc).context("drawing the plots")?;
-    trace_io::write_atomic(&output, |w| w.write_all(html.as_bytes()))
-        .with_context(|| format!("writing {}", output.display()))?;
-    let mut out = std::io::stdout().lock();
+    super::write_output(&output, html.as_bytes())?;
+    let mut out = super::human(&output);
     writeln!(
         out,
         "wrote {}: {} rows, {} retention tables, {} miss-ratio curves",

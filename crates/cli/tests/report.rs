@@ -186,7 +186,11 @@ fn version_names_the_commit_and_completions_are_scripts() {
     let v = ok(&["--version"]);
     assert!(v.starts_with("moe-offload ") && v.contains(" (commit "), "{v}");
     let bash = ok(&["completions", "bash"]);
-    assert!(bash.contains("_moe-offload()") && bash.contains("vllm-ascend"), "{}", &bash[..200.min(bash.len())]);
+    assert!(
+        bash.contains("_moe__offload()") && bash.contains("complete -F _moe__offload") && bash.contains("vllm-ascend"),
+        "{}",
+        &bash[..200.min(bash.len())]
+    );
     let zsh = ok(&["completions", "zsh"]);
     assert!(zsh.starts_with("#compdef moe-offload"), "{}", &zsh[..100.min(zsh.len())]);
     let err = fails(&["completions", "tcsh"]);

@@ -2,6 +2,9 @@
 //! `--version`, written into outputs' provenance). Outside a git checkout (a source tarball, a
 //! missing `.git`, no `git` on PATH) it is `unknown`, or the value of the environment variable
 //! `MOE_OFFLOAD_GIT_COMMIT` when the packager sets it.
+//!
+//! Also sets `cfg(real_data)` when `MOE_OFFLOAD_REAL_DATA` is set, so that the real-data tests run
+//! then and show as ignored otherwise (see the `real-data` crate).
 
 use std::process::Command;
 
@@ -12,6 +15,11 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
+    println!("cargo::rustc-check-cfg=cfg(real_data)");
+    println!("cargo::rerun-if-env-changed=MOE_OFFLOAD_REAL_DATA");
+    if std::env::var_os("MOE_OFFLOAD_REAL_DATA").is_some() {
+        println!("cargo::rustc-cfg=real_data");
+    }
     println!("cargo::rerun-if-env-changed=MOE_OFFLOAD_GIT_COMMIT");
     let commit = std::env::var("MOE_OFFLOAD_GIT_COMMIT")
         .ok()

@@ -10,7 +10,7 @@
 //! present with the right hash is not fetched again.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
@@ -216,6 +216,8 @@ pub enum FetchError {
         url: String,
         /// curl's exit code.
         code: i32,
+        /// curl's message (its stderr).
+        message: String,
     },
     /// Anything else (curl missing, HTTP error, hash mismatch, I/O).
     Other(anyhow::Error),
@@ -228,16 +230,20 @@ fn is_offline_code(code: i32) -> bool {
     matches!(code, 5 | 6 | 7 | 28 | 35 | 55 | 56)
 }
 
-/// Downloads `url` to `dest` with curl.
+/// Downloads `url` to `dest` with curl. curl's own message (stderr) is kept for the error, not
+/// printed: the caller says what failed in one sentence.
 fn download(url: &str, dest: &Path) -> std::result::Result<(), FetchError> {
-    let status = Command::new("curl")
+    let out = Command::new("curl")
         .args(["--fail", "--location", "--silent", "--show-error", "--connect-timeout", "15", "--max-time", "600"])
         .arg("--output")
         .arg(dest)
         .arg(url)
-        .status();
-    let status = match status {
-        Ok(s) => s,
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    let out = match out {
+        Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(FetchError::Other(anyhow::anyhow!(
                 "curl is not installed: install it (apt-get install -y curl) and run this again"
@@ -245,14 +251,15 @@ fn download(url: &str, dest: &Path) -> std::result::Result<(), FetchError> {
         }
         Err(e) => return Err(FetchError::Other(anyhow::Error::new(e).context("starting curl"))),
     };
-    match status.code() {
+    let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    match out.status.code() {
         Some(0) => Ok(()),
-        Some(code) if is_offline_code(code) => Err(FetchError::Offline { url: url.into(), code }),
+        Some(code) if is_offline_code(code) => Err(FetchError::Offline { url: url.into(), code, message }),
         Some(22) => Err(FetchError::Other(anyhow::anyhow!(
-            "{url}: the server answered with an HTTP error (curl exit 22); the pinned commit may have been removed: \
+            "{url}: the server answered with an HTTP error ({message}); the pinned commit may have been removed: \
              open an issue with this URL"
         ))),
-        code => Err(FetchError::Other(anyhow::anyhow!("{url}: curl failed (exit {code:?})"))),
+        code => Err(FetchError::Other(anyhow::anyhow!("{url}: curl failed (exit {code:?}: {message})"))),
     }
 }
 
@@ -406,8 +413,8 @@ pub fn run(dir: Option<&Path>) -> Result<()> {
             println!("Reproduce the docs' tables (from the repository root):\n\n{}", reproduce_commands(&dir));
             Ok(())
         }
-        Err(FetchError::Offline { url, code }) => bail!(
-            "cannot reach GitHub (curl exit {code} fetching {url}): this machine looks offline. Files already \
+        Err(FetchError::Offline { url, code, message }) => bail!(
+            "cannot reach GitHub (curl exit {code} fetching {url}: {message}): this machine looks offline. Files already \
              fetched into {} are kept and verified again on the next run. On a machine with internet access run \
              `cargo xtask fetch-real-data --dir DIR` and copy DIR here, or set MOE_OFFLOAD_REAL_DATA to an existing \
              copy (this project's CI uses ../shared/data/real)",
@@ -483,7 +490,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("real");
         let err = fetch(&data, "http://127.0.0.1:9", &mut |_| {}).unwrap_err();
-        assert!(matches!(err, FetchError::Offline { code: 7, .. }), "{err:?}");
+        // curl's message is kept for the error (not printed over the test output).
+        assert!(matches!(&err, FetchError::Offline { code: 7, message, .. } if message.contains("(7)")), "{err:?}");
         // No partial file, and no empty directory that would pass for the data.
         assert!(!data.exists(), "{:?}", walk(dir.path()));
         assert!(dir.path().exists());
@@ -492,8 +500,9 @@ mod tests {
     /// With every file already present (the shared real data), nothing is downloaded: every hash
     /// in the table matches the files CI uses.
     #[test]
+    #[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
     fn the_table_matches_the_shared_real_data() {
-        let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+        let real = real_data::dir();
         let done = fetch(&real, "http://127.0.0.1:9", &mut |_| {}).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(done, Fetched { present: 111, downloaded: 0 });
     }

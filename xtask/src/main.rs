@@ -5,7 +5,8 @@
 //! - `cargo xtask fetch-real-data [--dir DIR]`: downloads the public real routing the docs use
 //!   (pinned commits, SHA-256 checked) into a directory outside the repository.
 //! - `cargo xtask audit`: the audit of SEMANTICS.md §8 on the embedded default (and on the real
-//!   data when `MOE_OFFLOAD_REAL_DATA` is set), asserted against insta snapshots.
+//!   data when `MOE_OFFLOAD_REAL_DATA` is set), asserted against insta snapshots; `--dir DIR`
+//!   audits a directory of outputs, replaying them from the inputs they name.
 
 #![expect(clippy::print_stdout, reason = "xtask reports to the terminal")]
 
@@ -13,6 +14,8 @@ mod audit;
 mod fetch_real_data;
 mod gen_bench;
 mod gen_data;
+#[cfg(test)]
+mod tidy;
 
 use std::path::PathBuf;
 
@@ -55,6 +58,19 @@ enum Cmd {
         /// With `--dir`: also write the report as JSON here.
         #[arg(long, requires = "dir")]
         json: Option<PathBuf>,
+        /// With `--dir`: look here first (by file name) for the traces and files the outputs name
+        /// (default: beside the directory, and where they record them).
+        #[arg(long, requires = "dir")]
+        trace_dir: Option<PathBuf>,
+        /// With `--dir`: replay N rows of each sweep, chosen with `--seed`, instead of all.
+        #[arg(long, requires = "dir")]
+        sample: Option<usize>,
+        /// The seed of `--sample`.
+        #[arg(long, requires = "sample", default_value_t = 0)]
+        seed: u64,
+        /// With `--dir`: do not replay (no traces needed); the report says nothing was replayed.
+        #[arg(long, requires = "dir", conflicts_with_all = ["sample", "trace_dir"])]
+        no_replay: bool,
     },
 }
 
@@ -63,8 +79,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::GenData { check } => gen_data::run(check),
         Cmd::FetchRealData { dir } => fetch_real_data::run(dir.as_deref()),
         Cmd::GenBenchTraces { out } => gen_bench::run(out.as_deref()),
-        Cmd::Audit { dir: Some(dir), json } => {
-            let report = audit::dir::audit_dir(&dir)?;
+        Cmd::Audit { dir: Some(dir), json, trace_dir, sample, seed, no_replay } => {
+            anyhow::ensure!(sample != Some(0), "--sample 0 replays nothing: give at least 1, or --no-replay");
+            let opts = audit::dir::Options { trace_dir, sample, seed, no_replay };
+            let report = audit::dir::audit_dir(&dir, &opts)?;
             println!("{}", audit::markdown(&report));
             if let Some(path) = json {
                 trace_io::write_atomic(&path, |w| {
@@ -78,8 +96,13 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Audit { dir: None, .. } => {
             let mut reports = vec![("default", audit::default_report()?)];
-            if let Some(real) = trace_io::real_data::dir_or_skip() {
+            if let Some(real) = real_data::dir_if_set() {
                 reports.push(("esft", audit::esft_report(&real)?));
+            } else {
+                note(&format!(
+                    "skipping the real-data audit: {} not set (it names ../shared/data/real)",
+                    real_data::ENV
+                ));
             }
             for (name, report) in &reports {
                 println!("{}", audit::markdown(report));
@@ -92,6 +115,12 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A note on stderr, beside the report on stdout.
+#[expect(clippy::print_stderr, reason = "a note, not part of the report")]
+fn note(line: &str) {
+    eprintln!("{line}");
 }
 
 /// The workspace root (xtask lives one level below it).

@@ -84,8 +84,9 @@ fn hand_computed_depths() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn one_pass_equals_replays_on_real_esft() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let opts = trace_io::import::esft::EsftOptions { domains: vec!["translation".into()], ..Default::default() };
     let t = trace_io::import::esft::import_esft(real.join("esft-dsv2lite"), &opts).unwrap();
     let v = t.view();

@@ -1,35 +1,22 @@
 //! Replays on real routing data (ESFT, DeepSeek-V2-Lite shape, translation domain).
-//! Set `MOE_OFFLOAD_REAL_DATA` to the real data directory (for example /work/shared/data/real).
-
-#![expect(clippy::print_stdout, reason = "these tests report figures and skips on stdout")]
-
-use std::path::PathBuf;
+//! Set `MOE_OFFLOAD_REAL_DATA` to the real data directory (for example /work/shared/data/real);
+//! without it these tests show as ignored.
 
 use cachesim::{Keep, Policy, ReplayConfig, Semantics, reference};
 use trace_io::TraceData;
 use trace_io::import::esft::{EsftOptions, import_esft};
 
-/// The real data directory, or None (with a note) when the variable is unset.
-/// Panics when it is set but does not exist: a misconfigured run must not pass silently.
-fn real_data() -> Option<PathBuf> {
-    let Some(dir) = std::env::var_os("MOE_OFFLOAD_REAL_DATA") else {
-        println!("skipping: MOE_OFFLOAD_REAL_DATA not set");
-        return None;
-    };
-    let dir = PathBuf::from(dir);
-    assert!(dir.is_dir(), "MOE_OFFLOAD_REAL_DATA = {} is not a directory", dir.display());
-    Some(dir)
-}
-
-fn translation() -> Option<TraceData> {
-    let dir = real_data()?.join("esft-dsv2lite");
+/// The ESFT translation domain of the real data.
+fn translation() -> TraceData {
+    let dir = real_data::dir().join("esft-dsv2lite");
     let opts = EsftOptions { domains: vec!["translation".into()], ..Default::default() };
-    Some(import_esft(&dir, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display())))
+    import_esft(&dir, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display()))
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn belady_bounds_every_policy_on_translation() {
-    let Some(trace) = translation() else { return };
+    let trace = translation();
     let view = trace.view();
     let shape = view.shape();
     assert_eq!((shape.layers, shape.num_experts, shape.top_k, shape.candidates), (26, 64, 6, 6));
@@ -49,8 +36,9 @@ fn belady_bounds_every_policy_on_translation() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn fast_equals_reference_on_translation() {
-    let Some(trace) = translation() else { return };
+    let trace = translation();
     let view = trace.view();
     let keep = Keep::full(&view.shape());
     for policy in Policy::ALL {
@@ -68,8 +56,9 @@ fn fast_equals_reference_on_translation() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn k_way_versus_sequential_lru_on_translation() {
-    let Some(trace) = translation() else { return };
+    let trace = translation();
     let view = trace.view();
     let keep = Keep::full(&view.shape());
     let kway = cachesim::replay(&view, &keep, &ReplayConfig::new(Policy::Lru, 16)).expect("valid");

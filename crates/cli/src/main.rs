@@ -3,10 +3,13 @@
 //! Subcommands: `import`, `synth`, `inspect`, `stats`, `keep`, `retention`, `replay`, `mrc`,
 //! `plan`, `sweep` (and `sweep merge`), `report`, `export`, `completions`. Run `moe-offload --help` for the list
 //! and `moe-offload <command> --help` for each, with examples.
-
-#![expect(clippy::print_stdout, clippy::print_stderr, reason = "the CLI is the one crate that prints")]
+//!
+//! Output goes through `writeln!` on locked stdout and stderr handles, never `println!` or
+//! `eprintln!` (they panic on a closed pipe, `moe-offload ... | head`): a closed stdout ends the
+//! command quietly with status 0, a closed stderr is ignored (`progress::status_line`).
 
 mod commands;
+mod progress;
 
 use std::process::ExitCode;
 
@@ -14,6 +17,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
+    on_interrupt_remove_temporaries();
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -23,9 +27,26 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {}", render(&err));
+            progress::status!("error: {}", render(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// On Ctrl-C (SIGINT), SIGTERM or SIGHUP: removes the temporary files and staging directories of
+/// the outputs being written, says so, and exits with 128 + the signal number (Unix).
+fn on_interrupt_remove_temporaries() {
+    #[cfg(unix)]
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else { return };
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let n = trace_io::remove_temporaries();
+                progress::status!("\ninterrupted: nothing written (temporary outputs removed: {n})");
+                std::process::exit(128 + sig);
+            }
+        });
     }
 }
 

@@ -178,8 +178,9 @@ fn reap_aggregate_stats() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn real_reap_aggregate_and_esft_fold() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let agg = real.join("reap-agg-dsv4/core_agg.json");

@@ -1,14 +1,15 @@
 //! `moe-offload synth --preset`, and each preset against the real routing it was fitted to
 //! (`docs/synth.md`, "Fit to real routing"): a synthetic trace at the real trace's shape, measured
 //! with the library functions behind `inspect` and `replay`, lands within [`TOL`] ([`TOL_FLAT`]
-//! for `dsv2-lite-flat`) of the real figures. With `MOE_OFFLOAD_REAL_DATA` set, the real figures are recomputed live from the logs.
+//! for `dsv2-lite-flat`) of the real figures. With `MOE_OFFLOAD_REAL_DATA` set, one more test
+//! recomputes the real figures live from the logs.
 
 mod common;
 
 use std::path::Path;
 
 use cachesim::{Keep, Policy, ReplayConfig};
-use common::{fails, ok, real_data, s, synth};
+use common::{fails, ok, s, synth};
 use trace_io::import::esft::{EsftOptions, import_esft};
 use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog};
 use trace_io::summary::{SHUFFLE_SEED, layer_usage, shuffled_order};
@@ -78,23 +79,22 @@ fn esft_domain(real: &Path, domain: &str) -> TraceData {
     import_esft(real.join("esft-dsv2lite"), &opts).unwrap()
 }
 
-/// Generates the preset at the real shape (seed 1, model seed 7, as docs/synth.md) and checks it
-/// against the quoted real figures; with real data, recomputes those figures live.
-fn check(fit: &Fit) {
+/// The figures of `fit`'s preset generated at the real shape (seed 1, model seed 7, as
+/// docs/synth.md).
+fn synth_figures(fit: &Fit) -> [f64; 6] {
     let cfg = SynthConfig { seed: 1, model_seed: 7, norms: false, ..fit.shape.clone() };
-    let synth = figures(&generate(&cfg).unwrap().view());
-    assert_close(&format!("synth --preset {}", fit.preset), synth, fit.real, fit.tol);
-    let Some(real) = real_data() else { return };
-    let live = figures(&(fit.load_real)(&real).view());
-    // The quoted figures are the live ones rounded to 3 decimals.
-    assert_close("real trace against docs/synth.md", live, fit.real, 0.0005);
-    assert_close(&format!("synth --preset {} against the live real trace", fit.preset), synth, live, fit.tol);
+    figures(&generate(&cfg).unwrap().view())
 }
 
-#[test]
-fn qwen15_moe_preset_fits_the_served_qwen_trace() {
+/// The preset at the real shape lands within the fit's tolerance of the quoted real figures.
+fn check(fit: &Fit) {
+    assert_close(&format!("synth --preset {}", fit.preset), synth_figures(fit), fit.real, fit.tol);
+}
+
+/// The served Qwen1.5-MoE trace (vLLM route logs).
+fn qwen_fit() -> Fit {
     let preset = SynthPreset::Qwen15Moe;
-    check(&Fit {
+    Fit {
         preset,
         // The imported vLLM trace: 5 logged layers, E = 60, top-4 of 4, 4,357 tokens; 25 requests.
         shape: SynthConfig {
@@ -116,25 +116,24 @@ fn qwen15_moe_preset_fits_the_served_qwen_trace() {
             let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
             import_vllm_routelog(&files, &opts).unwrap().trace
         },
-    });
+    }
 }
 
-#[test]
-fn dsv2_lite_preset_fits_esft_translation() {
-    check(&Fit {
+/// ESFT translation: 8,251 tokens in 40 sequences.
+fn translation_fit() -> Fit {
+    Fit {
         preset: SynthPreset::Dsv2Lite,
-        // ESFT translation: 8,251 tokens in 40 sequences.
         shape: esft_shape(SynthPreset::Dsv2Lite, 8251, 40),
         real: [0.271, 0.227, 0.417, 0.316, 0.612, 0.850],
         tol: TOL,
         load_real: |real| esft_domain(real, "translation"),
-    });
+    }
 }
 
-#[test]
-fn dsv2_lite_flat_preset_fits_esft_intent_law_and_summary() {
+/// ESFT intent, law and summary, one preset for the three.
+fn flat_fits() -> [Fit; 3] {
     let preset = SynthPreset::Dsv2LiteFlat;
-    for fit in [
+    [
         Fit {
             preset,
             shape: esft_shape(preset, 8222, 127),
@@ -156,8 +155,36 @@ fn dsv2_lite_flat_preset_fits_esft_intent_law_and_summary() {
             tol: TOL_FLAT,
             load_real: |real| esft_domain(real, "summary"),
         },
-    ] {
-        check(&fit);
+    ]
+}
+
+#[test]
+fn qwen15_moe_preset_fits_the_served_qwen_trace() {
+    check(&qwen_fit());
+}
+
+#[test]
+fn dsv2_lite_preset_fits_esft_translation() {
+    check(&translation_fit());
+}
+
+#[test]
+fn dsv2_lite_flat_preset_fits_esft_intent_law_and_summary() {
+    flat_fits().iter().for_each(check);
+}
+
+/// The quoted figures are the live ones of the real traces, rounded to 3 decimals, and each
+/// preset lands within its tolerance of the live figures too.
+#[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
+fn quoted_real_figures_are_the_live_ones() {
+    let real = real_data::dir();
+    let [intent, law, summary] = flat_fits();
+    for fit in [qwen_fit(), translation_fit(), intent, law, summary] {
+        let live = figures(&(fit.load_real)(&real).view());
+        assert_close("real trace against docs/synth.md", live, fit.real, 0.0005);
+        let what = format!("synth --preset {} against the live real trace", fit.preset);
+        assert_close(&what, synth_figures(&fit), live, fit.tol);
     }
 }
 

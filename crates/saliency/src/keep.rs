@@ -183,9 +183,11 @@ fn cross_layer_keys(
     // Rounding can leave a mathematically zero score (shrink with mean = SE) a hair below 0:
     // within 1e-9 of the largest magnitude of any layer it counts as 0. (The scale is the whole
     // map's: a layer whose every score is 0 has no scale of its own, and its residues, e.g.
-    // -1.2e-18, would be refused against it.)
+    // -1.2e-18, would be refused against it.) A map whose every score is such a residue has no
+    // scale either, so anything within 1e-12 of 0 counts as 0 too (scores of real metrics are
+    // counts, gate sums or gate·norm means, far above that).
     let largest = scores.iter().zip(orders).flat_map(|(s, order)| order.iter().map(|&x| s[x].abs()));
-    let tol = 1e-9 * largest.fold(0.0f64, f64::max);
+    let tol = (1e-9 * largest.fold(0.0f64, f64::max)).max(1e-12);
     for ((s, order), &layer_id) in scores.iter().zip(orders).zip(&stats.meta.layer_ids) {
         let usable: Vec<f64> = order.iter().map(|&x| s[x]).collect();
         let keys = match scale {

@@ -8,8 +8,9 @@
 //!
 //! Main types and functions:
 //! - [`Stats`] (with [`StatsMeta`], [`LayerStats`]): the statistics, from a trace
-//!   ([`Stats::from_trace`]), a REAP aggregate file ([`Stats::from_reap_agg`]) or their own JSON
-//!   file ([`Stats::read_json`]).
+//!   ([`Stats::from_trace`]), a REAP aggregate file ([`Stats::from_reap_agg`]), a per-expert count
+//!   file ([`Stats::from_counts_file`]), llama.cpp's expert profile
+//!   ([`Stats::from_llama_expert_stats`]) or their own JSON file ([`Stats::read_json`]).
 //! - [`Metric`], [`MetricConfig`], [`metric_scores`]: `[L][E]` scores, higher = keep.
 //! - [`KeepMap`], [`KeepConfig`]: the experts kept per layer for a metric and budget K
 //!   ([`KeepMap::build`], [`KeepMap::build_many`]), for a global budget with a different K per
@@ -22,7 +23,9 @@
 //! The crate does no printing; its only I/O is reading and writing JSON files.
 
 mod check;
+mod counts;
 mod error;
+mod expert_profile;
 mod jsonio;
 mod keep;
 mod metric;
@@ -31,7 +34,9 @@ mod retention;
 mod stats;
 
 pub use check::{KeepCheck, LOW_HIT_THRESHOLD, check_keep_maps, check_stats};
+pub use counts::{CountsFormat, CountsOptions};
 pub use error::{Result, SaliencyError};
+pub use expert_profile::ExpertStatsOptions;
 pub use keep::{Budget, BudgetScale, KeepConfig, KeepMap};
 pub use metric::{Metric, MetricConfig, metric_scores, rank_percentiles};
 pub use reap_agg::{NonFiniteReap, ReapAggCorpus, ReapAggOptions};

@@ -1,9 +1,18 @@
-//! Reader for per-(layer, expert) REAP aggregate files (`reap-agg-dsv4/core_agg.json` format).
+//! Reader for per-(layer, expert) REAP aggregate files (`reap-agg-dsv4/core_agg.json` format and
+//! its variants).
 //!
 //! Format: `{corpus: {n, tok, freq: {layer: [E]}, reap: {layer: [E]}}}`, where `freq` is the number
 //! of used slots routed to each expert (so a layer sums to k · tok) and `reap` is Σ g·‖o‖ over those
 //! slots. The file has no top-k, gate sums, norm sums or sums of squares. Some corpora of the real
 //! file hold bare `NaN` tokens (not JSON) in `reap` for experts with hits; see [`NonFiniteReap`].
+//!
+//! Variants read the same way (docs/importers.md gives the schema):
+//! - `tokens` instead of `tok` (both present: they must agree);
+//! - `reap_mean` (per-token means, Σ g·‖o‖ / freq) instead of `reap` (sums): `reap_sum = reap_mean ×
+//!   freq`; a mean that is not finite where `freq` is 0 (0/0) counts as 0. A corpus with both
+//!   `reap` and `reap_mean` is refused naming both keys: means are never read as sums;
+//! - no `reap` at all: counts only (`reap_sum = None`), nothing invented;
+//! - no corpus wrapper: the top level itself holds `freq` (one unnamed corpus).
 
 use std::path::Path;
 
@@ -70,13 +79,13 @@ impl std::fmt::Display for NonFiniteReap {
 /// One corpus of a REAP aggregate file, as listed by [`Stats::reap_agg_summary`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ReapAggCorpus {
-    /// The corpus name (the top-level key).
+    /// The corpus name (the top-level key); empty for a file without the corpus wrapper.
     pub name: String,
-    /// `tok`: tokens of the corpus (`None` when absent or not a whole number).
+    /// `tok` (or `tokens`): tokens of the corpus (`None` when absent or not a whole number).
     pub tokens: Option<u64>,
     /// Layers of `freq`.
     pub layers: usize,
-    /// Non-finite (`NaN`, `Infinity`) values in `reap`.
+    /// Non-finite (`NaN`, `Infinity`) values in `reap` (or `reap_mean`).
     pub non_finite_reap: usize,
 }
 
@@ -91,10 +100,11 @@ pub struct ReapAggOptions {
 
 impl Stats {
     /// Loads one corpus of a REAP aggregate file as statistics: `count` = `freq`, `reap_sum` =
-    /// `reap`, `tokens` = `tok` for every layer, layer ids = the numeric layer keys ascending,
-    /// E = the vector length; `gate_sum`, `ean_sum` and `reap_sumsq` are `None` (the file does not
-    /// hold them; `shrink` therefore cannot be computed). `top_k` is the model's k, which the file
-    /// lacks. Non-finite `reap` values drop the corpus's `reap_sum` (see [`NonFiniteReap`]).
+    /// `reap` (or `reap_mean × freq`; `None` when the corpus has neither), `tokens` = `tok` (or
+    /// `tokens`) for every layer, layer ids = the numeric layer keys ascending, E = the vector
+    /// length; `gate_sum`, `ean_sum` and `reap_sumsq` are `None` (the file does not hold them;
+    /// `shrink` therefore cannot be computed). `top_k` is the model's k, which the file lacks.
+    /// Non-finite `reap` values drop the corpus's `reap_sum` (see [`NonFiniteReap`]).
     ///
     /// # Errors
     /// [`SaliencyError::Io`] / [`SaliencyError::Json`] for the file, [`SaliencyError::Invalid`]
@@ -112,45 +122,94 @@ impl Stats {
     /// As [`Stats::from_reap_agg`], plus [`SaliencyError::Invalid`] for a non-finite `reap` value
     /// under [`NonFiniteReap::Reject`].
     pub fn from_reap_agg_with(path: &Path, corpus: &str, opts: &ReapAggOptions) -> Result<Stats> {
+        Stats::from_reap_agg_corpus(path, Some(corpus), opts)
+    }
+
+    /// [`Stats::from_reap_agg_with`] for a file with or without the corpus wrapper: `corpus` names
+    /// the corpus of a wrapped file, and must be `None` for a file whose top level holds `freq`
+    /// itself.
+    ///
+    /// # Errors
+    /// As [`Stats::from_reap_agg_with`], plus [`SaliencyError::Invalid`] for a wrapped file
+    /// without `corpus` (listing the corpora), an unwrapped file with one, `tok` and `tokens` that
+    /// disagree, or both `reap` and `reap_mean` in a corpus.
+    pub fn from_reap_agg_corpus(path: &Path, corpus: Option<&str>, opts: &ReapAggOptions) -> Result<Stats> {
         if opts.top_k == 0 {
             return Err(invalid("top_k", "must be at least 1"));
         }
         let bytes = jsonio::read_bytes(path)?;
         let sha = trace_io::sha256_hex(&bytes);
         let root = parse(path, &bytes)?;
-        let key = |k: &str| format!("{}: corpus `{corpus}` key `{k}`", path.display());
-        let c = root
-            .get(corpus)
-            .ok_or_else(|| {
+        let unwrapped = is_unwrapped(&root);
+        let c = match (unwrapped, corpus) {
+            (true, None) => &root,
+            (true, Some(name)) => {
+                return Err(invalid(
+                    format!("{}: corpus `{name}`", path.display()),
+                    "the file has no corpora (its top level holds `freq` itself): drop --corpus",
+                ));
+            }
+            (false, None) => {
                 let names: Vec<&str> = root.keys().map(String::as_str).collect();
-                invalid(
-                    format!("{}: corpus `{corpus}`", path.display()),
-                    format!("absent; the file has: {}", names.join(", ")),
-                )
-            })?
-            .as_object()
-            .ok_or_else(|| invalid(key(""), "not an object"))?;
-        let field = |k: &str| c.get(k).ok_or_else(|| invalid(key(k), "absent"));
-        let tok = as_count(field("tok")?).ok_or_else(|| invalid(key("tok"), "not a non-negative integer"))?;
-        let freq = layer_map(field("freq")?, &key("freq"))?;
-        let reap = layer_map(field("reap")?, &key("reap"))?;
+                return Err(invalid(
+                    format!("{}", path.display()),
+                    format!("holds several corpora; name one with --corpus: {}", names.join(", ")),
+                ));
+            }
+            (false, Some(name)) => root
+                .get(name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = root.keys().map(String::as_str).collect();
+                    invalid(
+                        format!("{}: corpus `{name}`", path.display()),
+                        format!("absent; the file has: {}", names.join(", ")),
+                    )
+                })?
+                .as_object()
+                .ok_or_else(|| invalid(format!("{}: corpus `{name}`", path.display()), "not an object"))?,
+        };
+        let corpus_words = corpus.map_or_else(|| "top level".to_string(), |n| format!("corpus `{n}`"));
+        let key = |k: &str| format!("{}: {corpus_words} key `{k}`", path.display());
+        let tok = corpus_tokens(c, &key)?;
+        let freq = layer_map(
+            c.get("freq").ok_or_else(|| invalid(key("freq"), "absent: the per-expert counts are needed"))?,
+            &key("freq"),
+        )?;
+        let reap_kind = match (c.get("reap"), c.get("reap_mean")) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    key("reap"),
+                    "and key `reap_mean` are both present: `reap` holds sums and `reap_mean` per-token means, and \
+                     one file must say one thing; keep the one your tool wrote",
+                ));
+            }
+            (Some(v), None) => Some((layer_map(v, &key("reap"))?, false)),
+            (None, Some(v)) => Some((layer_map(v, &key("reap_mean"))?, true)),
+            (None, None) => None,
+        };
+        let reap_name = if reap_kind.as_ref().is_some_and(|r| r.1) { "reap_mean" } else { "reap" };
         let layer_ids: Vec<u32> = freq.iter().map(|(id, _)| *id).collect();
-        let reap_ids: Vec<u32> = reap.iter().map(|(id, _)| *id).collect();
-        if layer_ids != reap_ids {
-            return Err(invalid(
-                key("reap"),
-                format!("layers {reap_ids:?} differ from the layers of `freq` {layer_ids:?}"),
-            ));
+        if let Some((reap, _)) = &reap_kind {
+            let reap_ids: Vec<u32> = reap.iter().map(|(id, _)| *id).collect();
+            if layer_ids != reap_ids {
+                return Err(invalid(
+                    key(reap_name),
+                    format!("layers {reap_ids:?} differ from the layers of `freq` {layer_ids:?}"),
+                ));
+            }
         }
         let e = freq.first().map_or(0, |(_, v)| v.len());
         let mut layers = Vec::with_capacity(freq.len());
         let mut non_finite: Vec<(u32, usize)> = Vec::new();
-        for ((id, f), (_, r)) in freq.iter().zip(&reap) {
-            for (name, v) in [("freq", f), ("reap", r)] {
-                if v.len() != e {
+        for (li, (id, f)) in freq.iter().enumerate() {
+            let r = reap_kind.as_ref().map(|(r, _)| r[li].1);
+            for (name, v) in [("freq", Some(*f)), (reap_name, r)] {
+                if let Some(v) = v
+                    && v.len() != e
+                {
                     return Err(invalid(
                         format!("{} layer {id}", key(name)),
-                        format!("has {} values, expected {e}", v.len()),
+                        format!("has {} values, expected {e} (the length of the first layer of `freq`)", v.len()),
                     ));
                 }
             }
@@ -164,44 +223,67 @@ impl Stats {
                 })?;
                 count.push(n);
             }
-            let mut reap_sum = Vec::with_capacity(e);
-            for (x, v) in r.iter().enumerate() {
-                match v {
-                    Value::Null => {
-                        non_finite.push((*id, x));
-                        reap_sum.push(0.0);
-                    }
-                    Value::Number(n) => reap_sum.push(n.as_f64().unwrap_or(f64::NAN)),
-                    other => {
-                        return Err(invalid(
-                            format!("{} layer {id} expert {x}", key("reap")),
-                            format!("{other} is not a number"),
-                        ));
+            let mut reap_sum = None;
+            if let Some(r) = r {
+                let means = reap_kind.as_ref().is_some_and(|k| k.1);
+                let mut sums = Vec::with_capacity(e);
+                for (x, v) in r.iter().enumerate() {
+                    let value = match v {
+                        Value::Null => None,
+                        Value::Number(n) => n.as_f64().filter(|v| v.is_finite()),
+                        other => {
+                            return Err(invalid(
+                                format!("{} layer {id} expert {x}", key(reap_name)),
+                                format!("{other} is not a number"),
+                            ));
+                        }
+                    };
+                    match (value, means) {
+                        // A mean over no tokens (0/0) is no information, not a missing value.
+                        (None, true) if count[x] == 0 => sums.push(0.0),
+                        (None, _) => {
+                            non_finite.push((*id, x));
+                            sums.push(0.0);
+                        }
+                        (Some(m), true) => sums.push(m * count[x] as f64),
+                        (Some(v), false) => sums.push(v),
                     }
                 }
+                reap_sum = Some(sums);
             }
             layers.push(LayerStats {
                 tokens: tok,
                 count,
                 gate_sum: None,
                 ean_sum: None,
-                reap_sum: Some(reap_sum),
+                reap_sum,
                 reap_sumsq: None,
                 reap_missing: Vec::new(),
             });
         }
-        let mut source = format!("reap-agg:{}#{corpus}", path.display());
+        let mut source = match corpus {
+            Some(c) => format!("reap-agg:{}#{c}", path.display()),
+            None => format!("reap-agg:{}", path.display()),
+        };
+        match reap_kind.as_ref().map(|k| k.1) {
+            None => source.push_str(" (counts only: the file has neither `reap` nor `reap_mean`)"),
+            Some(true) => source.push_str(" (reap_sum = reap_mean x freq)"),
+            Some(false) => {}
+        }
         if let Some(&(id, x)) = non_finite.first() {
             match opts.non_finite_reap {
                 NonFiniteReap::Reject => {
-                    return Err(invalid(format!("{} layer {id} expert {x}", key("reap")), "not finite"));
+                    return Err(invalid(
+                        format!("{} layer {id} expert {x}", key(reap_name)),
+                        "not finite: pass --non-finite-reap drop or mask to load the corpus anyway",
+                    ));
                 }
                 NonFiniteReap::DropStatistic => {
                     for l in &mut layers {
                         l.reap_sum = None;
                     }
                     source.push_str(&format!(
-                        " (reap_sum dropped: {} non-finite reap values, first at layer {id} expert {x})",
+                        " (reap_sum dropped: {} non-finite {reap_name} values, first at layer {id} expert {x})",
                         non_finite.len()
                     ));
                 }
@@ -215,11 +297,11 @@ impl Stats {
                         slots += layer.count[x];
                         layer.reap_missing.push(
                             u16::try_from(x)
-                                .map_err(|_| invalid(key("reap"), format!("expert {x} does not fit u16")))?,
+                                .map_err(|_| invalid(key(reap_name), format!("expert {x} does not fit u16")))?,
                         );
                     }
                     source.push_str(&format!(
-                        " (reap_sum masked: {} non-finite reap values treated as missing per expert, {slots} slots, first at layer {id} expert {x})",
+                        " (reap_sum masked: {} non-finite {reap_name} values treated as missing per expert, {slots} slots, first at layer {id} expert {x})",
                         non_finite.len()
                     ));
                 }
@@ -250,27 +332,56 @@ impl Stats {
     pub fn reap_agg_summary(path: &Path) -> Result<Vec<ReapAggCorpus>> {
         let bytes = jsonio::read_bytes(path)?;
         let root = parse(path, &bytes)?;
-        Ok(root
-            .iter()
-            .map(|(name, c)| {
-                let layers = c.get("freq").and_then(Value::as_object).map_or(0, Map::len);
-                let non_finite_reap = c
-                    .get("reap")
-                    .and_then(Value::as_object)
-                    .map_or(0, |m| m.values().filter_map(Value::as_array).flatten().filter(|v| v.is_null()).count());
-                ReapAggCorpus { name: name.clone(), tokens: c.get("tok").and_then(as_count), layers, non_finite_reap }
-            })
-            .collect())
+        let summary = |name: &str, c: &Map<String, Value>| {
+            let layers = c.get("freq").and_then(Value::as_object).map_or(0, Map::len);
+            let non_finite_reap = c
+                .get("reap")
+                .or_else(|| c.get("reap_mean"))
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.values().filter_map(Value::as_array).flatten().filter(|v| v.is_null()).count());
+            let tokens = c.get("tok").or_else(|| c.get("tokens")).and_then(as_count);
+            ReapAggCorpus { name: name.to_string(), tokens, layers, non_finite_reap }
+        };
+        if is_unwrapped(&root) {
+            return Ok(vec![summary("", &root)]);
+        }
+        Ok(root.iter().map(|(name, c)| summary(name, c.as_object().unwrap_or(&Map::new()))).collect())
     }
 
-    /// The corpus names of a REAP aggregate file, in file order.
+    /// The corpus names of a REAP aggregate file, in file order (empty for a file without the
+    /// corpus wrapper).
     ///
     /// # Errors
     /// [`SaliencyError::Io`] / [`SaliencyError::Json`] for the file, [`SaliencyError::Invalid`]
     /// when the top level is not an object.
     pub fn reap_agg_corpora(path: &Path) -> Result<Vec<String>> {
         let bytes = jsonio::read_bytes(path)?;
-        Ok(parse(path, &bytes)?.keys().cloned().collect())
+        let root = parse(path, &bytes)?;
+        if is_unwrapped(&root) {
+            return Ok(Vec::new());
+        }
+        Ok(root.keys().cloned().collect())
+    }
+}
+
+/// True when the top level holds `freq` itself (no corpus wrapper).
+fn is_unwrapped(root: &Map<String, Value>) -> bool {
+    root.get("freq").is_some_and(Value::is_object)
+}
+
+/// The corpus's token count: `tok` or `tokens` (both present: they must agree).
+fn corpus_tokens(c: &Map<String, Value>, key: &dyn Fn(&str) -> String) -> Result<u64> {
+    let read = |k: &str| -> Result<Option<u64>> {
+        c.get(k)
+            .map(|v| as_count(v).ok_or_else(|| invalid(key(k), format!("{v} is not a non-negative integer"))))
+            .transpose()
+    };
+    match (read("tok")?, read("tokens")?) {
+        (Some(a), Some(b)) if a != b => {
+            Err(invalid(key("tok"), format!("{a} disagrees with key `tokens` {b}: keep the right one")))
+        }
+        (Some(a), _) | (None, Some(a)) => Ok(a),
+        (None, None) => Err(invalid(key("tok"), "absent, and no `tokens` either: the corpus's token count is needed")),
     }
 }
 

@@ -531,6 +531,20 @@ fn budget_defaults_and_json() {
 }
 
 #[test]
+fn share_takes_a_map_of_rounding_residues_as_zero() {
+    // Two hits of reap 0 and x per expert: shrink = min(0, x) = 0 mathematically, but for this x
+    // the rounding leaves -3.4e-18 in every expert, so the map has no scale of its own.
+    let x = 1.4794383149448345;
+    let mut s = count_stats(vec![2, 2, 2], Some(vec![x; 3]));
+    s.layers[0].reap_sumsq = Some(vec![x * x; 3]);
+    let shrink = metric_scores(&s, Metric::Shrink, &MetricConfig::default()).unwrap();
+    assert!(shrink[0].iter().all(|&v| v < 0.0 && v > -1e-17), "{shrink:?}");
+    let b = Budget { total: 2, floor: 1, scale: BudgetScale::Share };
+    let map = KeepMap::build_budget(&s, Metric::Shrink, &b, &KeepConfig::default()).unwrap();
+    assert_eq!(map.layers, vec![vec![0, 1]]);
+}
+
+#[test]
 fn build_many_matches_single_builds() {
     let s = count_stats(vec![5, 5, 0, 5, 2], None);
     let cfg = KeepConfig::default();

@@ -1,5 +1,5 @@
 //! Tests on the real REAP aggregate file (`reap-agg-dsv4/core_agg.json`, 43 layers x 256 experts,
-//! top-6) under `$MOE_OFFLOAD_REAL_DATA`. Skipped (with a note) when the variable is unset.
+//! top-6) under `$MOE_OFFLOAD_REAL_DATA`. Ignored when the variable is unset.
 
 use std::path::PathBuf;
 
@@ -8,19 +8,17 @@ use saliency::{
     check_keep_maps, check_stats, metric_scores, retention,
 };
 
-fn real_data() -> Option<PathBuf> {
-    trace_io::real_data::dir_or_skip()
-}
-
-fn agg() -> Option<PathBuf> {
-    Some(real_data()?.join("reap-agg-dsv4/core_agg.json"))
+/// The REAP aggregate file.
+fn agg() -> PathBuf {
+    real_data::dir().join("reap-agg-dsv4/core_agg.json")
 }
 
 const TOP_K: u32 = 6;
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn bible_statistics_load_and_counts_sum_to_six_per_token() {
-    let Some(path) = agg() else { return };
+    let path = agg();
     let corpora = Stats::reap_agg_corpora(&path).unwrap();
     assert_eq!(corpora, ["bible", "quran", "tao", "gita", "dhamma", "bofm", "analects", "upanishads"]);
     let bible = Stats::from_reap_agg(&path, "bible", TOP_K).unwrap();
@@ -43,8 +41,9 @@ fn bible_statistics_load_and_counts_sum_to_six_per_token() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn quran_and_bofm_reap_hold_nan() {
-    let Some(path) = agg() else { return };
+    let path = agg();
     // quran and bofm hold bare NaN in `reap` for experts with hits: by default the statistic is
     // dropped (counts stay), and the strict policy refuses the corpus.
     for (corpus, n) in [("quran", 335), ("bofm", 349)] {
@@ -57,8 +56,9 @@ fn quran_and_bofm_reap_hold_nan() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn bible_keep_maps_build_nest_and_retain_out_of_sample() {
-    let Some(path) = agg() else { return };
+    let path = agg();
     let bible = Stats::from_reap_agg(&path, "bible", TOP_K).unwrap();
     // Some bible layers have experts with zero hits (at most 7 per layer), so 250+ would be short;
     // 128 and 160 are not.
@@ -99,8 +99,9 @@ fn bible_keep_maps_build_nest_and_retain_out_of_sample() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn masked_heldout_retention_and_budget_maps_on_bible() {
-    let Some(path) = agg() else { return };
+    let path = agg();
     let bible = Stats::from_reap_agg(&path, "bible", TOP_K).unwrap();
     let mask = ReapAggOptions { top_k: TOP_K, non_finite_reap: NonFiniteReap::MaskExperts };
     let cfg = KeepConfig::default();

@@ -264,6 +264,14 @@ impl Grid {
     /// [`SweepError::Grid`] for an unknown preset, a non-positive size, compute time or bandwidth,
     /// a name given twice, or a full profile named like a preset.
     pub fn device_profiles(&self) -> Result<Vec<DeviceProfile>> {
+        if self.profiles.is_empty() {
+            return Err(SweepError::Grid {
+                key: "profiles: []".into(),
+                reason: "an empty list gives the rows no cost figures: omit `profiles` for the default profile, or \
+                         name at least one (a preset such as \"reference\", or a full profile)"
+                    .into(),
+            });
+        }
         let profiles: Vec<DeviceProfile> = self
             .profiles
             .iter()
@@ -315,6 +323,27 @@ impl Grid {
             }
         }
         Ok(profiles)
+    }
+
+    /// The number of configurations the blocks expand to before duplicates are removed (an upper
+    /// bound of [`Grid::expand`]'s length), computed without expanding; saturates at `u64::MAX`.
+    pub fn size(&self) -> u64 {
+        self.blocks
+            .iter()
+            .map(|b| {
+                let variants = b.variants.as_ref().map_or(self.variants.len(), Vec::len);
+                [
+                    variants,
+                    b.policies.len(),
+                    b.lambda.len(),
+                    b.j.len(),
+                    b.cap.len() + b.layer_caps.len(),
+                    b.k_used.len(),
+                ]
+                .into_iter()
+                .fold(1u64, |a, n| a.saturating_mul(n as u64))
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Expands the blocks into configuration keys, sorted by [`ConfigKey`]'s order, duplicates

@@ -19,11 +19,15 @@ mod merge;
 mod output;
 pub mod plan;
 mod run;
+mod summary;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
-pub use output::{BestOf, InputRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, write_atomic};
-pub use run::{Cost, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config, variant_keep_map};
+pub use output::{
+    BestOf, InputRef, KeepRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, keep_map_sha256, write_atomic,
+};
+pub use run::{Cost, Estimate, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config, variant_keep_map};
+pub use summary::{Column, SUMMARY_COLUMNS, SUMMARY_INTRO, SummaryTable};
 
 use std::path::PathBuf;
 
@@ -71,6 +75,15 @@ pub enum SweepError {
         /// The error.
         #[source]
         source: std::io::Error,
+    },
+    /// cachesim refused a curve or replay of the plan search.
+    #[error(transparent)]
+    CacheSim(#[from] cachesim::CacheSimError),
+    /// The plan search found no plan, or its inputs cannot be planned.
+    #[error("{reason}")]
+    Plan {
+        /// Why.
+        reason: String,
     },
     /// Shard outputs cannot be merged.
     #[error("cannot merge: {reason}")]

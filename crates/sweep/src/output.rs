@@ -22,6 +22,26 @@ pub struct Provenance {
     /// path as the grid wrote it and its SHA-256; absent from the JSON when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputRef>,
+    /// The keep map of every pruned variant (label and [`keep_map_sha256`]), so that the maps an
+    /// audit rebuilds from the statistics, or reads from a `file:` variant's file, can be compared
+    /// with the ones the rows were replayed with. Absent in outputs written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_maps: Vec<KeepRef>,
+}
+
+/// A keep map a sweep replayed: its variant label and the hash of its contents.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeepRef {
+    /// The variant's label in keys (`frequency@32`, `l2_sum@256[mymap]`).
+    pub variant: String,
+    /// [`keep_map_sha256`] of the map.
+    pub sha256: String,
+}
+
+/// Hex SHA-256 of a keep map's canonical JSON (`serde_json::to_vec`, compact, fields in
+/// declaration order): what [`Provenance::keep_maps`] records.
+pub fn keep_map_sha256(map: &saliency::KeepMap) -> String {
+    trace_io::sha256_hex(&serde_json::to_vec(map).expect("a keep map serializes"))
 }
 
 /// A reference to an input file.
@@ -159,56 +179,51 @@ impl SweepOutput {
         best_per_variant(&self.rows)
     }
 
-    /// The summary as a Markdown table: per (variant, cap), the best online policy chosen in
-    /// sample, what it gives out of sample, the out-of-sample best, and Belady (the offline optimum
-    /// of λ = 0 routing, which cache-aware routing can beat).
+    /// The summary as Markdown (`summary.md`): [`SUMMARY_INTRO`](crate::SUMMARY_INTRO), then
+    /// the [`SummaryTable`](crate::SummaryTable) of the rows.
     pub fn summary_markdown(&self) -> String {
-        let mut s = String::from(
-            "Misses per token (lower is better); configurations as policy/lambda/j. Belady is the offline optimum for the requests of λ = 0 routing: a lower bound of every λ = 0 online policy when every token counts (warmup 0); counted from the warmup it may exceed one by up to the cap per layer. Cache-aware routing (λ > 0) changes the requests, so a λ > 0 configuration can beat it. The in-sample choice is the best online configuration on the in-sample trace; `out-of-sample (in-sample choice)` is what that configuration gives on the out-of-sample trace, `shift` the difference.\n\n\
-             | variant | cap | best online in-sample | in-sample | out-of-sample (in-sample choice) | shift | best online out-of-sample | out-of-sample (best) | Belady in / out |\n\
-             |---|---:|---|---:|---:|---:|---|---:|---|\n",
-        );
-        let best = self.best_per_variant();
-        // With several k_used in the grid, the variant cell says which one (rows would collide).
-        let several_k = best.iter().any(|b| b.k_used != best[0].k_used);
-        for b in best {
-            let belady = b.belady.map_or("-".to_string(), |(i, o)| format!("{i:.4} / {o:.4}"));
-            let variant = if several_k { format!("{} (k_used {})", b.variant, b.k_used) } else { b.variant.clone() };
-            s += &format!(
-                "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {} | {:.4} | {} |\n",
-                variant,
-                b.layer_caps.as_ref().map_or_else(|| b.cap.to_string(), |n| format!("caps:{n}")),
-                b.in_sample_best,
-                b.in_sample_misses_per_token,
-                b.chosen_out_of_sample,
-                b.shift(),
-                b.out_of_sample_best,
-                b.out_of_sample_misses_per_token,
-                belady
-            );
-        }
-        s
+        format!("{}\n\n{}", crate::SUMMARY_INTRO, crate::SummaryTable::of(self).markdown())
     }
 
-    /// Writes `results.json`, `results.csv` and `summary.md` into `dir` (created if missing),
-    /// each through a temporary file renamed into place.
+    /// The files of a sweep output: `results.json`, `results.csv`, `results-costs.csv` (the cost
+    /// columns in long form), `summary.md`.
+    pub const FILES: [&'static str; 4] = ["results.json", "results.csv", "results-costs.csv", "summary.md"];
+
+    /// Writes the [`FILES`](Self::FILES) into `dir` (created if missing) as one output set
+    /// ([`trace_io::OutputSet`]): `dir` ends up with all four of this run or
+    /// keeps its previous contents, never a mix.
     ///
     /// # Errors
-    /// [`SweepError::Io`] naming the file.
+    /// [`SweepError::Io`] naming the directory, around the lock (another writer) or a write.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|source| SweepError::Io { path: dir.into(), source })?;
+        let set = trace_io::OutputSet::begin(dir).map_err(|source| SweepError::Io { path: dir.into(), source })?;
+        self.write_set(set)
+    }
+
+    /// [`SweepOutput::write`] into an output set begun (and locked) by the caller, for example
+    /// before the sweep ran, so that a second writer fails before any work. Commits the set.
+    ///
+    /// # Errors
+    /// [`SweepError::Io`] naming the set's directory.
+    pub fn write_set(&self, mut set: trace_io::OutputSet) -> Result<()> {
+        let dir = set.target().to_path_buf();
+        let io = |source| SweepError::Io { path: dir.clone(), source };
         let json = serde_json::to_vec_pretty(&Tagged { kind: RESULTS_KIND, out: self }).expect("rows serialize");
-        write_atomic(&dir.join("results.json"), &json)?;
-        write_atomic(&dir.join("results.csv"), &self.csv())?;
-        write_atomic(&dir.join("results-costs.csv"), &self.costs_csv())?;
-        write_atomic(&dir.join("summary.md"), self.summary_markdown().as_bytes())
+        let [results, csv, costs, summary] = Self::FILES;
+        set.write(results, |w| w.write_all(&json)).map_err(io)?;
+        set.write(csv, |w| w.write_all(&self.csv())).map_err(io)?;
+        set.write(costs, |w| w.write_all(&self.costs_csv())).map_err(io)?;
+        set.write(summary, |w| w.write_all(self.summary_markdown().as_bytes())).map_err(io)?;
+        set.commit().map_err(io)
     }
 
     /// The rows as CSV: key fields, counts, derived fields, then per profile one
     /// `ssd_mb_per_token@PROFILE` column (it does not depend on the bandwidth) and one
     /// `tok_s@PROFILE@BW` column per bandwidth.
     pub fn csv(&self) -> Vec<u8> {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        // Flexible: rows read back from a results.json whose cost lists differ in length (an edited
+        // file the audit is checking) are written as they are instead of panicking.
+        let mut w = csv::WriterBuilder::new().flexible(true).from_writer(Vec::new());
         let mut header: Vec<String> = [
             "key",
             "sample",

@@ -98,6 +98,40 @@ pub struct Row {
     pub cost: Vec<Cost>,
 }
 
+/// What [`Prepared::calibrate`] found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// Estimated seconds of the whole run on one thread.
+    pub seconds: f64,
+    /// Configurations replayed by the calibration.
+    pub sampled_configs: usize,
+    /// Tokens of the one layer they were replayed on.
+    pub sampled_tokens: usize,
+}
+
+/// The first layer and first `max_tokens` tokens of `v` as a trace of its own (`None` for a
+/// trace without tokens).
+fn first_layer_prefix(v: &TraceView<'_>, max_tokens: usize) -> Option<trace_io::TraceData> {
+    let s = v.shape();
+    let n = s.tokens.min(max_tokens);
+    if n == 0 || s.layers == 0 {
+        return None;
+    }
+    let mut meta = v.meta().clone();
+    meta.layer_ids.truncate(1);
+    let rows = |w: usize, x: Option<&[f32]>| x.map(|x| x[..n * w].to_vec());
+    let below = |o: Option<&[u64]>| o.map(|o| o.iter().copied().filter(|&t| t < n as u64).collect::<Vec<_>>());
+    let parts = trace_io::OwnedParts {
+        ids: v.layer_ids(0)[..n * s.candidates].to_vec(),
+        scores: rows(s.candidates, v.layer_scores(0)),
+        gates: rows(s.top_k, v.layer_gates(0)),
+        out_norms: rows(s.top_k, v.layer_out_norms(0)),
+        seq_offsets: below(v.seq_offsets()),
+        step_offsets: below(v.step_offsets()),
+    };
+    trace_io::TraceData::new(meta, n, s.candidates, parts).ok()
+}
+
 /// Checks the traces, builds the in-sample statistics and every keep map, expands the grid and
 /// validates every configuration against both traces, before any replay.
 ///
@@ -116,6 +150,14 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
                 a.num_experts, b.num_experts, a.top_k, b.top_k, a.layer_ids, b.layer_ids
             ),
         });
+    }
+    for (input, which) in [(in_sample, "in-sample"), (out_of_sample, "out-of-sample")] {
+        if input.view.shape().tokens == 0 {
+            return Err(SweepError::Grid {
+                key: "traces".into(),
+                reason: format!("the {which} trace {} has no tokens: no figure can be computed from it", input.source),
+            });
+        }
     }
     let stats = Stats::from_trace(&in_sample.view, in_sample.source.to_string(), in_sample.sha256.to_string());
     let keep_cfg = KeepConfig { metric: MetricConfig { tau: grid.tau, ..Default::default() }, ..Default::default() };
@@ -144,6 +186,25 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
     for key in &configs {
         for (input, which) in [(in_sample, "in-sample"), (out_of_sample, "out-of-sample")] {
             let v = &input.view;
+            let (m, e) = (v.shape().candidates, v.shape().num_experts);
+            let bad = |reason: String| SweepError::Grid {
+                key: format!("{key} on the {which} trace {}", input.source),
+                reason,
+            };
+            if key.j > m {
+                return Err(bad(format!(
+                    "j = {} is more than the {m} candidates per row: ranks below j are boosted, and a row has only {m}; \
+                     use j <= {m}",
+                    key.j
+                )));
+            }
+            let caps = key.layer_caps.as_ref().map_or(&[][..], |c| &c.caps[..]);
+            if let Some(&cap) = std::iter::once(&key.cap).chain(caps).find(|&&c| c > e) {
+                return Err(bad(format!(
+                    "cap {cap} is more than the {e} experts of a layer: every expert fits and the cache never evicts; \
+                     use cap <= {e}"
+                )));
+            }
             cachesim::validate(&v.shape(), v.parts().scores.is_some(), &replay_config(grid, key)).map_err(
                 |source| SweepError::Config { key: format!("{key} on the {which} trace {}", input.source), source },
             )?;
@@ -219,6 +280,15 @@ impl Prepared {
         Ok(())
     }
 
+    /// The keep map of every pruned variant, for [`crate::Provenance::keep_maps`], in grid order.
+    pub fn keep_maps(&self) -> Vec<crate::KeepRef> {
+        self.variants
+            .iter()
+            .filter(|v| !v.keep.is_full())
+            .map(|v| crate::KeepRef { variant: v.label.clone(), sha256: crate::keep_map_sha256(&v.keep) })
+            .collect()
+    }
+
     /// Number of replays [`Prepared::run`] performs (configurations × 2 traces).
     pub fn jobs(&self) -> usize {
         self.configs.len() * 2
@@ -229,6 +299,51 @@ impl Prepared {
     pub fn work(&self, in_sample: &TraceView<'_>, out_of_sample: &TraceView<'_>) -> u64 {
         let size = |v: &TraceView<'_>| (v.shape().layers * v.shape().tokens) as u64;
         self.configs.len() as u64 * (size(in_sample) + size(out_of_sample))
+    }
+
+    /// Estimates the single-threaded time of [`Prepared::run`] from a quick calibration: replays a
+    /// sample of the configurations (spread over the sorted list) on the first layer and first
+    /// tokens (up to 4096) of the in-sample trace, for about `budget`, and extrapolates the rate
+    /// in token-layers per second to [`Prepared::work`]. The run itself shares work between
+    /// configurations and runs on every core, so it is usually faster than this figure over the
+    /// thread count.
+    pub fn calibrate(
+        &self,
+        in_sample: &TraceView<'_>,
+        out_of_sample: &TraceView<'_>,
+        budget: std::time::Duration,
+    ) -> Estimate {
+        let none = Estimate { seconds: 0.0, sampled_configs: 0, sampled_tokens: 0 };
+        let Some(prefix) = first_layer_prefix(in_sample, 4096) else { return none };
+        let view = prefix.view();
+        let shape = view.shape();
+        let keeps: Vec<Option<Keep>> =
+            self.variants.iter().map(|v| Keep::from_layers(&shape, &v.keep.layers[..1]).ok()).collect();
+        let stride = self.configs.len().div_ceil(24).max(1);
+        let start = std::time::Instant::now();
+        let mut sampled = 0usize;
+        for key in self.configs.iter().step_by(stride) {
+            let vi = self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
+            let Some(keep) = &keeps[vi] else { continue };
+            let mut cfg = replay_config(&self.grid, key);
+            cfg.layer_caps = cfg.layer_caps.map(|c| c[..1].to_vec());
+            if cachesim::replay(&view, keep, &cfg).is_ok() {
+                sampled += 1;
+            }
+            if start.elapsed() >= budget {
+                break;
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        if sampled == 0 || elapsed <= 0.0 {
+            return none;
+        }
+        let rate = (sampled * shape.tokens) as f64 / elapsed;
+        Estimate {
+            seconds: self.work(in_sample, out_of_sample) as f64 / rate,
+            sampled_configs: sampled,
+            sampled_tokens: shape.tokens,
+        }
     }
 
     /// Replays every configuration on both traces and returns the rows sorted by (key, sample).

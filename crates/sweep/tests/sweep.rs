@@ -444,5 +444,6 @@ fn provenance(g: &Grid) -> sweep::Provenance {
         out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
         stats_sha256: "s".into(),
         files: Vec::new(),
+        keep_maps: Vec::new(),
     }
 }

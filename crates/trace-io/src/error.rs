@@ -26,6 +26,22 @@ pub enum TraceError {
     /// overlapping or non-contiguous tensors, invalid header JSON).
     #[error("not a valid safetensors container: {0}")]
     Container(String),
+    /// A tensor's bytes, where the header places them, do not end where the file ends: data past
+    /// the end of the file (a truncated file), or bytes after the last tensor.
+    #[error(
+        "tensor `{tensor}`: the header puts its data at file bytes {}..{} (data_offsets {}..{}), {problem}",
+        expected.start, expected.end, data_offsets.start, data_offsets.end
+    )]
+    Extent {
+        /// Tensor name, as the header spells it.
+        tensor: String,
+        /// Where its bytes must be, in bytes from the start of the file.
+        expected: std::ops::Range<u64>,
+        /// The same range as the header gives it (from the start of the data section).
+        data_offsets: std::ops::Range<u64>,
+        /// What the file actually holds there, with the byte ranges.
+        problem: String,
+    },
     /// A required tensor is absent.
     #[error("tensor `{tensor}` is missing")]
     MissingTensor {

@@ -11,18 +11,20 @@ use crate::view::{Shape, TraceParts, TraceView};
 use crate::{Result, TraceError, TraceMeta};
 
 enum Backing {
-    Mapped(memmap2::Mmap),
-    /// Heap copy in u64 words so every tensor keeps its natural alignment.
-    Heap {
-        words: Vec<u64>,
-        len: usize,
+    /// A mapped file; the guard (dropped first) turns a SIGBUS inside the mapping into a message.
+    Mapped {
+        #[cfg(unix)]
+        _guard: Option<crate::sigbus::Guard>,
+        map: memmap2::Mmap,
     },
+    /// Heap copy in u64 words so every tensor keeps its natural alignment.
+    Heap { words: Vec<u64>, len: usize },
 }
 
 impl Backing {
     fn bytes(&self) -> &[u8] {
         match self {
-            Backing::Mapped(m) => m,
+            Backing::Mapped { map, .. } => map,
             Backing::Heap { words, len } => &bytemuck::cast_slice::<u64, u8>(words)[..*len],
         }
     }
@@ -63,30 +65,39 @@ impl std::fmt::Debug for TraceFile {
 impl TraceFile {
     /// Memory-maps and validates the trace at `path`.
     ///
+    /// Only a regular file is opened: a FIFO, a device, a socket or a directory is refused before
+    /// opening (a FIFO would block forever). The file's size is checked against the byte ranges
+    /// its header gives each tensor before it is mapped.
+    ///
     /// The contract of the mapping: the file must not be truncated or rewritten in place while the
     /// returned value lives. moe-offload's own writers never do that (they write a temporary file
-    /// and rename it over the target, which leaves an existing mapping intact); another program
-    /// that edits the file in place while it is open breaks this contract.
+    /// and rename it over the target, which leaves an existing mapping intact). When another
+    /// program truncates the file while it is mapped, the next read of a lost page ends the process
+    /// with status 1 and a message naming the file ("changed or truncated while in use") instead of
+    /// a silent SIGBUS (Unix).
     ///
     /// # Errors
-    /// [`TraceError::File`] naming `path`, around an I/O error, a malformed container, a tensor
-    /// of the wrong dtype, shape or alignment, missing or invalid metadata, or a content violation.
+    /// [`TraceError::File`] naming `path`, around an I/O error, a file that is not a regular file,
+    /// a malformed container, a tensor whose bytes lie outside the file ([`TraceError::Extent`]),
+    /// a tensor of the wrong dtype, shape or alignment, missing or invalid metadata, or a content
+    /// violation.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceFile> {
         let path = path.as_ref();
         let inner = || -> Result<TraceFile> {
-            let file = File::open(path)?;
-            if file.metadata()?.is_dir() {
-                // Mapping a directory fails with the obscure "No such device".
-                return Err(
-                    std::io::Error::new(std::io::ErrorKind::IsADirectory, "a directory, not a trace file").into()
-                );
-            }
+            let file = open_regular(path)?;
+            check_file_extent(&file)?;
             // SAFETY: the mapping is read-only and private to this value. Its soundness relies on
             // the file not being modified or truncated while mapped, which is the documented
-            // contract of this constructor; moe-offload's writers replace files by rename only.
+            // contract of this constructor; moe-offload's writers replace files by rename only. A
+            // truncation by another program faults (SIGBUS), which `sigbus` turns into a message
+            // and `_exit(1)` before any byte of the lost pages is used.
             #[expect(unsafe_code, reason = "the single memory-mapping constructor of the project")]
             let map = unsafe { memmap2::Mmap::map(&file)? };
-            Self::from_backing(Backing::Mapped(map), Some(path.to_path_buf()))
+            #[cfg(unix)]
+            let backing = Backing::Mapped { _guard: crate::sigbus::register(&map, path), map };
+            #[cfg(not(unix))]
+            let backing = Backing::Mapped { map };
+            Self::from_backing(backing, Some(path.to_path_buf()))
         };
         inner().map_err(|e| e.in_file(path))
     }
@@ -155,8 +166,81 @@ impl TraceFile {
     }
 }
 
+/// Opens `path` for reading if it is a regular file (after following symbolic links), refusing
+/// FIFOs, devices, sockets and directories before opening: opening a FIFO blocks until a writer
+/// comes. The file is opened non-blocking on Unix and checked again, so a path swapped in between
+/// is refused too.
+pub(crate) fn open_regular(path: &Path) -> Result<File> {
+    let refuse = |t: std::fs::FileType| -> Result<File> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}, not a regular file: a trace must be a file on disk (it is memory-mapped)", kind_of(t)),
+        )
+        .into())
+    };
+    let before = std::fs::metadata(path)?.file_type();
+    if !before.is_file() {
+        return refuse(before);
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let after = file.metadata()?.file_type();
+    if !after.is_file() {
+        return refuse(after);
+    }
+    Ok(file)
+}
+
+/// What a file that is not a regular file is, in words.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() { "a directory" } else { "a special file" }
+}
+
+/// Checks the file's length against its header before it is mapped: the header-length prefix,
+/// then every tensor's byte range ([`crate::extent`]).
+fn check_file_extent(file: &File) -> Result<()> {
+    use std::io::Read;
+    let len = file.metadata()?.len();
+    let mut reader = file;
+    let mut prefix = [0u8; 8];
+    let n = if len >= 8 {
+        reader.read_exact(&mut prefix)?;
+        crate::extent::header_len(&prefix)
+    } else {
+        None
+    };
+    crate::extent::check_prefix(len, n)?;
+    let n = n.expect("checked by check_prefix");
+    if n > 100_000_000 {
+        return Ok(()); // safetensors refuses it with its own message
+    }
+    let mut header = vec![0u8; n as usize];
+    reader.read_exact(&mut header)?;
+    crate::extent::check_tensors(len, &header)
+}
+
 /// Parses the container: metadata, dtypes, shapes and alignment (not row content).
 fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
+    crate::extent::check_bytes(bytes)?;
     let st = SafeTensors::deserialize(bytes).map_err(|e| {
         // safetensors does not say which tensor's byte range disagrees with its shape: find it.
         if matches!(
@@ -175,7 +259,10 @@ fn parse(bytes: &[u8]) -> Result<(TraceMeta, Shape, Layout)> {
     let data_start = 8 + header_len;
     let empty = Default::default();
     let meta = TraceMeta::from_map(md.metadata().as_ref().unwrap_or(&empty))?;
-    for name in st.names() {
+    // Sorted: safetensors keeps the names in a hash map, and the message must not depend on its order.
+    let mut names = st.names();
+    names.sort_unstable();
+    for name in names {
         if !TENSORS.contains(&name) {
             return Err(TraceError::Container(format!("unexpected tensor `{name}`")));
         }
@@ -274,7 +361,8 @@ fn tensor_size_error(bytes: &[u8]) -> Option<TraceError> {
         .filter(|(name, _)| name != "__metadata__")
         .map(|(name, v)| Some((name, serde_json::from_value(v).ok()?)))
         .collect::<Option<_>>()?;
-    infos.sort_by_key(|(_, info)| info.data_offsets);
+    // Ties broken by name: the header is a hash map, and the message must not depend on its order.
+    infos.sort_by(|(a, x), (b, y)| x.data_offsets.cmp(&y.data_offsets).then_with(|| a.cmp(b)));
     infos.into_iter().find_map(|(name, info)| {
         let (start, end) = info.data_offsets;
         let held = end.checked_sub(start)?;

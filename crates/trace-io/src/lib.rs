@@ -22,23 +22,27 @@
 #[cfg(target_endian = "big")]
 compile_error!("trace-io assumes a little-endian target (safetensors stores little-endian data)");
 
+mod atomic;
 mod error;
+mod extent;
 mod file;
 pub mod import;
 mod lookahead;
 mod meta;
-pub mod real_data;
+#[cfg(unix)]
+mod sigbus;
 pub mod summary;
 pub mod synth;
 mod view;
 mod write;
 
+pub use atomic::{OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic};
 pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
-pub use write::{write_atomic, write_trace};
+pub use write::write_trace;
 
 /// Hex SHA-256 of a byte string (used for provenance of inputs and statistics).
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -47,7 +51,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Hex SHA-256 of a file's bytes, streamed.
+/// Hex SHA-256 of a file's bytes, streamed. Only a regular file is read (a FIFO would block).
 ///
 /// # Errors
 /// [`TraceError::File`] around the I/O error.
@@ -55,7 +59,7 @@ pub fn sha256_file(path: impl AsRef<std::path::Path>) -> Result<String> {
     use sha2::Digest;
     let path = path.as_ref();
     let inner = || -> Result<String> {
-        let mut f = std::fs::File::open(path)?;
+        let mut f = file::open_regular(path)?;
         let mut h = sha2::Sha256::new();
         std::io::copy(&mut f, &mut h)?;
         Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())

@@ -1,8 +1,8 @@
 //! The atomic trace writer.
 
-use std::io::{BufWriter, Write};
 use std::path::Path;
 
+use crate::atomic::{TempFile, write_atomic};
 use crate::{Result, TraceError, TraceMeta, TraceView};
 
 /// Writes `trace` to `path` as a moe-offload trace file (safetensors container).
@@ -68,49 +68,6 @@ fn write_inner(path: &Path, trace: &TraceView<'_>) -> Result<()> {
         Ok(())
     })?;
     Ok(())
-}
-
-/// Writes a file atomically: `fill` writes the contents into a buffered temporary file in the
-/// same directory as `path` (created with its missing parents first), which is then renamed over
-/// `path`. On any error the temporary file is removed and `path` is untouched, so no partial
-/// output is ever left behind. The file gets the usual permissions (0644 before the umask on
-/// Unix), not the temporary file's 0600.
-///
-/// # Errors
-/// The I/O error of creating, writing, syncing or renaming (not wrapped with the path).
-pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
-    let tmp = temp_beside(path)?;
-    {
-        let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
-        fill(&mut w)?;
-        w.flush()?;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    }
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
-/// A temporary file in the directory of `path` (so that a rename can replace `path`), creating
-/// that directory and its missing parents first; an error naming the file when one of them is a
-/// file.
-fn temp_beside(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    // A file where a directory is needed: say so (create_dir_all would report "File exists").
-    if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::NotADirectory,
-            format!("{} is a file, not a directory", file.display()),
-        ));
-    }
-    std::fs::create_dir_all(dir)?;
-    tempfile::NamedTempFile::new_in(dir)
 }
 
 /// The padded JSON header of a file holding `tensors` (name, dtype, shape, byte length) in that
@@ -263,8 +220,8 @@ fn streamed_inner(path: &Path, t: &StreamedTrace<'_>, threads: usize, layer: &La
     };
     let total = offset;
 
-    let tmp = temp_beside(path)?;
-    let file = tmp.as_file();
+    let tmp = TempFile::beside(path)?;
+    let file = tmp.file();
     file.set_len(total)?;
     let mut head = Vec::with_capacity(8 + header.len() + 8 * (specs.len()));
     head.extend_from_slice(&(header.len() as u64).to_le_bytes());
@@ -310,12 +267,7 @@ fn streamed_inner(path: &Path, t: &StreamedTrace<'_>, threads: usize, layer: &La
     if let Some((_, e)) = errors.into_iter().next() {
         return Err(e);
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    }
-    tmp.persist(path).map_err(|e| e.error)?;
+    tmp.persist(path)?;
     Ok(())
 }
 

@@ -137,7 +137,13 @@ fn hostile_files_are_refused_with_typed_errors() {
     // Truncated data.
     let p = dir.path().join("truncated.safetensors");
     std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    let n = bytes.len() as u64;
+    let e = open_err(&p);
+    assert!(
+        matches!(&e, TraceError::Extent { tensor, expected, problem, .. }
+            if tensor == "ids" && expected.end == n && problem.contains(&format!("the file ends at byte {}", n - 3))),
+        "{e}"
+    );
     // Header length longer than the file.
     let p = dir.path().join("header.safetensors");
     let mut b = bytes.clone();
@@ -415,7 +421,12 @@ fn tensor_geometry_violations_are_refused() {
         serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12)}),
         &[0u8; 16],
     );
-    assert!(matches!(open_err(&p), TraceError::Container(_)));
+    let e = open_err(&p);
+    assert!(
+        matches!(&e, TraceError::Extent { tensor, data_offsets, problem, .. }
+            if tensor == "ids" && *data_offsets == (0..12) && problem.contains("belong to no tensor")),
+        "{e}"
+    );
     // Overlapping tensors.
     raw_file(
         &p,
@@ -572,7 +583,21 @@ fn negative_norms_and_absurd_dimensions_are_refused() {
 fn a_directory_is_refused_as_one() {
     let dir = tempfile::tempdir().unwrap();
     let e = open_err(dir.path());
-    assert!(e.to_string().contains("a directory, not a trace file"), "{e}");
+    assert!(e.to_string().contains("a directory, not a regular file"), "{e}");
+}
+
+#[cfg(unix)]
+#[test]
+fn fifos_and_devices_are_refused_before_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Opening a FIFO for reading blocks until a writer comes: this returns at once instead.
+    let e = open_err(&fifo);
+    assert!(e.to_string().contains("a FIFO (named pipe), not a regular file"), "{e}");
+    let e = open_err(std::path::Path::new("/dev/null"));
+    assert!(e.to_string().contains("a device, not a regular file"), "{e}");
 }
 
 #[test]
@@ -589,4 +614,36 @@ fn atomic_writes_create_parents_and_name_a_file_in_the_way() {
     assert_eq!(err.kind(), std::io::ErrorKind::NotADirectory);
     assert!(err.to_string().contains("j.json is a file, not a directory"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
+}
+
+#[test]
+fn refusals_do_not_depend_on_the_order_of_the_header_map() {
+    // Found by the fuzz target: with two unknown tensors, or two tensors at the same offsets, the
+    // tensor named depended on the order of a hash map (the mapped and the in-memory opener of
+    // the same bytes disagreed).
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.safetensors");
+    let z = |o: [usize; 2]| serde_json::json!({"dtype": "U8", "shape": [0], "data_offsets": o});
+    let ids = |shape: serde_json::Value, end: u64| serde_json::json!({"dtype": "U16", "shape": shape, "data_offsets": [0, end]});
+    let cases = [
+        (
+            serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "zz": z([12, 12]), "mm": z([12, 12]), "aa": z([12, 12])}),
+            "unexpected tensor `aa`",
+            12,
+        ),
+        (
+            serde_json::json!({"__metadata__": raw_meta(), "ids": ids(serde_json::json!([1, 2, 3]), 12),
+            "scores": {"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [0, 24]}}),
+            "tensor `scores` has data_offsets 0..24, but it must start where `ids` ends (12)",
+            36,
+        ),
+    ];
+    for (header, want, data) in cases {
+        raw_file(&p, header, &vec![0u8; data]);
+        for _ in 0..16 {
+            let e = open_err(&p).to_string();
+            assert!(e.contains(want), "{e}");
+        }
+    }
 }

@@ -1,17 +1,12 @@
 //! The ESFT importer on the real DeepSeek-V2-Lite routing in `$MOE_OFFLOAD_REAL_DATA/esft-dsv2lite`.
 
-use std::path::PathBuf;
-
 use trace_io::import::esft::{EsftOptions, import_esft};
 use trace_io::{TraceFile, write_trace};
 
-fn real_data() -> Option<PathBuf> {
-    trace_io::real_data::dir_or_skip()
-}
-
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn translation_imports_with_the_documented_shape() {
-    let Some(real) = real_data() else { return };
+    let real = real_data::dir();
     let opts = EsftOptions { domains: vec!["translation".into()], ..Default::default() };
     let t = import_esft(real.join("esft-dsv2lite"), &opts).unwrap();
     let v = t.view();
@@ -35,8 +30,9 @@ fn translation_imports_with_the_documented_shape() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn all_four_domains_concatenate_in_order() {
-    let Some(real) = real_data() else { return };
+    let real = real_data::dir();
     let t = import_esft(real.join("esft-dsv2lite"), &EsftOptions::default()).unwrap();
     let v = t.view();
     assert_eq!(v.shape().tokens, 8222 + 8327 + 8479 + 8251);
@@ -48,8 +44,9 @@ fn all_four_domains_concatenate_in_order() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn a_deleted_layer_file_is_refused_not_skipped() {
-    let Some(real) = real_data() else { return };
+    let real = real_data::dir();
     // A copy of the translation domain without layer 7 (the real data is never modified).
     let src = real.join("esft-dsv2lite/results/expert_scores/translation");
     let dir = tempfile::tempdir().unwrap();

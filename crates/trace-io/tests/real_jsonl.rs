@@ -17,8 +17,9 @@ fn vllm_files(real: &std::path::Path) -> Vec<PathBuf> {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn vllm_routelog_five_layers_align_and_lose_their_warmup() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let files = vllm_files(&real);
     // The meta lines do not record num_experts: it must be given.
     let e = import_vllm_routelog(&files, &VllmRoutelogOptions::default()).unwrap_err();
@@ -41,6 +42,20 @@ fn vllm_routelog_five_layers_align_and_lose_their_warmup() {
     assert_eq!(r.dropped.len(), 1);
     assert_eq!((r.dropped[0].reason, r.dropped[0].tokens, r.dropped[0].records), (DropReason::WarmUp, 8448, 5 * 8448));
     assert_eq!(r.floored_probs, 0);
+    // One region of two warm-up batches, reported and recorded; one engine run, nothing to warn.
+    assert!(
+        r.dropped[0].detail.starts_with(
+            "rows 0..8448 (lines 2-8449 of each file; engine steps 0-1): 8192 rows with one identical route, \
+             then 256 rows with one identical route"
+        ),
+        "{}",
+        r.dropped[0].detail
+    );
+    assert_eq!(v.meta().extra["dummy_rows"], "0..8192 identical_route,8192..8448 identical_route");
+    assert_eq!(v.seq_offsets(), None);
+    assert_eq!(r.sequences, None);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert!(v.meta().extra["gates"].ends_with("not renormalized"));
     // Decode steps shrink from 25 rows to 11 as requests finish.
     let sizes: Vec<u64> = steps.windows(2).map(|w| w[1] - w[0]).chain([s.tokens as u64 - steps[128]]).collect();
     assert_eq!((sizes[2], sizes[128]), (25, 11));
@@ -69,8 +84,9 @@ fn vllm_routelog_five_layers_align_and_lose_their_warmup() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn vllm_routelog_single_layer_and_a_misaligned_pair() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let dir = real.join("vllm-routelog-qwen15moe");
     let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
     let one = import_vllm_routelog(&[dir.join("moe_layer8.jsonl")], &opts).unwrap();
@@ -87,8 +103,9 @@ fn vllm_routelog_single_layer_and_a_misaligned_pair() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn mixtral_decode_keeps_tokens_of_every_layer() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let path = real.join("mixtral-decode/gsm8k_2_routing.jsonl");
     let out = import_mixtral_jsonl(&path, &MixtralJsonlOptions::default()).unwrap();
     let v = out.trace.view();
@@ -114,8 +131,9 @@ fn mixtral_decode_keeps_tokens_of_every_layer() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn mixtral_decode_without_one_layer_is_refused() {
-    let Some(real) = trace_io::real_data::dir_or_skip() else { return };
+    let real = real_data::dir();
     let text = std::fs::read_to_string(real.join("mixtral-decode/gsm8k_2_routing.jsonl")).unwrap();
     let kept: Vec<&str> = text.lines().filter(|l| !l.contains("\"layer\": 13,")).collect();
     assert!(kept.len() < text.lines().count(), "the filter must remove layer 13's records");

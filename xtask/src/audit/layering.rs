@@ -17,7 +17,12 @@ pub const ALLOWED: [(&str, &[&str]); 6] = [
     ("xtask", &["trace-io", "saliency", "cachesim", "sweep"]),
 ];
 
-/// Reads the workspace's internal edges from `cargo metadata`: `(package, internal dependency)`.
+/// Dev-only test-support crates (never published, no layer of their own): left out of the edges;
+/// `xtask`'s tidy tests check that libraries use them only as dev-dependencies.
+pub const TEST_SUPPORT: [&str; 1] = ["real-data"];
+
+/// Reads the workspace's internal edges from `cargo metadata`: `(package, internal dependency)`,
+/// leaving out [`TEST_SUPPORT`].
 pub fn workspace_edges() -> Result<Vec<(String, String)>> {
     let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
@@ -30,8 +35,9 @@ pub fn workspace_edges() -> Result<Vec<(String, String)>> {
     for p in meta["packages"].as_array().context("no packages in cargo metadata")? {
         let name = p["name"].as_str().unwrap_or_default().to_string();
         for d in p["dependencies"].as_array().into_iter().flatten() {
-            if d.get("path").is_some_and(|v| !v.is_null()) {
-                edges.push((name.clone(), d["name"].as_str().unwrap_or_default().to_string()));
+            let dep = d["name"].as_str().unwrap_or_default();
+            if d.get("path").is_some_and(|v| !v.is_null()) && !TEST_SUPPORT.contains(&dep) {
+                edges.push((name.clone(), dep.to_string()));
             }
         }
     }

@@ -5,10 +5,22 @@
 //! JSON snapshot in `xtask/src/audit/snapshots/`.
 //!
 //! Modules: [`layering`] (crate dependencies point down), [`dir`] (audit any directory of
-//! moe-offload outputs); this module runs a whole pipeline on traces and renders reports.
+//! moe-offload outputs, with `locate` finding the inputs they name and verifying their hashes,
+//! `recompute` recomputing statistics files, `rederive` replaying sweep rows, `crossfile`
+//! checking a sweep's three files against one another and `plan` replaying plans); this module runs a whole pipeline on
+//! traces and renders reports.
 
+#[cfg(test)]
+mod corruption_tests;
+mod crossfile;
 pub mod dir;
+#[cfg(test)]
+mod fixture;
 pub mod layering;
+mod locate;
+mod plan;
+mod recompute;
+mod rederive;
 
 use std::collections::BTreeMap;
 
@@ -228,11 +240,15 @@ pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Ve
         let hr = if c.picks == 0 { 0.0 } else { c.hits as f64 / c.picks as f64 };
         let mpt = if c.tokens == 0 { 0.0 } else { c.misses as f64 / c.tokens as f64 };
         let mut ok = r.hit_rate == hr && r.misses_per_token == mpt && c.hits + c.misses == c.picks;
-        for (cost, (p, bw)) in
-            r.cost.iter().zip(profiles.iter().flat_map(|p| p.bandwidth_gbps.iter().map(move |b| (p, *b))))
-        {
+        // One cost entry per profile and bandwidth, in grid order (none dropped, none added).
+        let costs: Vec<(&DeviceProfile, f64)> =
+            profiles.iter().flat_map(|p| p.bandwidth_gbps.iter().map(move |b| (p, *b))).collect();
+        ok &= r.cost.len() == costs.len();
+        for (cost, &(p, bw)) in r.cost.iter().zip(&costs) {
             let tok_s = 1.0 / (p.compute_ms / 1000.0 + mpt * p.expert_mb / (1000.0 * bw));
-            ok &= (cost.tok_s - tok_s).abs() <= 1e-9 * tok_s && cost.bandwidth_gbps == bw;
+            let ssd = mpt * p.expert_mb;
+            ok &= (cost.tok_s - tok_s).abs() <= 1e-9 * tok_s && cost.bandwidth_gbps == bw && cost.profile == p.name;
+            ok &= (cost.ssd_mb_per_token - ssd).abs() <= 1e-9 * ssd.max(1.0);
         }
         if !ok && first.is_none() {
             first = Some(format!("{} ({})", r.key, r.sample.as_str()));

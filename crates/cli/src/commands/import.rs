@@ -1,13 +1,15 @@
-//! `moe-offload import`: real routing logs to a trace.
+//! `moe-offload import`: real routing logs to a trace, and per-expert count files to statistics.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Subcommand;
+use saliency::{CountsOptions, Stats};
 use trace_io::import::Imported;
 use trace_io::import::esft::{EsftOptions, import_esft_with_report};
 use trace_io::import::mixtral_jsonl::{MixtralJsonlOptions, import_mixtral_jsonl};
-use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog};
+use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog, parse_row_range};
 use trace_io::write_trace;
 
 #[derive(Debug, Subcommand)]
@@ -33,7 +35,8 @@ pub enum ImportCmd {
         output: PathBuf,
     },
     /// vLLM route logs (JSON Lines, one file per layer, meta line first): one multi-layer trace with
-    /// engine-step offsets; the engine's warm-up batches are detected and dropped.
+    /// engine-step offsets; the engine's dummy (warm-up) rows are detected wherever they are and
+    /// dropped, and a second engine run in the log becomes a second sequence.
     #[command(
         after_help = "Example:\n  moe-offload import vllm-routelog ../shared/data/real/vllm-routelog-qwen15moe/moe_layer*.jsonl --num-experts 60 -o qwen.safetensors"
     )]
@@ -45,9 +48,13 @@ pub enum ImportCmd {
         /// (Qwen1.5-MoE-A2.7B: 60).
         #[arg(long)]
         num_experts: Option<u32>,
-        /// Keep the warm-up (profiling) batches instead of dropping them.
+        /// Keep the dummy (warm-up) rows instead of dropping them (they are still reported).
         #[arg(long)]
         keep_warmup: bool,
+        /// Drop route rows A..B (0-based route rows of each file, meta lines not counted, B
+        /// excluded) whatever the heuristics say; repeat or comma-separate for several ranges.
+        #[arg(long, value_name = "A..B", value_delimiter = ',', value_parser = parse_row_range)]
+        skip_rows: Vec<std::ops::Range<usize>>,
         /// Model name for the metadata (default: the meta line's `model_id`).
         #[arg(long)]
         model: Option<String>,
@@ -73,19 +80,66 @@ pub enum ImportCmd {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Per-expert count files (JSON, CSV, .npy) or llama.cpp's expert_stats.json: statistics for
+    /// `keep --metric frequency` and `retention` (docs/importers.md lists the layouts).
+    #[command(
+        after_help = "Examples:\n  moe-offload import counts counts.json --top-k 6 -o stats.json\n  moe-offload import counts counts.npy --top-k 6 --layer-ids 1,2,3,4 -o stats.json\n  moe-offload import counts expert_stats.json -o stats.json\nFrom torch .pt or pickle files: python/convert_counts.py."
+    )]
+    Counts {
+        /// The count file: `.json`, `.csv`/`.tsv`, `.npy` (else detected from the content).
+        input: PathBuf,
+        /// The model's experts per token; needed unless the file records `top_k` (the tokens of a
+        /// layer are its counts' sum / k).
+        #[arg(long)]
+        top_k: Option<u32>,
+        /// The model's layer ids, comma-separated, for a file whose layers are indices 0..L.
+        #[arg(long, value_delimiter = ',')]
+        layer_ids: Vec<u32>,
+        /// The model's routed experts per layer, when the file shows fewer (a CSV whose last
+        /// experts never appear) or, for expert_stats.json, more (the profiler's --n-experts).
+        #[arg(long)]
+        num_experts: Option<u32>,
+        /// Output statistics JSON.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+/// Runs `import counts`.
+fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
+    super::refuse_overwrite(output, [input])?;
+    let stats = Stats::from_counts_file(input, opts)?;
+    stats.write_json(output)?;
+    writeln!(
+        std::io::stdout().lock(),
+        "wrote {}: {} x {} experts, top-{}, statistics: {} (from {})",
+        output.display(),
+        super::layers(stats.layers.len()),
+        stats.meta.num_experts,
+        stats.meta.top_k,
+        stats.present_statistics().join(", "),
+        stats.meta.source
+    )?;
+    Ok(())
 }
 
 /// Runs `import`.
 pub fn run(cmd: ImportCmd) -> Result<()> {
+    announce(&cmd);
+    let reading = crate::progress::working("import: reading the routing logs");
     let (imported, output) = match cmd {
+        ImportCmd::Counts { input, top_k, layer_ids, num_experts, output } => {
+            let opts = CountsOptions { top_k, layer_ids: (!layer_ids.is_empty()).then_some(layer_ids), num_experts };
+            return counts(&input, &opts, &output);
+        }
         ImportCmd::Esft { dir, domains, num_experts, top_k, output } => {
             super::no_repeats("domains", &domains)?;
             let opts = EsftOptions { domains, num_experts, top_k, ..Default::default() };
             (import_esft_with_report(&dir, &opts)?, output)
         }
-        ImportCmd::VllmRoutelog { inputs, num_experts, keep_warmup, model, output } => {
+        ImportCmd::VllmRoutelog { inputs, num_experts, keep_warmup, skip_rows, model, output } => {
             super::refuse_overwrite(&output, inputs.iter().map(PathBuf::as_path))?;
-            let opts = VllmRoutelogOptions { num_experts, keep_warmup, model };
+            let opts = VllmRoutelogOptions { num_experts, keep_warmup, model, skip_rows };
             (import_vllm_routelog(&inputs, &opts)?, output)
         }
         ImportCmd::MixtralJsonl { input, num_experts, model, output } => {
@@ -97,17 +151,45 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
             (import_mixtral_jsonl(&input, &opts)?, output)
         }
     };
+    reading.finish();
     let Imported { trace, report } = imported;
     write_trace(&output, &trace.view())?;
     let s = trace.view().shape();
-    println!("{report}");
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{report}")?;
+    writeln!(
+        out,
         "wrote {}: {} x {} tokens, {} experts, top-{}",
         output.display(),
         super::layers(s.layers),
         s.tokens,
         s.num_experts,
         s.top_k
-    );
+    )?;
     Ok(())
+}
+
+/// Says what the import reads (files and their size) before it starts.
+fn announce(cmd: &ImportCmd) {
+    let size = |paths: &[PathBuf]| paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum::<u64>();
+    match cmd {
+        ImportCmd::Counts { input, .. } => crate::progress::status!(
+            "import counts: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
+        ),
+        ImportCmd::Esft { dir, domains, .. } => {
+            crate::progress::status!("import esft: domains {} of {}", domains.join(", "), dir.display());
+        }
+        ImportCmd::VllmRoutelog { inputs, .. } => crate::progress::status!(
+            "import vllm-routelog: {} files, {:.1} MB",
+            inputs.len(),
+            size(inputs) as f64 / 1e6
+        ),
+        ImportCmd::MixtralJsonl { input, .. } => crate::progress::status!(
+            "import mixtral-jsonl: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
+        ),
+    }
 }

@@ -71,7 +71,8 @@ fn shown(output: &Path) -> String {
 
 /// A status line: to standard error, so that standard output carries only data (`-o -`, `--json`).
 fn status(line: std::fmt::Arguments<'_>) {
-    eprintln!("{line}");
+    // Not `eprintln!`: it panics when standard error is closed.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// `n` layers in words: "1 layer", "26 layers".
@@ -102,6 +103,18 @@ fn refuse_overwrite<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a Path
     Ok(())
 }
 
+/// Refuses a trace without tokens: every figure of it would be 0/0.
+fn require_tokens(v: &trace_io::TraceView<'_>, path: &Path) -> Result<()> {
+    if v.shape().tokens == 0 {
+        bail!(
+            "{} has no tokens ({} x 0 tokens): no figure can be computed from it; import or record a trace with tokens",
+            path.display(),
+            layers(v.shape().layers)
+        );
+    }
+    Ok(())
+}
+
 /// Plan expert pruning and caching for offloaded Mixture-of-Experts inference from routing traces.
 #[derive(Debug, Parser)]
 #[command(name = "moe-offload", version = VERSION, about, long_about = None)]
@@ -112,10 +125,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Convert recorded routing into a moe-offload trace.
+    /// Convert recorded routing into a moe-offload trace (or per-expert counts into statistics).
     #[command(
         subcommand,
-        after_help = "Examples:\n  moe-offload import esft ../shared/data/real/esft-dsv2lite --domains translation -o translation.safetensors\n  moe-offload import vllm-routelog ../shared/data/real/vllm-routelog-qwen15moe/moe_layer*.jsonl --num-experts 60 -o qwen.safetensors\n  moe-offload import mixtral-jsonl ../shared/data/real/mixtral-decode/gsm8k_2_routing.jsonl -o mixtral.safetensors\nFrom a Hugging Face model: python/capture_routing.py (docs/capture.md)."
+        after_help = "Examples:\n  moe-offload import esft ../shared/data/real/esft-dsv2lite --domains translation -o translation.safetensors\n  moe-offload import vllm-routelog ../shared/data/real/vllm-routelog-qwen15moe/moe_layer*.jsonl --num-experts 60 -o qwen.safetensors\n  moe-offload import mixtral-jsonl ../shared/data/real/mixtral-decode/gsm8k_2_routing.jsonl -o mixtral.safetensors\n  moe-offload import counts counts.json --top-k 6 -o stats.json\nFrom a Hugging Face model: python/capture_routing.py (docs/capture.md)."
     )]
     Import(import::ImportCmd),
     /// Generate a synthetic trace (for fixtures and benchmarks).

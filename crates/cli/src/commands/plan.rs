@@ -4,12 +4,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use cachesim::mrc::{CurveConfig, MissCurve, lru_curve, replay_curve};
-use cachesim::{Keep, Policy, ReplayConfig, Semantics};
+use cachesim::mrc::CurveConfig;
+use cachesim::{Keep, Policy, Semantics};
 use clap::Args;
-use saliency::{KeepConfig, KeepMap, Stats};
+use saliency::KeepMap;
 use sweep::DeviceProfile;
-use sweep::plan::{Allocation, allocate, evaluate, non_convex_layers, uniform};
+use sweep::plan::{PlanOutcome, PlanRequest};
 use trace_io::{TraceFile, TraceView};
 
 #[derive(Debug, Args)]
@@ -35,6 +35,9 @@ pub struct MrcArgs {
     /// Residency semantics: k-way (default) or sequential.
     #[arg(long, default_value = "k-way")]
     pub semantics: Semantics,
+    /// Compute a curve above the limit of work (see the announcement the command prints).
+    #[arg(long)]
+    pub yes: bool,
     /// Output JSON; a CSV (layer_id, cap, misses, misses_per_token) is written beside it.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -61,28 +64,43 @@ fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
     })
 }
 
-/// The curve of `policy` on `v` over `caps` (default k_used..=E).
-fn curve(
-    v: &TraceView<'_>,
-    keep: &Keep,
-    policy: Policy,
-    base: &CurveConfig,
-    caps: Option<(usize, usize)>,
-) -> Result<MissCurve> {
-    let k = base.k_used.unwrap_or(v.shape().top_k);
-    let (lo, hi) = caps.unwrap_or((k, v.shape().num_experts));
-    if policy == Policy::Lru && lo == k && hi == v.shape().num_experts {
-        return Ok(lru_curve(v, keep, base)?);
+/// Steps (picks plus per-replay expert state) a curve may cost without `--yes`: about a minute.
+const MAX_CURVE_STEPS: u64 = 4_000_000_000;
+
+/// The work of the curve of `policy` on `v` over `caps` (default k_used..=E), in steps (one per
+/// pick, plus the E experts of state each replay of a layer sets up), and its description.
+fn curve_work(v: &TraceView<'_>, policy: Policy, k_used: Option<usize>, caps: Option<(usize, usize)>) -> (u64, String) {
+    let s = v.shape();
+    let k = k_used.unwrap_or(s.top_k);
+    let (lo, hi) = caps.unwrap_or((k, s.num_experts));
+    let n = hi.saturating_sub(lo) as u64 + 1;
+    let per_replay =
+        (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
+    if policy == Policy::Lru && lo == k && hi == s.num_experts {
+        let what =
+            format!("lru curve of caps {lo}..={hi} in one pass (O(L x T x k x log E)): about {per_replay} steps");
+        return (per_replay, what);
     }
-    let cfg = ReplayConfig {
-        k_used: base.k_used,
-        warmup: base.warmup,
-        semantics: base.semantics,
-        reset_at_sequence: base.reset_at_sequence,
-        ..ReplayConfig::new(policy, lo)
-    };
-    let caps: Vec<usize> = (lo..=hi).collect();
-    Ok(replay_curve(v, keep, &cfg, &caps)?)
+    let steps = n.saturating_mul(per_replay);
+    let what = format!(
+        "{policy} curve of caps {lo}..={hi} by one replay per cap: {n} caps x {} x ({} tokens x k_used {k} + E = {} \
+         experts of state) = {steps} steps",
+        super::layers(s.layers),
+        s.tokens,
+        s.num_experts
+    );
+    (steps, what)
+}
+
+/// Refuses `steps` of curve work above [`MAX_CURVE_STEPS`] without `--yes`.
+fn bound_curves(steps: u64, yes: bool) -> Result<()> {
+    if steps > MAX_CURVE_STEPS && !yes {
+        bail!(
+            "{steps} steps is above the limit of {MAX_CURVE_STEPS} without --yes (minutes of work or more): narrow \
+             --caps, use --policy lru (one pass), or pass --yes to run it"
+        );
+    }
+    Ok(())
 }
 
 /// Runs `mrc`.
@@ -99,9 +117,15 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     }
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
+    super::require_tokens(&v, &a.trace)?;
     let keep = open_keep(a.keep.as_ref(), &v)?;
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, reset_at_sequence: false };
-    let c = curve(&v, &keep, a.policy, &base, a.caps)?;
+    let (steps, what) = curve_work(&v, a.policy, a.k_used, a.caps);
+    crate::progress::status!("mrc: {what}");
+    bound_curves(steps, a.yes)?;
+    let working = crate::progress::working("mrc");
+    let c = sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?;
+    working.finish();
     let json = serde_json::to_vec_pretty(&c)?;
     trace_io::write_atomic(&a.output, |w| w.write_all(&json))
         .with_context(|| format!("writing {}", a.output.display()))?;
@@ -171,31 +195,12 @@ pub struct PlanArgs {
     /// (fraction of used slots whose expert is pruned, SEMANTICS §4).
     #[arg(long)]
     pub max_slot_replacement: Option<f64>,
+    /// Compute the curves above the limit of work (see the announcement the command prints).
+    #[arg(long)]
+    pub yes: bool,
     /// Output plan JSON (`-` for stdout; the table then goes to stderr).
     #[arg(short, long)]
     pub output: PathBuf,
-}
-
-/// An allocation evaluated on both traces.
-#[derive(Debug, serde::Serialize)]
-struct Evaluated {
-    caps: Vec<usize>,
-    slots: usize,
-    memory_gb: f64,
-    in_sample_misses_per_token: f64,
-    out_of_sample_misses_per_token: f64,
-    in_sample_tok_s: Vec<(f64, f64)>,
-    out_of_sample_tok_s: Vec<(f64, f64)>,
-}
-
-#[derive(Debug, serde::Serialize)]
-struct Candidate {
-    variant: String,
-    heldout_slot_replacement: f64,
-    excluded: Option<String>,
-    non_convex_layers: usize,
-    per_layer: Option<Evaluated>,
-    uniform: Option<Evaluated>,
 }
 
 /// Runs `plan`.
@@ -216,139 +221,39 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
-    let (cm, hm) = (cv.meta(), hv.meta());
-    if cm.num_experts != hm.num_experts || cm.layer_ids != hm.layer_ids {
-        bail!("the in-sample and out-of-sample traces have different shapes (E, layers)");
-    }
+    super::require_tokens(&cv, &a.in_sample)?;
+    super::require_tokens(&hv, &a.out_of_sample)?;
     // The profile named, else the one of the trace's model, else the study's reference.
-    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cm.model)).flatten();
+    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cv.meta().model)).flatten();
     let profile_name = a.profile.as_deref().or(inferred).unwrap_or("reference");
     let mut profile = DeviceProfile::preset(profile_name)
         .with_context(|| format!("unknown profile {profile_name:?}; see docs/grid-format.md"))?;
     if let Some(mb) = a.expert_mb {
         profile.expert_mb = mb;
     }
-    let usable_mb = (a.budget_gb - a.pinned_gb) * 1000.0;
-    if !(usable_mb > 0.0 && profile.expert_mb > 0.0) {
-        bail!("budget {} GB minus pinned {} GB leaves no memory for experts", a.budget_gb, a.pinned_gb);
-    }
-    // A hair of tolerance so that a budget of exactly n experts is n slots despite decimal rounding.
-    // More slots than experts in all layers cache everything: capped there (and so finite).
-    let all_experts = cm.num_experts as usize * cm.layer_ids.len();
-    let slots = ((usable_mb / profile.expert_mb + 1e-9).floor() as usize).min(all_experts);
-    let stats = Stats::from_trace(&cv, a.in_sample.display().to_string(), String::new());
-    let held_stats = Stats::from_trace(&hv, a.out_of_sample.display().to_string(), String::new());
-    let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: Semantics::KWay, reset_at_sequence: false };
-    let eval = |alloc: &Allocation, cin: &MissCurve, cout: &MissCurve| {
-        let mpt = |m: u64, c: &MissCurve| if c.tokens == 0 { 0.0 } else { m as f64 / c.tokens as f64 };
-        let (i, o) = (mpt(alloc.misses, cin), mpt(evaluate(cout, &alloc.caps), cout));
-        let tok = |m: f64| profile.bandwidth_gbps.iter().map(|&bw| (bw, profile.tok_s(m, bw))).collect::<Vec<_>>();
-        Evaluated {
-            caps: alloc.caps.clone(),
-            slots: alloc.slots,
-            memory_gb: alloc.slots as f64 * profile.expert_mb / 1000.0 + a.pinned_gb,
-            in_sample_misses_per_token: i,
-            out_of_sample_misses_per_token: o,
-            in_sample_tok_s: tok(i),
-            out_of_sample_tok_s: tok(o),
-        }
-    };
-    let mut candidates = Vec::new();
-    // The slots an evaluated candidate needs, k_used per layer (the same for every candidate).
-    let mut needed_slots: Option<usize> = None;
-    let mut labels: Vec<(String, &String)> = Vec::new();
-    for spec in &a.variants {
-        let map = sweep::variant_keep_map(spec, &stats, &KeepConfig::default(), cm)?;
-        if let Some((_, first)) = labels.iter().find(|(l, _)| *l == map.label()) {
-            bail!(
-                "--variants: {first} and {spec} both give the keep map {}; the plan could not tell which one it chose",
-                map.label()
-            );
-        }
-        labels.push((map.label(), spec));
-        let r = saliency::retention(&map, &held_stats, None)?;
-        let sr = r.mean.slot_replacement;
-        let excluded = a
-            .max_slot_replacement
-            .filter(|&max| !map.is_full() && sr > max)
-            .map(|max| format!("held-out slot replacement {sr:.4} exceeds --max-slot-replacement {max}"));
-        let mut cand = Candidate {
-            variant: map.label(),
-            heldout_slot_replacement: sr,
-            excluded,
-            non_convex_layers: 0,
-            per_layer: None,
-            uniform: None,
-        };
-        if cand.excluded.is_none() {
-            let keep_c = Keep::from_layers(&cv.shape(), &map.layers)?;
-            let cin = curve(&cv, &keep_c, a.policy, &base, None)?;
-            let cout = curve(&hv, &keep_c, a.policy, &base, None)?;
-            cand.non_convex_layers = non_convex_layers(&cin);
-            cand.per_layer = allocate(&cin, slots).map(|x| eval(&x, &cin, &cout));
-            cand.uniform = uniform(&cin, slots).map(|x| eval(&x, &cin, &cout));
-            let needed = cin.min_cap * cin.layers.len();
-            needed_slots = Some(needed);
-            if cand.per_layer.is_none() {
-                cand.excluded = Some(format!(
-                    "{slots} slots cannot give every layer k_used = {} experts ({needed} needed)",
-                    cin.min_cap
-                ));
-            }
-        }
-        candidates.push(cand);
-    }
-    let best = |f: fn(&Candidate) -> Option<&Evaluated>| {
-        candidates
-            .iter()
-            .filter_map(|c| f(c).map(|e| (c, e)))
-            .min_by(|x, y| x.1.in_sample_misses_per_token.total_cmp(&y.1.in_sample_misses_per_token))
-    };
-    let chosen = best(|c| c.per_layer.as_ref());
-    let uniform_best = best(|c| c.uniform.as_ref());
-    let Some((chosen_c, chosen_e)) = chosen else {
-        let reasons: Vec<String> = candidates
-            .iter()
-            .map(|c| format!("{}: {}", c.variant, c.excluded.as_deref().unwrap_or("no plan")))
-            .collect();
-        let mut msg = format!(
-            "no variant can be planned in {slots} expert slots of {:.3} MB, profile {} ({})",
-            profile.expert_mb,
-            profile.name,
-            reasons.join("; ")
-        );
-        if let Some(need) = needed_slots.filter(|&n| n > slots) {
-            // Rounded up, so that the budget printed is enough.
-            let gb = ((need as f64 * profile.expert_mb / 1000.0 + a.pinned_gb) * 1e4).ceil() / 1e4;
-            msg += &format!(
-                "; the smallest budget that caches k_used experts in every layer is {need} slots: --budget-gb {gb}"
-            );
-        }
-        bail!(msg);
-    };
-    // Verify by replay: the chosen variant with its per-layer caps, on both traces.
-    let spec = a.variants.iter().find(|s| {
-        sweep::variant_keep_map(s, &stats, &KeepConfig::default(), cm).map(|m| m.label()).ok().as_deref()
-            == Some(chosen_c.variant.as_str())
-    });
-    let map =
-        sweep::variant_keep_map(spec.expect("the chosen variant is a candidate"), &stats, &KeepConfig::default(), cm)?;
-    let keep = Keep::from_layers(&cv.shape(), &map.layers)?;
-    let cfg = ReplayConfig {
+    let req = PlanRequest {
+        in_sample: &cv,
+        in_sample_name: a.in_sample.display().to_string(),
+        out_of_sample: &hv,
+        out_of_sample_name: a.out_of_sample.display().to_string(),
+        variants: &a.variants,
+        budget_gb: a.budget_gb,
+        pinned_gb: a.pinned_gb,
+        profile: &profile,
+        policy: a.policy,
         k_used: a.k_used,
         warmup: a.warmup,
-        layer_caps: Some(chosen_e.caps.clone()),
-        ..ReplayConfig::new(a.policy, chosen_e.caps.iter().copied().min().unwrap_or(1))
+        max_slot_replacement: a.max_slot_replacement,
     };
-    let replayed_in = cachesim::replay(&cv, &keep, &cfg)?.misses_per_token();
-    let replayed_out = cachesim::replay(&hv, &keep, &cfg)?.misses_per_token();
-    if replayed_in != chosen_e.in_sample_misses_per_token || replayed_out != chosen_e.out_of_sample_misses_per_token {
-        bail!(
-            "internal error: the plan predicts {} / {} misses per token but its replay gives {replayed_in} / {replayed_out}",
-            chosen_e.in_sample_misses_per_token,
-            chosen_e.out_of_sample_misses_per_token
-        );
-    }
+    let (ci, _) = curve_work(&cv, a.policy, a.k_used, None);
+    let (co, what) = curve_work(&hv, a.policy, a.k_used, None);
+    let steps = (ci.saturating_add(co)).saturating_mul(a.variants.len() as u64);
+    crate::progress::status!("plan: {} variants x 2 traces, each a {what}; {steps} steps in all", a.variants.len());
+    bound_curves(steps, a.yes)?;
+    let working = crate::progress::working("plan");
+    let PlanOutcome { slots, candidates, chosen, uniform_best } = sweep::plan::search(&req)?;
+    working.finish();
+    let (replayed_in, replayed_out) = chosen.replayed;
     let report = serde_json::json!({
         "kind": "moe-offload-plan",
         "tool_version": super::version(),
@@ -361,9 +266,9 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         "warmup": a.warmup,
         "in_sample": a.in_sample.display().to_string(),
         "out_of_sample": a.out_of_sample.display().to_string(),
-        "chosen": { "variant": chosen_c.variant, "keep_map": map, "plan": chosen_e,
+        "chosen": { "variant": chosen.variant, "keep_map": chosen.keep_map, "plan": chosen.plan,
                     "replayed": { "in_sample_misses_per_token": replayed_in, "out_of_sample_misses_per_token": replayed_out } },
-        "uniform_best": uniform_best.map(|(c, e)| serde_json::json!({ "variant": c.variant, "plan": e })),
+        "uniform_best": uniform_best.as_ref().map(|(v, e)| serde_json::json!({ "variant": v, "plan": e })),
         "candidates": candidates,
     });
     let bytes = serde_json::to_vec_pretty(&report)?;
@@ -418,7 +323,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     }
     super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
-    writeln!(out, "chosen: {} with per-layer caps {:?}", chosen_c.variant, chosen_e.caps)?;
+    writeln!(out, "chosen: {} with per-layer caps {:?}", chosen.variant, chosen.plan.caps)?;
     writeln!(
         out,
         "verified by replay with these caps: {replayed_in:.4} misses/token in sample, {replayed_out:.4} out of sample (equal to the prediction)"

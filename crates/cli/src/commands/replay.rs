@@ -62,6 +62,7 @@ pub struct ReplayArgs {
 pub fn run(a: &ReplayArgs) -> Result<()> {
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
+    super::require_tokens(&v, &a.trace)?;
     let shape = v.shape();
     let (map, keep) = match &a.keep {
         Some(p) => {
@@ -98,7 +99,10 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         layer_caps: layer_caps.clone(),
         ..ReplayConfig::new(a.policy, cap)
     };
-    let c = cachesim::replay(&v, &keep, &cfg).map_err(|e| match e {
+    let working = crate::progress::working("replay");
+    let c = cachesim::replay(&v, &keep, &cfg);
+    working.finish();
+    let c = c.map_err(|e| match e {
         cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
             anyhow::anyhow!("{e}: use --k-used {candidates} or less")
         }

@@ -19,10 +19,11 @@ pub struct StatsArgs {
     pub trace: Option<PathBuf>,
     /// A per-(layer, expert) REAP aggregate file (`core_agg.json` format) instead of a trace: its
     /// `freq` becomes `count` and its `reap` becomes `reap_sum` (no gate sums, norm sums or sums of
-    /// squares).
+    /// squares). Variants: `tokens` for `tok`, `reap_mean` (means; reap_sum = reap_mean x freq) for
+    /// `reap`, no reap at all (counts only), no corpus wrapper (omit --corpus).
     #[arg(long, value_name = "FILE")]
     pub reap_agg: Option<PathBuf>,
-    /// The corpus of --reap-agg to load (see --list-corpora).
+    /// The corpus of --reap-agg to load (see --list-corpora); omit it for a file without corpora.
     #[arg(long, requires = "reap_agg")]
     pub corpus: Option<String>,
     /// List the corpora of --reap-agg (tokens, layers, non-finite reap values) and exit.
@@ -115,7 +116,11 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
             t.set_header(["corpus", "tokens", "layers", "non-finite reap values"]);
             for c in corpora {
                 t.add_row([
-                    c.name,
+                    if c.name.is_empty() {
+                        "(top level: no corpus wrapper, omit --corpus)".to_string()
+                    } else {
+                        c.name
+                    },
                     c.tokens.map_or_else(|| "?".to_string(), |t| t.to_string()),
                     c.layers.to_string(),
                     c.non_finite_reap.to_string(),
@@ -125,10 +130,11 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
             writeln!(out, "{t}")?;
             return Ok(());
         }
-        let Some(corpus) = &a.corpus else { bail!("--reap-agg needs --corpus NAME (see --list-corpora)") };
         let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
         let opts = ReapAggOptions { top_k: a.top_k.unwrap_or(1), non_finite_reap: a.non_finite_reap };
-        let mut stats = Stats::from_reap_agg_with(agg, corpus, &opts)?;
+        // A file without the corpus wrapper takes no --corpus; the library's error says which.
+        let mut stats = Stats::from_reap_agg_corpus(agg, a.corpus.as_deref(), &opts)?;
+        let corpus = a.corpus.as_deref().unwrap_or("(top level)");
         if let (Some(given), Some(counted)) = (a.top_k, stats.infer_top_k())
             && given != counted
         {
@@ -167,9 +173,12 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     }
     let trace = a.trace.as_ref().context("a trace or --reap-agg is required")?;
     let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
+    let working = crate::progress::working("stats: validating, hashing and counting");
     let f = TraceFile::open(trace)?;
+    super::require_tokens(&f.view(), trace)?;
     let sha = trace_io::sha256_file(trace)?;
     let stats = Stats::from_trace(&f.view(), trace.display().to_string(), sha);
+    working.finish();
     stats.write_json(output)?;
     writeln!(
         out,
@@ -218,12 +227,25 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     // A path written as a directory (`maps/`) is one too, existing or not.
     let dir_like = a.output.as_os_str().to_string_lossy().ends_with(std::path::is_separator);
     let into_dir = maps.len() > 1 || a.output.is_dir() || dir_like;
-    if into_dir {
-        std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    // Several maps are one output set: the directory gets all of them or none.
+    let set = if into_dir {
+        let set = trace_io::OutputSet::begin(&a.output)
+            .with_context(|| format!("cannot write the output directory {}", a.output.display()))?;
+        for map in &maps {
+            map.write_json(set.staging().join(format!("{}.json", map.label())))?;
+        }
+        Some(set)
+    } else {
+        None
+    };
+    if let Some(set) = set {
+        set.commit().with_context(|| format!("writing {}", a.output.display()))?;
     }
     for map in &mut maps {
         let path = if into_dir { a.output.join(format!("{}.json", map.label())) } else { a.output.clone() };
-        map.write_json(&path)?;
+        if !into_dir {
+            map.write_json(&path)?;
+        }
         let sizes: Vec<usize> = map.layers.iter().map(Vec::len).collect();
         let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
         write!(out, "wrote {}: {} ({}", path.display(), map.label(), super::layers(map.layers.len()))?;
@@ -293,6 +315,7 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
     let (stats, trace) = match &heldout {
         Heldout::Trace(f) => {
             let view = f.view();
+            super::require_tokens(&view, &a.heldout)?;
             (Stats::from_trace(&view, a.heldout.display().to_string(), String::new()), Some(view))
         }
         Heldout::Stats(s) => (s.clone(), None),

@@ -4,9 +4,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use std::io::Write;
+
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use trace_io::synth::{SynthConfig, SynthPreset};
+
+use crate::progress::{Progress, status};
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
@@ -90,15 +94,23 @@ pub fn run(a: &SynthArgs) -> Result<()> {
     let threads = if a.threads == 0 { rayon::current_num_threads() } else { a.threads };
     let start = Instant::now();
     let done = AtomicUsize::new(0);
+    status!(
+        "synth: {} layers x {} tokens x {} candidates (about {:.1} MB) on {threads} threads",
+        cfg.layers,
+        cfg.tokens,
+        cfg.candidates,
+        synth_bytes(&cfg) as f64 / 1e6
+    );
+    let bar = Progress::new("synth", cfg.layers as u64, "layers");
     let progress = |_layer: usize| {
-        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if cfg.layers >= 8 && (n.is_multiple_of(cfg.layers / 8) || n == cfg.layers) {
-            eprintln!("  {n}/{} layers ({:.1} s)", cfg.layers, start.elapsed().as_secs_f64());
-        }
+        done.fetch_add(1, Ordering::Relaxed);
+        bar.inc(1);
     };
     trace_io::synth::write(&a.output, &cfg, threads, &progress)?;
+    bar.finish();
     let bytes = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
-    println!(
+    writeln!(
+        std::io::stdout().lock(),
         "wrote {}: {} layers x {} tokens, {} experts, top-{} of {}, {:.1} MB in {:.1} s",
         a.output.display(),
         cfg.layers,
@@ -108,6 +120,13 @@ pub fn run(a: &SynthArgs) -> Result<()> {
         cfg.candidates,
         bytes as f64 / 1e6,
         start.elapsed().as_secs_f64()
-    );
+    )?;
     Ok(())
+}
+
+/// The size of the tensors a synthetic trace holds, in bytes (the header aside).
+fn synth_bytes(c: &SynthConfig) -> u64 {
+    let rows = (c.layers as u64).saturating_mul(c.tokens as u64);
+    let per_row = c.candidates as u64 * (2 + 4) + c.top_k as u64 * (4 + if c.norms { 4 } else { 0 });
+    rows.saturating_mul(per_row)
 }

@@ -2,7 +2,7 @@
 
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Runs `moe-offload` with `args`.
@@ -34,11 +34,6 @@ pub fn fails(args: &[&str]) -> String {
 /// A path as a command-line argument.
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
-}
-
-/// The real-data directory, or `None` (with a note) when `MOE_OFFLOAD_REAL_DATA` is unset.
-pub fn real_data() -> Option<PathBuf> {
-    trace_io::real_data::dir_or_skip()
 }
 
 /// `moe-offload synth` into `out`: `shape` is `[layers, experts, top_k, candidates, tokens]`, then

@@ -7,10 +7,11 @@
 //!
 //! Output: one trace, domains concatenated in the order given, sequences in file order, with
 //! - rows sorted by (probability desc, id asc), since the files do not order them;
-//! - `scores = ln(max(p, PROB_FLOOR))` (`score_kind = log_probs`: logits up to a per-row constant);
-//!   probabilities that read 0.0000 after rounding are floored at half the rounding unit and counted
-//!   in the metadata key `floored_probs`;
-//! - `gates = p` as recorded (not renormalized);
+//! - `scores = ln(p)` (`score_kind = log_probs`: logits up to a per-row constant); probabilities
+//!   that read 0.0000 after rounding are floored at half the rounding unit and counted in the
+//!   metadata key `floored_probs`;
+//! - `gates = p` as recorded (not renormalized; a file whose rows all sum to 1 is detected as
+//!   renormalized and gets `score_kind = log_probs_renormalized`);
 //! - `seq_offsets` at every sequence start; `m = k` (no candidates beyond the used ones).
 
 use std::collections::BTreeMap;
@@ -19,7 +20,8 @@ use std::path::{Path, PathBuf};
 use super::{ImportReport, Imported};
 use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
 
-/// Probabilities below this (the recorded 0.0000) are floored here before `ln`: half the rounding unit.
+/// Probabilities recorded as 0 (ESFT's 0.0000) are floored here before `ln`: half the 4-decimal
+/// rounding unit. Non-zero probabilities, however small, are kept as they are.
 pub const PROB_FLOOR: f32 = 0.00005;
 
 /// The four domains of the ESFT release, in their default concatenation order.
@@ -132,7 +134,13 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
                 layer_ids = Some(ids);
             }
             Some(prev) if *prev != ids => {
-                return Err(import_err(&ddir, None, format!("layers {ids:?} differ from the first domain's {prev:?}")));
+                return Err(import_err(
+                    &ddir,
+                    None,
+                    format!(
+                        "layers {ids:?} differ from the first domain's {prev:?}: give domains of one model and run"
+                    ),
+                ));
             }
             Some(_) => {}
         }
@@ -170,6 +178,7 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     let mut scores = Vec::with_capacity(n_layers * tokens * k);
     let mut gates = Vec::with_capacity(n_layers * tokens * k);
     let mut floored = 0u64;
+    let (mut rows, mut rows_summing_to_one) = (0u64, 0u64);
     let mut row: Vec<(u16, f32)> = Vec::with_capacity(k);
     for files in &per_layer {
         for lf in files {
@@ -177,17 +186,29 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
                 row.clear();
                 row.extend_from_slice(chunk);
                 row.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                let mut sum = 0.0f64;
                 for &(id, p) in &row {
                     ids.push(id);
                     gates.push(p);
-                    if p < PROB_FLOOR {
+                    sum += f64::from(p);
+                    // Only a value recorded as 0 is floored (the 4-decimal rounding made it 0).
+                    if p == 0.0 {
                         floored += 1;
+                        scores.push(PROB_FLOOR.ln());
+                    } else {
+                        scores.push(p.ln());
                     }
-                    scores.push(p.max(PROB_FLOOR).ln());
+                }
+                rows += 1;
+                if (sum - 1.0).abs() <= super::RENORM_TOLERANCE {
+                    rows_summing_to_one += 1;
                 }
             }
         }
     }
+    // Renormalization is detected: the released files are not renormalized (a row sums to about
+    // 0.3-0.45), and their metadata stays as it always was; a renormalized export says so.
+    let renormalized = rows > 0 && rows_summing_to_one == rows;
     let mut seq_offsets = Vec::new();
     let mut start = 0u64;
     for (_, lens) in &seqs_per_domain {
@@ -205,13 +226,23 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     );
     extra.insert("prob_floor".to_string(), PROB_FLOOR.to_string());
     extra.insert("floored_probs".to_string(), floored.to_string());
-    extra.insert("gates".to_string(), "full-softmax probabilities of the used experts, not renormalized".to_string());
+    let score_kind = if renormalized {
+        extra.insert("renormalized".to_string(), format!("true: every row's probabilities sum to 1 (top-{k})"));
+        extra.insert("gates".to_string(), format!("probabilities renormalized over the {k} used experts"));
+        ScoreKind::LogProbsRenormalized
+    } else {
+        extra.insert(
+            "gates".to_string(),
+            "full-softmax probabilities of the used experts, not renormalized".to_string(),
+        );
+        ScoreKind::LogProbs
+    };
     let meta = TraceMeta {
         model: opts.model.clone(),
         num_experts: opts.num_experts,
         top_k: opts.top_k,
         layer_ids,
-        score_kind: ScoreKind::LogProbs,
+        score_kind,
         phase: Phase::Prefill,
         source: format!("esft expert_scores: {}", opts.domains.join(",")),
         extra,
@@ -236,6 +267,7 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
         floored_probs: floored,
         dropped: Vec::new(),
         notes: Vec::new(),
+        warnings: Vec::new(),
     };
     Ok(Imported { trace, report })
 }
@@ -270,7 +302,11 @@ fn layer_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
         }
     }
     if out.is_empty() {
-        return Err(import_err(dir, None, "no expert_weights_<layer>.txt files".into()));
+        return Err(import_err(
+            dir,
+            None,
+            "no expert_weights_<layer>.txt files: give the esft-dsv2lite directory or its results/expert_scores".into(),
+        ));
     }
     out.sort();
     Ok(out)
@@ -292,23 +328,32 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
         let sep = fields
             .iter()
             .position(|f| f.is_empty())
-            .ok_or_else(|| err("no empty field between ids and probabilities".into()))?;
+            .ok_or_else(|| err("no empty field between ids and probabilities: a line is the ids, an empty field (two tabs), then the probabilities".into()))?;
         let (id_f, prob_f) = (&fields[..sep], &fields[sep + 1..]);
         if id_f.len() != prob_f.len() {
-            return Err(err(format!("{} ids but {} probabilities", id_f.len(), prob_f.len())));
+            return Err(err(format!(
+                "{} ids but {} probabilities: a line holds one probability per id",
+                id_f.len(),
+                prob_f.len()
+            )));
         }
         if id_f.len() % k != 0 {
-            return Err(err(format!("{} ids is not a multiple of k = {k}", id_f.len())));
+            return Err(err(format!(
+                "{} ids is not a multiple of k = {k}: is --top-k right? (DeepSeek-V2-Lite: 6)",
+                id_f.len()
+            )));
         }
         let row_start = rows.len();
         for (i, (a, b)) in id_f.iter().zip(prob_f).enumerate() {
-            let id: u16 =
-                a.trim().parse().map_err(|_| err(format!("field {}: expert id {a:?} is not an integer", i + 1)))?;
+            let id: u16 = a.trim().parse().map_err(|_| {
+                err(format!("field {}: expert id {a:?} is not an integer: the file is damaged; fetch it again", i + 1))
+            })?;
             // The row of this field: token i / k of the sequence, slot i % k.
             let (token, slot) = (i / k, i % k);
             if u32::from(id) >= num_experts {
                 return Err(err(format!(
-                    "field {}: token {token} of the sequence, slot {slot}: expert id {id} >= num_experts {num_experts}",
+                    "field {}: token {token} of the sequence, slot {slot}: expert id {id} >= num_experts {num_experts}: \
+                     is --num-experts right? (DeepSeek-V2-Lite: 64)",
                     i + 1
                 )));
             }
@@ -320,12 +365,17 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
                     token * k + first + 1
                 )));
             }
-            let p: f32 = b
-                .trim()
-                .parse()
-                .map_err(|_| err(format!("field {}: probability {b:?} is not a number", sep + 2 + i)))?;
+            let p: f32 = b.trim().parse().map_err(|_| {
+                err(format!(
+                    "field {}: probability {b:?} is not a number: the file is damaged; fetch it again",
+                    sep + 2 + i
+                ))
+            })?;
             if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
-                return Err(err(format!("field {}: probability {p} is not in [0, 1]", sep + 2 + i)));
+                return Err(err(format!(
+                    "field {}: probability {p} is not in [0, 1]: the file is damaged; fetch it again",
+                    sep + 2 + i
+                )));
             }
             rows.push((id, p));
         }
@@ -417,7 +467,10 @@ mod tests {
         match &e {
             TraceError::Import { format: "esft", location, message } => {
                 assert!(location.ends_with(&format!("a{}expert_weights_1.txt:2", std::path::MAIN_SEPARATOR)), "{e}");
-                assert_eq!(message, "field 3: token 1 of the sequence, slot 0: expert id 9 >= num_experts 8");
+                assert!(
+                    message.starts_with("field 3: token 1 of the sequence, slot 0: expert id 9 >= num_experts 8: is --num-experts right?"),
+                    "{message}"
+                );
             }
             other => panic!("expected an import error, got {other}"),
         }

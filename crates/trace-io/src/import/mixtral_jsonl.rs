@@ -2,16 +2,21 @@
 //!
 //! Input: one JSON object per line and per (problem, layer, token):
 //! `{"dataset", "problem_id", "layer", "experts": [k], "gating_probs": [k], "token_idx"}`, in any
-//! order (the recorded file is grouped by problem, then layer). Probabilities are renormalized over
-//! the k chosen experts (they sum to 1).
+//! order (the recorded file is grouped by problem, then layer). In the recorded file the
+//! probabilities are renormalized over the k chosen experts (they sum to 1); this is detected, not
+//! assumed. `token_idx` is the token's position in the problem's generated sequence.
+//! A record without `token_idx` (say with `token_pos`) is refused naming the fields it has, and
+//! a log whose records all carry `token_idx` 0 (the position within a decode step, not in the
+//! sequence) is refused saying why: the tokens could be neither ordered nor aligned across layers.
 //!
 //! Output: one trace with
 //! - layers = every layer id seen, sorted; tokens = the (problem, token) pairs present in **every**
 //!   layer, ordered by (problem_id, token_idx); the others are dropped and counted in the report;
 //! - `seq_offsets` at the first kept token of each problem;
-//! - rows sorted by (score desc, id asc), `scores = ln(max(p, PROB_FLOOR))` with
-//!   `score_kind = log_probs_renormalized` (order right, softmax not the model's; the metadata key
-//!   `renormalized` says so), `gates = p`, `m = k`; `phase = decode`.
+//! - rows sorted by (score desc, id asc), `scores = ln(p)` (`ln(PROB_FLOOR)` for a recorded 0) with
+//!   `score_kind = log_probs_renormalized` when every row sums to 1 (order right, softmax not the
+//!   model's; the metadata key `renormalized` says so), else `log_probs`; `gates = p`, `m = k`;
+//!   `phase = decode`.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -20,7 +25,7 @@ use std::path::Path;
 use std::ops::ControlFlow;
 
 use super::{DropReason, Dropped, ImportReport, Imported, PROB_FLOOR, RowSink, check_row, for_each_line};
-use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
+use crate::{OwnedParts, Phase, Result, TraceData, TraceError, TraceMeta};
 
 const FORMAT: &str = "mixtral-jsonl";
 
@@ -50,6 +55,9 @@ struct Record<'a> {
     token_idx: u64,
 }
 
+/// The fields of a record, for error messages.
+const FIELDS: [&str; 6] = ["dataset (optional)", "problem_id", "layer", "experts", "gating_probs", "token_idx"];
+
 /// Imports the routing file at `path`.
 ///
 /// # Errors
@@ -71,12 +79,14 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     let mut index: HashMap<(u64, u64, u32), (usize, usize)> = HashMap::new();
     let mut datasets = BTreeSet::new();
     let mut records = 0u64;
+    let mut all_at_zero = true;
     for_each_line(path, |line_no, line| {
         if line.trim().is_empty() {
             return Ok(ControlFlow::Continue(()));
         }
         let err = |msg: String| import_err(path, Some(line_no), msg);
-        let r: Record<'_> = serde_json::from_str(line).map_err(|e| err(format!("not a routing record: {e}")))?;
+        let r: Record<'_> = serde_json::from_str(line)
+            .map_err(|e| err(format!("not a routing record: {}", super::record_error(line, &e, &FIELDS))))?;
         let width = *k.get_or_insert(r.experts.len());
         check_row(&r.experts, &r.gating_probs, width, num_experts).map_err(err)?;
         if let Some(d) = r.dataset
@@ -85,9 +95,21 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
             datasets.insert(d.into_owned());
         }
         let row = index.len();
+        all_at_zero &= r.token_idx == 0;
         if let Some((_, first)) = index.insert((r.problem_id, r.token_idx, r.layer), (row, line_no)) {
+            if all_at_zero {
+                return Err(err(format!(
+                    "problem {}, layer {}: a second record at token_idx 0 (the first at line {first}), and every \
+                     record so far has token_idx 0: the logger wrote each token's position within its decode step \
+                     (always 0 for the one new token), not its position in the sequence, so the tokens can be \
+                     neither ordered nor aligned across layers; record the position in the sequence as token_idx \
+                     (generated tokens counted from 0 per problem)",
+                    r.problem_id, r.layer
+                )));
+            }
             return Err(err(format!(
-                "problem {}, layer {}, token {} is recorded twice (first at line {first})",
+                "problem {}, layer {}, token {} is recorded twice (first at line {first}); each (problem, layer, \
+                 token_idx) must appear once: remove the repeated record or give one run per file",
                 r.problem_id, r.layer, r.token_idx
             )));
         }
@@ -96,7 +118,9 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
         records += 1;
         Ok(ControlFlow::Continue(()))
     })?;
-    let k = k.ok_or_else(|| import_err(path, None, "no routing records".into()))?;
+    let k = k.ok_or_else(|| {
+        import_err(path, None, "no routing records: the file is empty or holds only blank lines".into())
+    })?;
     let layer_ids: Vec<u32> = index.keys().map(|key| key.2).collect::<BTreeSet<_>>().into_iter().collect();
     if let Some((_, missing)) = super::missing_layers(&layer_ids) {
         return Err(import_err(
@@ -104,7 +128,7 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
             None,
             format!(
                 "no record for {missing}, between layers {} and {}: every layer of the model is logged, \
-                 so a gap means lost records",
+                 so a gap means lost records; log or fetch the file again",
                 layer_ids[0],
                 layer_ids[layer_ids.len() - 1]
             ),
@@ -120,7 +144,13 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     let dropped_tokens: Vec<(u64, u64)> =
         layers_seen.iter().filter(|(_, c)| **c != n_layers).map(|(key, _)| *key).collect();
     if kept.is_empty() {
-        return Err(import_err(path, None, format!("no token is recorded in all {n_layers} layers")));
+        return Err(import_err(
+            path,
+            None,
+            format!(
+                "no token is recorded in all {n_layers} layers: the layers were logged for different tokens; give the records of one run"
+            ),
+        ));
     }
     // A dropped token followed by a kept token of the same problem leaves a gap in the sequence.
     let mut last_kept: HashMap<u64, u64> = HashMap::new();
@@ -161,8 +191,9 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     let mut extra = BTreeMap::new();
     extra.insert("prob_floor".to_string(), PROB_FLOOR.to_string());
     extra.insert("floored_probs".to_string(), sink.floored.to_string());
-    extra.insert("renormalized".to_string(), format!("true: probabilities renormalized over the top-{k}"));
-    extra.insert("gates".to_string(), format!("probabilities renormalized over the {k} used experts"));
+    let (score_kind, renormalized, gates) = sink.renorm_meta(k);
+    extra.insert("renormalized".to_string(), renormalized);
+    extra.insert("gates".to_string(), gates);
     extra.insert("incomplete_tokens_dropped".to_string(), dropped_tokens.len().to_string());
     if !datasets.is_empty() {
         extra.insert("datasets".to_string(), datasets.into_iter().collect::<Vec<_>>().join(","));
@@ -173,7 +204,7 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
         num_experts,
         top_k: k as u32,
         layer_ids,
-        score_kind: ScoreKind::LogProbsRenormalized,
+        score_kind,
         phase: Phase::Decode,
         source: format!("mixtral routing jsonl: {file}"),
         extra,
@@ -200,6 +231,7 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
         floored_probs: floored,
         dropped,
         notes: Vec::new(),
+        warnings: Vec::new(),
     };
     Ok(Imported { trace, report })
 }
@@ -211,6 +243,7 @@ fn import_err(path: &Path, line: Option<usize>, message: String) -> TraceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ScoreKind;
 
     fn rec(p: u64, layer: u32, t: u64, e: [u32; 2], g: [f64; 2]) -> String {
         format!(
@@ -261,11 +294,40 @@ mod tests {
     }
 
     #[test]
+    fn renormalization_is_detected_and_tiny_probabilities_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        // Full-softmax probabilities of the top-2 (rows sum below 1), one of them 2.8e-5.
+        let lines = [rec(0, 0, 0, [3, 4], [0.5, 0.25]), rec(0, 0, 1, [5, 6], [0.6, 2.8e-5])];
+        let out = import_mixtral_jsonl(write(dir.path(), &lines), &MixtralJsonlOptions::default()).unwrap();
+        let v = out.trace.view();
+        assert_eq!(v.meta().score_kind, ScoreKind::LogProbs);
+        assert_eq!(v.meta().extra["renormalized"], "false: 0 of 2 rows sum to 1 within 0.001");
+        assert!(v.meta().extra["gates"].ends_with("not renormalized"));
+        assert_eq!(v.layer_scores(0).unwrap()[3], 2.8e-5f64.ln() as f32);
+        assert_eq!((out.report.floored_probs, v.meta().extra["floored_probs"].as_str()), (0, "0"));
+    }
+
+    #[test]
     fn refuses_bad_records() {
         let dir = tempfile::tempdir().unwrap();
         let ok = rec(0, 0, 0, [1, 2], [0.5, 0.5]);
-        let cases: [(Vec<String>, &str); 6] = [
-            (vec![ok.clone(), ok.clone()], ":2: problem 0, layer 0, token 0 is recorded twice (first at line 1)"),
+        let one = rec(0, 0, 1, [1, 2], [0.5, 0.5]);
+        let cases: [(Vec<String>, &str); 9] = [
+            (
+                vec![ok.clone(), one.clone(), one.clone()],
+                ":3: problem 0, layer 0, token 1 is recorded twice (first at line 2)",
+            ),
+            // Every record at position 0: the position within the decode step, not in the sequence.
+            (
+                vec![ok.clone(), rec(0, 1, 0, [1, 2], [0.5, 0.5]), ok.clone()],
+                ":3: problem 0, layer 0: a second record at token_idx 0 (the first at line 1), and every record so far has token_idx 0",
+            ),
+            // token_pos instead of token_idx: the message names both.
+            (
+                vec![ok.clone(), ok.replace("token_idx", "token_pos")],
+                ":2: not a routing record: missing field `token_idx`",
+            ),
+            (vec![ok.clone(), ok.replace("token_idx", "token_pos")], "`token_pos` is not `token_idx`"),
             (vec![ok.clone(), rec(0, 0, 1, [1, 8], [0.5, 0.5])], ":2: slot 1: expert id 8 >= num_experts 8"),
             (vec![ok.clone(), "{\"problem_id\": 0}".into()], ":2: not a routing record"),
             (vec![ok.clone(), rec(0, 0, 1, [1, 2], [1.5, 0.5])], "probability 1.5"),

@@ -6,9 +6,11 @@
 //! - [`mixtral_jsonl`]: per-(problem, layer, token) JSON Lines of Mixtral decode routing.
 //!
 //! Every importer returns an [`Imported`]: the validated trace plus an [`ImportReport`] (records
-//! read, what was dropped and why) for the caller to show. Importers never print.
-//! Probabilities become scores as `ln(max(p, PROB_FLOOR))`; floored values are counted in the
-//! report and in the metadata key `floored_probs`.
+//! read, what was dropped and why, warnings) for the caller to show. Importers never print.
+//! Probabilities become scores as `ln(p)`; a probability recorded as exactly 0 (ESFT's 4-decimal
+//! rounding) becomes `ln(PROB_FLOOR)` instead, counted in the report and in the metadata key
+//! `floored_probs`. A full-precision probability below the floor is kept as it is.
+//! Renormalization is detected, not assumed: see `RowSink::renormalized`.
 
 use std::fmt;
 use std::path::Path;
@@ -47,12 +49,15 @@ pub struct ImportReport {
     pub sequences: Option<usize>,
     /// Engine steps (`step_offsets` entries), when the input records them.
     pub steps: Option<usize>,
-    /// Probabilities below [`PROB_FLOOR`] that were floored before `ln`.
+    /// Probabilities recorded as exactly 0, floored at [`PROB_FLOOR`] before `ln`.
     pub floored_probs: u64,
     /// Input that did not make it into the trace, one entry per reason.
     pub dropped: Vec<Dropped>,
     /// Other facts worth telling the user (for example warm-up batches detected but kept).
     pub notes: Vec<String>,
+    /// Signs that the trace may still hold something it should not (for example dummy rows no
+    /// heuristic caught), each with what to do.
+    pub warnings: Vec<String>,
 }
 
 /// Records left out of the trace for one reason.
@@ -76,6 +81,8 @@ pub enum DropReason {
     WarmUp,
     /// Tokens that some layers did not record: only tokens present in every layer are kept.
     IncompleteToken,
+    /// Rows the user asked to skip (`--skip-rows A..B`).
+    Skipped,
 }
 
 impl fmt::Display for DropReason {
@@ -83,6 +90,7 @@ impl fmt::Display for DropReason {
         f.write_str(match self {
             DropReason::WarmUp => "warm-up batches",
             DropReason::IncompleteToken => "tokens missing from some layers",
+            DropReason::Skipped => "rows skipped on request (--skip-rows)",
         })
     }
 }
@@ -113,9 +121,16 @@ impl fmt::Display for ImportReport {
         for n in &self.notes {
             write!(f, "\nnote: {n}")?;
         }
+        for w in &self.warnings {
+            write!(f, "\nwarning: {w}")?;
+        }
         Ok(())
     }
 }
+
+/// How far a row's probabilities may sum from 1 and still count as renormalized: covers f32
+/// storage (about 1e-7 per value) and 4-decimal rounding of up to 20 values (5e-5 each).
+pub const RENORM_TOLERANCE: f64 = 1e-3;
 
 /// Layer-major output buffers shared by the importers: one call of [`RowSink::push`] per
 /// (layer, token), layers outermost.
@@ -123,7 +138,12 @@ pub(crate) struct RowSink {
     pub ids: Vec<u16>,
     pub scores: Vec<f32>,
     pub gates: Vec<f32>,
+    /// Probabilities recorded as exactly 0 (floored before `ln`).
     pub floored: u64,
+    /// Rows pushed.
+    pub rows: u64,
+    /// Rows whose probabilities sum to 1 within [`RENORM_TOLERANCE`].
+    pub rows_summing_to_one: u64,
     row: Vec<(f32, u16, f32)>,
 }
 
@@ -134,27 +154,62 @@ impl RowSink {
             scores: Vec::with_capacity(values),
             gates: Vec::with_capacity(values),
             floored: 0,
+            rows: 0,
+            rows_summing_to_one: 0,
             row: Vec::new(),
         }
     }
 
     /// Appends one row of (id, probability) pairs: sorted by (score desc, id asc) with
-    /// score = `ln(max(p, PROB_FLOOR))` computed in f64 and stored as f32; gate = `p` as f32.
-    /// The caller has checked ids and probabilities.
+    /// score = `ln(p)` computed in f64 and stored as f32, or `ln(PROB_FLOOR)` for a `p` recorded
+    /// as exactly 0; gate = `p` as f32. The caller has checked ids and probabilities.
     pub fn push(&mut self, pairs: impl IntoIterator<Item = (u16, f64)>) {
         self.row.clear();
+        let mut sum = 0.0;
         for (id, p) in pairs {
-            if p < f64::from(PROB_FLOOR) {
+            sum += p;
+            let score = if p == 0.0 {
                 self.floored += 1;
-            }
-            let score = p.max(f64::from(PROB_FLOOR)).ln() as f32;
+                f64::from(PROB_FLOOR).ln() as f32
+            } else {
+                p.ln() as f32
+            };
             self.row.push((score, id, p as f32));
+        }
+        self.rows += 1;
+        if (sum - 1.0).abs() <= RENORM_TOLERANCE {
+            self.rows_summing_to_one += 1;
         }
         self.row.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         for &(s, id, g) in &self.row {
             self.ids.push(id);
             self.scores.push(s);
             self.gates.push(g);
+        }
+    }
+
+    /// True when at least one row was pushed and every row's probabilities sum to 1 within
+    /// [`RENORM_TOLERANCE`]: the logger renormalized them over the k used experts, so their
+    /// `ln` orders the experts right but is not the model's log-softmax (`log_probs_renormalized`).
+    pub fn renormalized(&self) -> bool {
+        self.rows > 0 && self.rows_summing_to_one == self.rows
+    }
+
+    /// The metadata entries `renormalized` and `gates` for `k` used experts, from
+    /// [`RowSink::renormalized`], and the score kind that goes with them.
+    pub fn renorm_meta(&self, k: usize) -> (crate::ScoreKind, String, String) {
+        if self.renormalized() {
+            (
+                crate::ScoreKind::LogProbsRenormalized,
+                format!("true: probabilities renormalized over the top-{k}"),
+                format!("probabilities renormalized over the {k} used experts"),
+            )
+        } else {
+            (
+                crate::ScoreKind::LogProbs,
+                format!("false: {} of {} rows sum to 1 within {RENORM_TOLERANCE}", self.rows_summing_to_one, self.rows),
+                "full-softmax probabilities of the used experts, not renormalized".to_string(),
+            )
         }
     }
 }
@@ -233,6 +288,31 @@ pub(crate) fn missing_layers(sorted: &[u32]) -> Option<(u32, String)> {
     first.map(|f| (f, words))
 }
 
+/// The message for a JSON record that did not parse as the importer's record: serde's error,
+/// then, when the line is a JSON object, the fields it has and the ones `expected` (each
+/// possibly with a note such as `(optional)`), and for a field that looks like a renamed
+/// expected one (`token_pos` for `token_idx`) what to do.
+pub(crate) fn record_error(line: &str, e: &serde_json::Error, expected: &[&str]) -> String {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return e.to_string();
+    };
+    let name = |f: &str| f.split(' ').next().unwrap_or(f).to_string();
+    let wanted: Vec<String> = expected.iter().map(|f| name(f)).collect();
+    let found: Vec<&str> = m.keys().map(String::as_str).collect();
+    let mut msg = format!("{e}; the record has fields {}; expected {}", found.join(", "), expected.join(", "));
+    for w in wanted.iter().filter(|w| !m.contains_key(w.as_str())) {
+        // A present field that shares the expected one's first word (`token_pos` ~ `token_idx`).
+        let stem = w.split('_').next().unwrap_or(w);
+        if let Some(f) = found.iter().find(|f| !wanted.iter().any(|x| x == *f) && f.split('_').next() == Some(stem)) {
+            msg.push_str(&format!(
+                "; `{f}` is not `{w}`: if it holds the same thing, rename it (for `token_idx`: the \
+                 token's position in its sequence, 0, 1, 2, ...)"
+            ));
+        }
+    }
+    msg
+}
+
 /// A [`TraceError::Import`] at `path` (and line, 1-based, when given).
 pub(crate) fn import_err(format: &'static str, path: &Path, line: Option<usize>, message: String) -> TraceError {
     let location = match line {
@@ -255,6 +335,53 @@ mod tests {
         assert_eq!(s.scores[0], 0.3f64.ln() as f32);
         assert_eq!(s.scores[3], f64::from(PROB_FLOOR).ln() as f32);
         assert_eq!(s.floored, 1);
+        // A full-precision probability below the floor is kept as it is, and not counted.
+        s.push([(0, 0.9999), (3, 2.8e-5)]);
+        assert_eq!(s.scores[5], 2.8e-5f64.ln() as f32);
+        assert!(s.scores[5] < f64::from(PROB_FLOOR).ln() as f32);
+        assert_eq!(s.floored, 1);
+    }
+
+    #[test]
+    fn renormalization_is_detected_from_the_row_sums() {
+        // (rows, renormalized): every row must sum to 1 within the tolerance.
+        let cases: [(&[[f64; 2]], bool); 5] = [
+            (&[[0.75, 0.25], [0.5, 0.5]], true),
+            (&[[0.75, 0.2504]], true), // 4-decimal rounding
+            (&[[0.75, 0.25], [0.3, 0.2]], false),
+            (&[[0.1, 0.05]], false),
+            (&[], false),
+        ];
+        for (rows, want) in cases {
+            let mut s = RowSink::with_capacity(4);
+            for r in rows {
+                s.push([(0, r[0]), (1, r[1])]);
+            }
+            assert_eq!(s.renormalized(), want, "{rows:?}");
+            let (kind, renorm, gates) = s.renorm_meta(2);
+            assert_eq!(kind == crate::ScoreKind::LogProbsRenormalized, want);
+            assert_eq!(renorm.starts_with("true"), want, "{renorm}");
+            assert_eq!(gates.contains("not renormalized"), !want, "{gates}");
+        }
+    }
+
+    #[test]
+    fn record_errors_name_the_fields_found_and_expected() {
+        #[derive(serde::Deserialize, Debug)]
+        #[expect(dead_code, reason = "only the parse matters")]
+        struct R {
+            layer: u32,
+            token_idx: u64,
+        }
+        let line = r#"{"layer": 3, "token_pos": 7}"#;
+        let e = serde_json::from_str::<R>(line).unwrap_err();
+        let m = record_error(line, &e, &["layer", "token_idx"]);
+        assert!(m.starts_with("missing field `token_idx`"), "{m}");
+        assert!(m.contains("the record has fields layer, token_pos; expected layer, token_idx"), "{m}");
+        assert!(m.contains("`token_pos` is not `token_idx`: if it holds the same thing, rename it"), "{m}");
+        // Not an object: serde's message alone.
+        let e = serde_json::from_str::<R>("[1]").unwrap_err();
+        assert_eq!(record_error("[1]", &e, &["layer"]), e.to_string());
     }
 
     #[test]

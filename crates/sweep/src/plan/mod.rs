@@ -8,8 +8,14 @@
 //! number of slots beyond the minimum. A greedy allocation by marginal gain is exact only when
 //! every curve is convex; real LRU curves are not always convex (the plan reports how many layers
 //! are not), so the planner uses the dynamic program.
+//!
+//! [`search`] is the whole `moe-offload plan`: curves of every candidate variant, the allocation,
+//! the uniform baseline, the choice and its verification by replay, behind a [`PlanRequest`].
+
+mod search;
 
 use cachesim::mrc::MissCurve;
+pub use search::{Candidate, Chosen, Evaluated, PlanOutcome, PlanRequest, miss_curve, search};
 
 /// One layer allocation and its cost.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

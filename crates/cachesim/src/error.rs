@@ -74,6 +74,15 @@ pub enum CacheSimError {
         /// m, candidates per row in the trace.
         candidates: usize,
     },
+    /// The trace view was not validated for what the replay reads ([`crate::replay_reads`]): a
+    /// programming error of the caller, which opens the trace with `TraceFile::view_for`.
+    #[error("the trace view was validated for {validated}, but this replay reads {needed}")]
+    NotValidated {
+        /// What the replay reads.
+        needed: String,
+        /// What the view's content was validated for.
+        validated: String,
+    },
     /// A keep set does not have the trace's shape.
     #[error(
         "keep set covers {actual_layers} layers x {actual_experts} experts, but the trace has {expected_layers} layers x {expected_experts} experts"

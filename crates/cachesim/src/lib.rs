@@ -65,6 +65,7 @@ pub mod exp;
 mod keep;
 pub mod mrc;
 mod policy;
+mod reads;
 pub mod reference;
 mod schedule;
 
@@ -75,6 +76,7 @@ pub use config::{ParseNameError, ReplayConfig, Semantics};
 pub use error::{CacheSimError, Result};
 pub use keep::Keep;
 pub use policy::{Policy, PolicyFacts, Shares};
+pub use reads::{replay_reads, runs_reads};
 
 /// The counts of one replay (SEMANTICS.md §5 "Results").
 ///
@@ -216,6 +218,14 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
     Ok(())
 }
 
+/// Refuses a view not validated for `need` (what a replay reads, [`replay_reads`]).
+pub(crate) fn require(trace: &TraceView<'_>, need: trace_io::Reads) -> Result<()> {
+    trace.require(need).map_err(|e| match e {
+        trace_io::TraceError::NotValidated { needed, validated } => CacheSimError::NotValidated { needed, validated },
+        other => CacheSimError::NotValidated { needed: need.to_string(), validated: other.to_string() },
+    })
+}
+
 /// Replays `trace` through the caches of `cfg` with the keep set `keep` (SEMANTICS.md §5).
 ///
 /// Validates first ([`validate`], and the keep set's shape), then runs the layers in parallel on
@@ -227,7 +237,8 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
 ///
 /// # Errors
 /// As [`validate`], plus [`CacheSimError::KeepMismatch`] when `keep` does not have the trace's
-/// L and E.
+/// L and E, and [`CacheSimError::NotValidated`] when the view was not validated for what the
+/// replay reads ([`replay_reads`]).
 pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<ReplayCounts> {
     let mut counts = replay_many(trace, &[(keep, cfg)], &|_| {})?;
     Ok(counts.pop().expect("one count per configuration"))

@@ -135,6 +135,8 @@ pub fn lru_curve(trace: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) -> Resul
     };
     crate::validate(&shape, trace.parts().scores.is_some(), &base)?;
     keep.check_shape(&shape)?;
+    // The stack-distance pass reads F along whole rows: every candidate.
+    crate::require(trace, trace_io::Reads::ids(usize::MAX))?;
     let e_n = shape.num_experts;
     let seq = trace.seq_offsets().filter(|_| cfg.reset_at_sequence).unwrap_or(&[]);
     let layers: Vec<LayerCurve> = (0..shape.layers)

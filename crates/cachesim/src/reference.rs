@@ -20,6 +20,9 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
     let shape = trace.shape();
     crate::validate(&shape, trace.parts().scores.is_some(), cfg)?;
     keep.check_shape(&shape)?;
+    // Written for clarity, it builds F from whole rows: every candidate, whatever the policy.
+    let scores = cfg.lambda > 0.0 || cfg.policy == Policy::InvRouter;
+    crate::require(trace, trace_io::Reads { scores, ..trace_io::Reads::ids(usize::MAX) })?;
     let mut layers = Vec::new();
     for l in 0..shape.layers {
         layers.push(replay_layer(trace, keep, cfg, l));

@@ -108,6 +108,7 @@ pub(crate) fn replay_many_traces(
         for (keep, cfg) in runs {
             validate(&shape, trace.parts().scores.is_some(), cfg)?;
             keep.check_shape(&shape)?;
+            crate::require(trace, crate::replay_reads(&shape, keep, cfg))?;
         }
     }
     // Every (trace, layer, unit), then a queue of them: the longest trace first, layer by layer

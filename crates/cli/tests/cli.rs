@@ -68,11 +68,12 @@ fn bad_input_is_refused_with_a_clear_error_and_no_output_file() {
     let (n, cut) = (bytes.len(), bytes.len() - 10);
     assert!(e.contains("truncated.safetensors: tensor `ids`: the header puts its data at file bytes"), "{e}");
     assert!(e.contains(&format!("..{n} (data_offsets ")) && e.contains(&format!("the file ends at byte {cut}")), "{e}");
-    // An id >= E: `ids` is the last tensor, so the last two bytes are the last id.
+    // An id >= E: `ids` is the last tensor, so the last four bytes are the last two ids (slots 1
+    // and 2 of the last token); slot 1 is among the k = 2 that `stats` reads (SEMANTICS.md §1).
     let bad = dir.path().join("bad-id.safetensors");
     let mut b = bytes.clone();
     let n = b.len();
-    b[n - 2..].copy_from_slice(&200u16.to_le_bytes());
+    b[n - 4..n - 2].copy_from_slice(&200u16.to_le_bytes());
     std::fs::write(&bad, &b).unwrap();
     let e = fails(&["stats", s(&bad), "-o", s(&dir.path().join("never.json"))]);
     assert!(
@@ -283,7 +284,7 @@ fn sweep_provenance_does_not_depend_on_the_working_directory() {
     ok_in(&g, &["sweep", "grid.json", "--shard", "1/2", "--out-of-sample", "../h2.safetensors", "-o", "../s1b"]);
     let out = run(&["sweep", "merge", s(&root.join("s0")), s(&root.join("s1b")), "-o", s(&root.join("m2"))]);
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && e.contains("out-of-sample trace (SHA-256)"), "{e}");
+    assert!(!out.status.success() && e.contains("out-of-sample trace (digest)"), "{e}");
 }
 
 /// `--reset-at-sequence` on a trace of one sequence says it changes nothing (on stderr; the JSON

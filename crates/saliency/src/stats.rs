@@ -22,7 +22,9 @@ pub struct StatsMeta {
     /// Where the statistics came from (trace path, or aggregate file and corpus, plus any note on
     /// what was dropped when loading).
     pub source: String,
-    /// Hex SHA-256 of the source file's bytes (empty when unknown).
+    /// Digest of the source file's bytes as recorded (`trace_io::split_digest`): `blake3:HEX`
+    /// for a trace (`trace_io::trace_digest`), a bare hex SHA-256 in older files and for REAP
+    /// aggregates; empty when unknown. The field keeps its name so that both read alike.
     pub source_sha256: String,
 }
 
@@ -82,7 +84,9 @@ impl Stats {
     /// both. `tokens` = T for every layer (SEMANTICS.md §2).
     ///
     /// `source` and `source_sha256` are recorded as given (typically the trace path and
-    /// `trace_io::sha256_file` of it). The view is validated, so this cannot fail.
+    /// `trace_io::trace_digest` of it). The view must be validated for what this reads
+    /// (`trace_io::Reads::stats`: the first k ids, gates, norms; the caller checks with
+    /// `TraceView::require`), so this cannot fail.
     pub fn from_trace(trace: &TraceView<'_>, source: String, source_sha256: String) -> Stats {
         let shape = trace.shape();
         let meta = trace.meta();

@@ -65,10 +65,10 @@ impl SweepOutput {
 }
 
 /// The first way `b` differs from `a`, as `its WHAT differs: A vs B`; `None` when they agree.
-/// Hashes before paths: a trace given with `--in-sample` shows as its SHA-256.
+/// Hashes before paths: a trace given with `--in-sample` shows as its digest (`blake3:HEX`).
 fn difference(a: &Provenance, b: &Provenance) -> Option<String> {
     let differs = |what: &str, x: &str, y: &str| (x != y).then(|| format!("its {what} differs: {x} vs {y}"));
-    let sha = |what: &str, x: &InputRef, y: &InputRef| differs(&format!("{what} (SHA-256)"), &x.sha256, &y.sha256);
+    let sha = |what: &str, x: &InputRef, y: &InputRef| differs(&format!("{what} (digest)"), &x.sha256, &y.sha256);
     differs("tool version", &a.tool_version, &b.tool_version)
         .or_else(|| sha("in-sample trace", &a.in_sample, &b.in_sample))
         .or_else(|| sha("out-of-sample trace", &a.out_of_sample, &b.out_of_sample))

@@ -12,9 +12,9 @@ pub struct Provenance {
     pub tool_version: String,
     /// The grid as run (paths resolved).
     pub grid: Grid,
-    /// In-sample trace: source and SHA-256.
+    /// In-sample trace: source and digest.
     pub in_sample: InputRef,
-    /// Out-of-sample trace: source and SHA-256.
+    /// Out-of-sample trace: source and digest.
     pub out_of_sample: InputRef,
     /// SHA-256 of the in-sample statistics the metric variants came from.
     pub stats_sha256: String,
@@ -49,7 +49,9 @@ pub fn keep_map_sha256(map: &saliency::KeepMap) -> String {
 pub struct InputRef {
     /// A path, or `embedded:NAME`.
     pub source: String,
-    /// Hex SHA-256 of its bytes.
+    /// Digest of its bytes as recorded (`trace_io::split_digest`): `blake3:HEX`, or a bare hex
+    /// SHA-256 in files written before the algorithm was named. The field keeps its old name so
+    /// that both read alike.
     pub sha256: String,
 }
 

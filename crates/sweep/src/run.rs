@@ -35,7 +35,7 @@ pub struct TraceInput<'a> {
     pub view: TraceView<'a>,
     /// Where it came from (a path, or `embedded:NAME`).
     pub source: &'a str,
-    /// Hex SHA-256 of the trace file's bytes.
+    /// Digest of the trace file's bytes as recorded (`trace_io::trace_digest`: `blake3:HEX`).
     pub sha256: &'a str,
 }
 
@@ -139,7 +139,8 @@ fn first_layer_prefix(v: &TraceView<'_>, max_tokens: usize) -> Option<trace_io::
 /// [`SweepError::Grid`] for a bad variant spec, duplicate label or mismatched traces;
 /// [`SweepError::Saliency`] when a keep map cannot be built (K > E, short layer, missing statistic);
 /// [`SweepError::Config`] naming the first configuration `cachesim` refuses (cap < k_used, belady
-/// with λ > 0, k_used > m, ...).
+/// with λ > 0, k_used > m, a view not validated for what it reads, ...); [`SweepError::Trace`]
+/// when the in-sample view was not validated for the statistics (`trace_io::Reads::stats`).
 pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInput<'_>) -> Result<Prepared> {
     let (a, b) = (in_sample.view.meta(), out_of_sample.view.meta());
     if a.num_experts != b.num_experts || a.layer_ids != b.layer_ids || a.top_k != b.top_k {
@@ -159,6 +160,9 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
             });
         }
     }
+    // The statistics read the in-sample trace's first k ids, gates and norms (the replays check
+    // what they read themselves).
+    in_sample.view.require(trace_io::Reads::stats(in_sample.view.shape().top_k))?;
     let stats = Stats::from_trace(&in_sample.view, in_sample.source.to_string(), in_sample.sha256.to_string());
     let keep_cfg = KeepConfig { metric: MetricConfig { tau: grid.tau, ..Default::default() }, ..Default::default() };
     let mut variants: Vec<Variant> = Vec::new();

@@ -264,7 +264,7 @@ fn shards_merge_into_the_unsharded_output() {
         ),
         (
             with(2, &|p| p.provenance.out_of_sample.sha256 = "1".into()),
-            format!("out/shard-0 (shard 0/3) {same_as}: its out-of-sample trace (SHA-256) differs: 0 vs 1"),
+            format!("out/shard-0 (shard 0/3) {same_as}: its out-of-sample trace (digest) differs: 0 vs 1"),
         ),
         (
             with(1, &|p| p.provenance.tool_version = "0.9".into()),

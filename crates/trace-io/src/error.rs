@@ -128,6 +128,15 @@ pub enum TraceError {
         /// Why it is rejected.
         reason: &'static str,
     },
+    /// A computation was handed a view validated for less than it reads (a programming error of
+    /// the caller: open with [`crate::TraceFile::view_for`] and what the computation reads).
+    #[error("the trace view was validated for {validated}, but this computation reads {needed}")]
+    NotValidated {
+        /// What the computation reads.
+        needed: String,
+        /// What the view's content was validated for.
+        validated: String,
+    },
     /// An importer met input it cannot read.
     #[error("{format} import, {location}: {message}")]
     Import {

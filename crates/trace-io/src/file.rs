@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use safetensors::tensor::TensorInfo;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
+use crate::check::{Reads, check_content, check_offsets};
 use crate::view::{Shape, TraceParts, TraceView};
 use crate::{Result, TraceError, TraceMeta};
 
@@ -43,17 +44,23 @@ struct Layout {
     lookahead_ids: Option<(Range<usize>, usize)>,
 }
 
-/// An opened, validated trace file (or in-memory trace bytes).
+/// An opened trace file (or in-memory trace bytes), validated for what its users read.
 ///
-/// Opening parses the safetensors header, checks every tensor's dtype, shape and alignment against
-/// the metadata, and validates every row once (SEMANTICS.md §1). After that, [`TraceFile::view`]
-/// hands out zero-copy slices without further checks.
+/// Opening parses the safetensors header, checks every tensor's dtype, shape and alignment
+/// against the metadata and the sequence and step offsets (SEMANTICS.md §1). [`TraceFile::open`]
+/// then validates every value of every row; [`TraceFile::open_lazy`] leaves the content to
+/// [`TraceFile::view_for`], which validates what a command reads before it reads it, each part
+/// once per process however many callers ask. Views hand out zero-copy slices without further
+/// checks and record what was validated ([`TraceView::reads`]).
 pub struct TraceFile {
     backing: Backing,
     meta: TraceMeta,
     shape: Shape,
     layout: Layout,
     path: Option<PathBuf>,
+    /// The content validated so far (clamped to the trace). The lock is held while validating,
+    /// so two callers asking for the same part validate it once.
+    checked: std::sync::Mutex<Reads>,
 }
 
 impl std::fmt::Debug for TraceFile {
@@ -82,6 +89,19 @@ impl TraceFile {
     /// a tensor of the wrong dtype, shape or alignment, missing or invalid metadata, or a content
     /// violation.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceFile> {
+        let file = Self::open_lazy(path.as_ref())?;
+        file.view_for(Reads::EVERYTHING)?;
+        Ok(file)
+    }
+
+    /// Memory-maps the trace at `path` and checks its container, shapes and offsets, not its
+    /// content: [`TraceFile::view_for`] validates what a command reads (SEMANTICS.md §1), and
+    /// [`TraceFile::view`] gives a view of what was validated so far. The mapping's contract is
+    /// [`TraceFile::open`]'s.
+    ///
+    /// # Errors
+    /// As [`TraceFile::open`], except content violations.
+    pub fn open_lazy(path: impl AsRef<Path>) -> Result<TraceFile> {
         let path = path.as_ref();
         let inner = || -> Result<TraceFile> {
             let file = open_regular(path)?;
@@ -110,15 +130,26 @@ impl TraceFile {
     pub fn from_bytes(bytes: &[u8]) -> Result<TraceFile> {
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
         bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-        Self::from_backing(Backing::Heap { words, len: bytes.len() }, None)
+        let file = Self::from_backing(Backing::Heap { words, len: bytes.len() }, None)?;
+        file.view_for(Reads::EVERYTHING)?;
+        Ok(file)
     }
 
     fn from_backing(backing: Backing, path: Option<PathBuf>) -> Result<TraceFile> {
         let (meta, shape, layout) = parse(backing.bytes())?;
-        let file = TraceFile { backing, meta, shape, layout, path };
-        // Content validation, once.
-        let v = file.view();
-        TraceView::new(&file.meta, shape.tokens, shape.candidates, v.parts())?;
+        let file = TraceFile { backing, meta, shape, layout, path, checked: std::sync::Mutex::new(Reads::NOTHING) };
+        let parts = file.parts();
+        for (tensor, offs) in [("seq_offsets", parts.seq_offsets), ("step_offsets", parts.step_offsets)] {
+            if let Some(offs) = offs {
+                check_offsets(tensor, offs, shape.tokens)?;
+            }
+        }
+        // The optional lookahead ids are small (m' per row) and checked whole, on open.
+        if let Some(la) = parts.lookahead_ids {
+            crate::lookahead::check(la, &file.meta.layer_ids, shape.tokens, shape.num_experts)?;
+        }
+        let checked = Reads::NOTHING.clamp(&shape, &parts);
+        *file.checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = checked;
         Ok(file)
     }
 
@@ -142,14 +173,44 @@ impl TraceFile {
         self.backing.bytes().len()
     }
 
-    /// The validated zero-copy view.
+    /// The zero-copy view of what was validated so far: everything after [`TraceFile::open`] or
+    /// [`TraceFile::from_bytes`]; after [`TraceFile::open_lazy`], what [`TraceFile::view_for`]
+    /// validated (a consumer refuses a view that does not cover what it reads).
     pub fn view(&self) -> TraceView<'_> {
+        let checked = *self.checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        TraceView::new_prevalidated(&self.meta, self.shape, self.parts(), checked)
+    }
+
+    /// Validates the content `need` asks for that was not validated before (SEMANTICS.md §1:
+    /// ids `< E` and distinct up to the rank read, scores finite and non-increasing, gates and
+    /// norms finite and >= 0), in parallel on the rayon pool, and returns the view of everything
+    /// validated so far.
+    ///
+    /// # Errors
+    /// [`TraceError::Value`] for the first violation in what `need` covers (the one a plain
+    /// scan in storage order finds: ids, then scores, gates, norms), inside
+    /// [`TraceError::File`] naming the path for an opened file; nothing is recorded then.
+    pub fn view_for(&self, need: Reads) -> Result<TraceView<'_>> {
+        let parts = self.parts();
+        let need = need.clamp(&self.shape, &parts);
+        let mut checked = self.checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !checked.covers(need) {
+            check_content(&self.shape, &self.meta.layer_ids, &parts, need, *checked).map_err(|e| match &self.path {
+                Some(path) => e.in_file(path),
+                None => e,
+            })?;
+            *checked = checked.union(need);
+        }
+        Ok(TraceView::new_prevalidated(&self.meta, self.shape, parts, *checked))
+    }
+
+    fn parts(&self) -> TraceParts<'_> {
         let bytes = self.backing.bytes();
         // The casts below cannot fail: `parse` checked every range's alignment and length.
         let u16s = |r: &Range<usize>| bytemuck::cast_slice::<u8, u16>(&bytes[r.clone()]);
         let f32s = |r: &Option<Range<usize>>| r.as_ref().map(|r| bytemuck::cast_slice::<u8, f32>(&bytes[r.clone()]));
         let u64s = |r: &Option<Range<usize>>| r.as_ref().map(|r| bytemuck::cast_slice::<u8, u64>(&bytes[r.clone()]));
-        let parts = TraceParts {
+        TraceParts {
             ids: u16s(&self.layout.ids),
             scores: f32s(&self.layout.scores),
             gates: f32s(&self.layout.gates),
@@ -161,8 +222,7 @@ impl TraceFile {
                 .lookahead_ids
                 .as_ref()
                 .map(|(r, width)| crate::Lookahead { ids: u16s(r), width: *width }),
-        };
-        TraceView::new_prevalidated(&self.meta, self.shape, parts)
+        }
     }
 }
 

@@ -8,8 +8,10 @@
 //! `docs/trace-format.md` specifies the file.
 //!
 //! Main types:
-//! - [`TraceFile`]: a memory-mapped (or in-memory) trace, validated once when opened.
-//! - [`TraceView`]: validated zero-copy slices of a trace, handed to every consumer.
+//! - [`TraceFile`]: a memory-mapped (or in-memory) trace: shapes and offsets checked when opened,
+//!   the content validated for what a command reads ([`Reads`]) before it reads it, once.
+//! - [`TraceView`]: validated zero-copy slices of a trace, handed to every consumer, with what of
+//!   it was validated.
 //! - [`TraceData`]: an owned trace, built by importers and generators, written by [`write_trace`].
 //! - [`Lookahead`]: the optional `lookahead_ids` tensor (pre-gating ids recorded by the capture script).
 //! - [`TraceMeta`]: the metadata (model, `num_experts`, `top_k`, `layer_ids`, score kind, phase).
@@ -23,9 +25,11 @@
 compile_error!("trace-io assumes a little-endian target (safetensors stores little-endian data)");
 
 mod atomic;
+mod check;
 mod error;
 mod extent;
 mod file;
+mod hash;
 pub mod import;
 mod lookahead;
 mod meta;
@@ -37,8 +41,10 @@ mod view;
 mod write;
 
 pub use atomic::{OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic};
+pub use check::Reads;
 pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;
+pub use hash::{HASH_ALGO, bytes_digest, hash_file, split_digest, trace_digest, verify_digest};
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};

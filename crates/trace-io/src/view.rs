@@ -1,6 +1,6 @@
 //! Validated, borrowed views of a trace's tensors, and an owned in-memory trace.
 
-use crate::error::ValueProblem;
+use crate::check::{Reads, check_content, check_offsets};
 use crate::lookahead::Lookahead;
 use crate::{Result, TraceError, TraceMeta};
 
@@ -40,15 +40,22 @@ pub struct TraceParts<'a> {
     pub lookahead_ids: Option<Lookahead<'a>>,
 }
 
-/// A validated trace: metadata plus borrowed layer-major tensors.
+/// A validated trace: metadata plus borrowed layer-major tensors, and what of its content was
+/// validated ([`TraceView::reads`]).
 ///
-/// Obtained from [`crate::TraceFile::view`] or [`TraceData::view`]; every content rule of
-/// SEMANTICS.md §1 held when it was built, so consumers index it without checks.
+/// Obtained from [`crate::TraceFile::view`], [`crate::TraceFile::view_for`] or
+/// [`TraceData::view`], never built around unchecked data: its shapes and offsets always held,
+/// and the content rules of SEMANTICS.md §1 held for [`TraceView::reads`] (everything, except
+/// for a view of [`crate::TraceFile::view_for`]). A consumer that reads less than everything
+/// calls [`TraceView::require`] with what it reads before reading it, then indexes without
+/// checks.
 #[derive(Debug, Clone, Copy)]
 pub struct TraceView<'a> {
     meta: &'a TraceMeta,
     shape: Shape,
     parts: TraceParts<'a>,
+    /// The content validated (clamped): the proof a consumer checks with [`TraceView::require`].
+    reads: Reads,
 }
 
 impl<'a> TraceView<'a> {
@@ -76,14 +83,22 @@ impl<'a> TraceView<'a> {
                 reason: format!("larger than the {candidates} candidates per row"),
             });
         }
-        let view = TraceView { meta, shape, parts };
-        view.validate()?;
+        let mut view = TraceView { meta, shape, parts, reads: Reads::NOTHING };
+        view.check_shapes()?;
+        check_content(&shape, &meta.layer_ids, &parts, Reads::EVERYTHING.clamp(&shape, &parts), Reads::NOTHING)?;
+        view.reads = Reads::EVERYTHING.clamp(&shape, &parts);
         Ok(view)
     }
 
-    /// Builds a view without validating content. Only for data validated before (by the opener).
-    pub(crate) fn new_prevalidated(meta: &'a TraceMeta, shape: Shape, parts: TraceParts<'a>) -> TraceView<'a> {
-        TraceView { meta, shape, parts }
+    /// Builds a view without validating content. Only for data whose shapes, offsets and the
+    /// content `reads` were validated before (by the opener); `reads` is recorded clamped.
+    pub(crate) fn new_prevalidated(
+        meta: &'a TraceMeta,
+        shape: Shape,
+        parts: TraceParts<'a>,
+        reads: Reads,
+    ) -> TraceView<'a> {
+        TraceView { meta, shape, parts, reads: reads.clamp(&shape, &parts) }
     }
 
     /// The metadata.
@@ -155,8 +170,30 @@ impl<'a> TraceView<'a> {
         })
     }
 
-    fn validate(&self) -> Result<()> {
+    /// What of the content was validated when the view was made (clamped to the trace: ids to
+    /// at most m, `false` for an absent tensor).
+    pub fn reads(&self) -> Reads {
+        self.reads
+    }
+
+    /// Refuses a view whose validated content does not cover `need` (what a computation is
+    /// about to read): the check every consumer of a partly validated view makes first.
+    ///
+    /// # Errors
+    /// [`TraceError::NotValidated`] naming what is needed and what was validated.
+    pub fn require(&self, need: Reads) -> Result<()> {
+        let need = need.clamp(&self.shape, &self.parts);
+        if self.reads.covers(need) {
+            return Ok(());
+        }
+        Err(TraceError::NotValidated { needed: need.to_string(), validated: self.reads.to_string() })
+    }
+
+    /// Shapes (slice lengths), offsets and the small optional `lookahead_ids` (whole): what is
+    /// checked before any content.
+    pub(crate) fn check_shapes(&self) -> Result<()> {
         let Shape { layers, tokens, candidates: m, top_k: k, num_experts } = self.shape;
+        let layer_ids = &self.meta.layer_ids;
         let expect_len = |tensor: &'static str, len: usize, width: usize, wname: &str| -> Result<()> {
             // Checked: `tokens` comes from the caller and may be absurd.
             let want = layers.checked_mul(tokens).and_then(|n| n.checked_mul(width));
@@ -182,60 +219,6 @@ impl<'a> TraceView<'a> {
         if let Some(s) = self.parts.out_norms {
             expect_len("out_norms", s.len(), k, "k")?;
         }
-        let layer_ids = &self.meta.layer_ids;
-        let value_err = |tensor, pos: usize, width: usize, problem| {
-            let row = pos / width;
-            TraceError::Value {
-                tensor,
-                layer: row / tokens.max(1),
-                layer_id: layer_ids[row / tokens.max(1)],
-                token: row % tokens.max(1),
-                slot: pos % width,
-                problem,
-            }
-        };
-        // ids: in range, unique per row. A per-row "seen" stamp array avoids clearing.
-        let mut seen = vec![u64::MAX; num_experts];
-        for (r, row) in self.parts.ids.chunks_exact(m.max(1)).enumerate() {
-            let stamp = r as u64;
-            for (i, &id) in row.iter().enumerate() {
-                let e = id as usize;
-                if e >= num_experts {
-                    let problem = ValueProblem::IdOutOfRange { id, num_experts: num_experts as u32 };
-                    return Err(value_err("ids", r * m + i, m, problem));
-                }
-                if seen[e] == stamp {
-                    return Err(value_err("ids", r * m + i, m, ValueProblem::RepeatedId { id }));
-                }
-                seen[e] = stamp;
-            }
-        }
-        if let Some(scores) = self.parts.scores {
-            for (r, row) in scores.chunks_exact(m.max(1)).enumerate() {
-                let mut prev = f32::INFINITY;
-                for (i, &v) in row.iter().enumerate() {
-                    if !v.is_finite() {
-                        return Err(value_err("scores", r * m + i, m, ValueProblem::NotFinite { value: v }));
-                    }
-                    if v > prev {
-                        let problem = ValueProblem::Increasing { previous: prev, value: v };
-                        return Err(value_err("scores", r * m + i, m, problem));
-                    }
-                    prev = v;
-                }
-            }
-        }
-        for (tensor, data) in [("gates", self.parts.gates), ("out_norms", self.parts.out_norms)] {
-            let Some(data) = data else { continue };
-            for (pos, &v) in data.iter().enumerate() {
-                if !v.is_finite() {
-                    return Err(value_err(tensor, pos, k, ValueProblem::NotFinite { value: v }));
-                }
-                if v < 0.0 {
-                    return Err(value_err(tensor, pos, k, ValueProblem::Negative { value: v }));
-                }
-            }
-        }
         for (tensor, offs) in [("seq_offsets", self.parts.seq_offsets), ("step_offsets", self.parts.step_offsets)] {
             let Some(offs) = offs else { continue };
             check_offsets(tensor, offs, tokens)?;
@@ -245,22 +228,6 @@ impl<'a> TraceView<'a> {
         }
         Ok(())
     }
-}
-
-fn check_offsets(tensor: &'static str, offs: &[u64], tokens: usize) -> Result<()> {
-    for (i, &v) in offs.iter().enumerate() {
-        let reason = if i == 0 && v != 0 {
-            "the first offset must be 0"
-        } else if i > 0 && v <= offs[i - 1] {
-            "offsets must be strictly increasing"
-        } else if v >= tokens as u64 {
-            "offset is not below the token count"
-        } else {
-            continue;
-        };
-        return Err(TraceError::Offsets { tensor, index: i, value: v, reason });
-    }
-    Ok(())
 }
 
 /// An owned, validated, in-memory trace (what importers and generators build before writing).
@@ -336,7 +303,7 @@ impl TraceData {
             top_k: self.meta.top_k as usize,
             num_experts: self.meta.num_experts as usize,
         };
-        TraceView::new_prevalidated(&self.meta, shape, self.borrowed())
+        TraceView::new_prevalidated(&self.meta, shape, self.borrowed(), Reads::EVERYTHING)
     }
 
     /// The metadata.

@@ -26,7 +26,14 @@ pub struct RecordedHash<'a> {
     pub value: &'a str,
 }
 
-impl RecordedHash<'_> {
+impl<'a> RecordedHash<'a> {
+    /// A digest as outputs record it: `ALGO:HEX` (`blake3:…`), or bare hex, a SHA-256
+    /// (`trace_io::split_digest`).
+    pub fn parse(recorded: &'a str) -> Self {
+        let (algorithm, value) = trace_io::split_digest(recorded);
+        Self { algorithm: Some(algorithm), value }
+    }
+
     /// The algorithm's name (`sha256` when none was recorded).
     pub fn algorithm(&self) -> &str {
         self.algorithm.unwrap_or("sha256")
@@ -40,8 +47,10 @@ impl RecordedHash<'_> {
 /// An unreadable file, or an algorithm this build cannot compute (named).
 pub fn file_hash(path: &Path, algorithm: Option<&str>) -> Result<String> {
     match algorithm.unwrap_or("sha256") {
-        "sha256" => Ok(trace_io::sha256_file(path)?),
-        other => bail!("{}: hash algorithm {other:?} is not one this audit can compute (sha256)", path.display()),
+        algo @ ("sha256" | "blake3") => Ok(trace_io::hash_file(path, algo)?),
+        other => {
+            bail!("{}: hash algorithm {other:?} is not one this audit can compute (sha256, blake3)", path.display())
+        }
     }
 }
 
@@ -140,7 +149,7 @@ impl Finder {
         let mut first_actual = None;
         for p in &existing {
             match self.hash(p, hash.algorithm) {
-                Ok(h) if h == hash.value => return Located::Found((*p).clone()),
+                Ok(h) if h.eq_ignore_ascii_case(hash.value) => return Located::Found((*p).clone()),
                 Ok(h) => {
                     first_actual.get_or_insert(h);
                 }

@@ -31,7 +31,7 @@ pub(super) fn stats_from_trace(name: &str, path: &Path, stats: &Stats, finder: &
     };
     let sha = &stats.meta.source_sha256;
     let fail = |first: String| check(SECTION, &title, false, BTreeMap::new(), Some(first));
-    let hash = RecordedHash { algorithm: None, value: sha };
+    let hash = RecordedHash::parse(sha);
     let trace = match finder.locate(source, path, Some(hash)) {
         Located::Found(p) => p,
         Located::Missing(looked) => {

@@ -56,14 +56,14 @@ pub(super) fn sweep_rederive(
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for (which, input) in [("in_sample", &prov.in_sample), ("out_of_sample", &prov.out_of_sample)] {
-        let hash = RecordedHash { algorithm: None, value: &input.sha256 };
+        let hash = RecordedHash::parse(&input.sha256);
         match finder.locate(&input.source, path, Some(hash)) {
             Located::Found(p) => found.push(p),
             Located::Mismatch { path: p, actual } => problems.push(format!(
-                "{name}: provenance.{which}.{} is {}, but {} has {}: not the trace this sweep ran on",
-                hash.algorithm(),
+                "{name}: provenance.{which}.sha256 is {}, but {} has {} {}: not the trace this sweep ran on",
                 input.sha256,
                 finder.show(&p),
+                hash.algorithm(),
                 actual
             )),
             Located::Missing(looked) => problems.push(format!(
@@ -107,7 +107,7 @@ fn replay_rows(
     // Each verified against its hash in `provenance.files` when the output records one.
     let locate_plain = |what: &str, rec: &str| -> std::result::Result<PathBuf, String> {
         let recorded = prov.files.iter().enumerate().find(|(_, f)| f.source == rec);
-        let hash = recorded.map(|(_, f)| RecordedHash { algorithm: None, value: &f.sha256 });
+        let hash = recorded.map(|(_, f)| RecordedHash::parse(&f.sha256));
         match finder.locate(rec, path, hash) {
             Located::Found(p) => Ok(p),
             Located::Mismatch { path: p, actual } => {

@@ -27,7 +27,7 @@ pub fn run(a: &InspectArgs) -> Result<()> {
         )
     })?;
     let v = f.view();
-    super::require_tokens(&v, &a.trace)?;
+    super::require_tokens(v.shape(), &a.trace)?;
     let s = v.shape();
     let m = v.meta();
     let perm = shuffled_order(s.tokens, SHUFFLE_SEED);

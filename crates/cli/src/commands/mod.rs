@@ -104,12 +104,12 @@ fn refuse_overwrite<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a Path
 }
 
 /// Refuses a trace without tokens: every figure of it would be 0/0.
-fn require_tokens(v: &trace_io::TraceView<'_>, path: &Path) -> Result<()> {
-    if v.shape().tokens == 0 {
+fn require_tokens(shape: trace_io::Shape, path: &Path) -> Result<()> {
+    if shape.tokens == 0 {
         bail!(
             "{} has no tokens ({} x 0 tokens): no figure can be computed from it; import or record a trace with tokens",
             path.display(),
-            layers(v.shape().layers)
+            layers(shape.layers)
         );
     }
     Ok(())

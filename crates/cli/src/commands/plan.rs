@@ -57,7 +57,7 @@ fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
     Ok(match path {
         Some(p) => {
             let map = KeepMap::read_json(p)?;
-            super::replay::check_map_fits(&map, v, p)?;
+            super::replay::check_map_fits(&map, v.meta(), p)?;
             Keep::from_layers(&v.shape(), &map.layers).with_context(|| format!("keep map {}", p.display()))?
         }
         None => Keep::full(&v.shape()),
@@ -117,7 +117,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     }
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
-    super::require_tokens(&v, &a.trace)?;
+    super::require_tokens(v.shape(), &a.trace)?;
     let keep = open_keep(a.keep.as_ref(), &v)?;
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, reset_at_sequence: false };
     let (steps, what) = curve_work(&v, a.policy, a.k_used, a.caps);
@@ -221,8 +221,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
-    super::require_tokens(&cv, &a.in_sample)?;
-    super::require_tokens(&hv, &a.out_of_sample)?;
+    super::require_tokens(cv.shape(), &a.in_sample)?;
+    super::require_tokens(hv.shape(), &a.out_of_sample)?;
     // The profile named, else the one of the trace's model, else the study's reference.
     let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cv.meta().model)).flatten();
     let profile_name = a.profile.as_deref().or(inferred).unwrap_or("reference");

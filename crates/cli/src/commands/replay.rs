@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use cachesim::{Keep, Policy, ReplayConfig, Semantics};
 use clap::Args;
 use saliency::KeepMap;
-use trace_io::{TraceFile, TraceView};
+use trace_io::{TraceFile, TraceMeta};
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -60,10 +60,10 @@ pub struct ReplayArgs {
 
 /// Runs `replay`.
 pub fn run(a: &ReplayArgs) -> Result<()> {
-    let f = TraceFile::open(&a.trace)?;
-    let v = f.view();
-    super::require_tokens(&v, &a.trace)?;
-    let shape = v.shape();
+    // Shapes and offsets now; the content the replay reads once the configuration is known.
+    let f = TraceFile::open_lazy(&a.trace)?;
+    let shape = f.shape();
+    super::require_tokens(shape, &a.trace)?;
     let (map, keep) = match &a.keep {
         Some(p) => {
             let map = read_keep(p).with_context(|| {
@@ -72,7 +72,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
                     p.display()
                 )
             })?;
-            check_map_fits(&map, &v, p)?;
+            check_map_fits(&map, f.meta(), p)?;
             let keep = Keep::from_layers(&shape, &map.layers).with_context(|| format!("keep map {}", p.display()))?;
             (Some(map), keep)
         }
@@ -99,6 +99,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         layer_caps: layer_caps.clone(),
         ..ReplayConfig::new(a.policy, cap)
     };
+    let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
     let working = crate::progress::working("replay");
     let c = cachesim::replay(&v, &keep, &cfg);
     working.finish();
@@ -145,8 +146,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
 }
 
 /// Refuses a keep map made for another model shape.
-pub fn check_map_fits(map: &KeepMap, v: &TraceView<'_>, path: &Path) -> Result<()> {
-    let m = v.meta();
+pub fn check_map_fits(map: &KeepMap, m: &TraceMeta, path: &Path) -> Result<()> {
     if map.num_experts != m.num_experts || map.layer_ids != m.layer_ids {
         bail!(
             "keep map {} is for E = {} and layers {:?}; the trace has E = {} and layers {:?}: build the map from \

@@ -10,7 +10,7 @@ use saliency::{
     Budget, BudgetScale, KeepConfig, KeepMap, Metric, MetricConfig, NonFiniteReap, ReapAggOptions, Retention, Stats,
     retention,
 };
-use trace_io::TraceFile;
+use trace_io::{Reads, TraceFile};
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
@@ -174,10 +174,12 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     let trace = a.trace.as_ref().context("a trace or --reap-agg is required")?;
     let output = a.output.as_ref().context("--output is required: pass -o stats.json")?;
     let working = crate::progress::working("stats: validating, hashing and counting");
-    let f = TraceFile::open(trace)?;
-    super::require_tokens(&f.view(), trace)?;
-    let sha = trace_io::sha256_file(trace)?;
-    let stats = Stats::from_trace(&f.view(), trace.display().to_string(), sha);
+    // Statistics read the first k ids of each row, the gates and the norms: validated alone, while
+    // the provenance digest is computed beside them.
+    let f = TraceFile::open_lazy(trace)?;
+    super::require_tokens(f.shape(), trace)?;
+    let (view, digest) = rayon::join(|| f.view_for(Reads::stats(f.shape().top_k)), || trace_io::trace_digest(trace));
+    let stats = Stats::from_trace(&view?, trace.display().to_string(), digest?);
     working.finish();
     stats.write_json(output)?;
     writeln!(
@@ -315,7 +317,7 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
     let (stats, trace) = match &heldout {
         Heldout::Trace(f) => {
             let view = f.view();
-            super::require_tokens(&view, &a.heldout)?;
+            super::require_tokens(view.shape(), &a.heldout)?;
             (Stats::from_trace(&view, a.heldout.display().to_string(), String::new()), Some(view))
         }
         Heldout::Stats(s) => (s.clone(), None),

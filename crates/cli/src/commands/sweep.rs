@@ -116,8 +116,8 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             (
                 grid,
                 recorded,
-                (calib, trace_io::sha256_hex(DEFAULT_CALIB)),
-                (heldout, trace_io::sha256_hex(DEFAULT_HELDOUT)),
+                (calib, trace_io::bytes_digest(DEFAULT_CALIB)),
+                (heldout, trace_io::bytes_digest(DEFAULT_HELDOUT)),
                 "embedded:data/default-calib.safetensors".to_string(),
                 "embedded:data/default-heldout.safetensors".to_string(),
             )
@@ -136,10 +136,11 @@ pub fn run(a: &SweepArgs) -> Result<()> {
                 grid.traces.out_of_sample = p.clone();
             }
             // Validation and hashing read every byte of both files: all four at once (the
-            // seed-scale calibration trace alone is 3 GB).
+            // seed-scale calibration trace alone is 3 GB), on the rayon pool (BLAKE3 too). The
+            // grid's statistics read gates and norms and its policies scores: everything.
             let open = |p: &Path| -> Result<(TraceFile, String)> {
-                let (file, sha) = rayon::join(|| TraceFile::open(p), || trace_io::sha256_file(p));
-                Ok((file?, sha?))
+                let (file, digest) = rayon::join(|| TraceFile::open(p), || trace_io::trace_digest(p));
+                Ok((file?, digest?))
             };
             let (calib, heldout) = rayon::join(|| open(&grid.traces.in_sample), || open(&grid.traces.out_of_sample));
             let calib = calib.context("the in-sample trace (the grid's traces.in_sample, or --in-sample)")?;

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::ops::ControlFlow;
 
 use super::{DropReason, Dropped, ImportReport, Imported, PROB_FLOOR, RowSink, check_row, for_each_line};
-use crate::{OwnedParts, Phase, Result, TraceData, TraceError, TraceMeta};
+use crate::{Phase, Result, TraceError, TraceMeta};
 
 const FORMAT: &str = "mixtral-jsonl";
 
@@ -211,15 +211,7 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     };
     let sequences = seq_offsets.len();
     let floored = sink.floored;
-    let parts = OwnedParts {
-        ids: sink.ids,
-        scores: Some(sink.scores),
-        gates: Some(sink.gates),
-        out_norms: None,
-        seq_offsets: Some(seq_offsets),
-        step_offsets: None,
-    };
-    let trace = TraceData::new(meta, tokens, k, parts).map_err(|e| e.in_file(path))?;
+    let trace = sink.into_trace(meta, tokens, k, (Some(seq_offsets), None), path)?;
     let report = ImportReport {
         format: FORMAT,
         files: 1,

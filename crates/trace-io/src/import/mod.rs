@@ -214,6 +214,30 @@ impl RowSink {
     }
 }
 
+impl RowSink {
+    /// The trace of the rows pushed (`tokens` rows of `k` per layer, scores and gates, no output
+    /// norms) with its offsets, validated by [`TraceData::new`]; errors name `path`.
+    pub fn into_trace(
+        self,
+        meta: crate::TraceMeta,
+        tokens: usize,
+        k: usize,
+        offsets: (Option<Vec<u64>>, Option<Vec<u64>>),
+        path: &Path,
+    ) -> Result<TraceData, TraceError> {
+        let (seq_offsets, step_offsets) = offsets;
+        let parts = crate::OwnedParts {
+            ids: self.ids,
+            scores: Some(self.scores),
+            gates: Some(self.gates),
+            out_norms: None,
+            seq_offsets,
+            step_offsets,
+        };
+        TraceData::new(meta, tokens, k, parts).map_err(|e| e.in_file(path))
+    }
+}
+
 /// Checks one recorded row (ids and probabilities of one (layer, token)) and converts the ids to
 /// u16. `Err` carries the message for a [`TraceError::Import`].
 pub(crate) fn check_row(ids: &[u32], probs: &[f64], k: usize, num_experts: u32) -> Result<(), String> {

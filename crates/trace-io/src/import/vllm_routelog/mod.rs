@@ -27,7 +27,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::{DropReason, Dropped, ImportReport, Imported, PROB_FLOOR, RowSink};
-use crate::{OwnedParts, Phase, Result, TraceData, TraceError, TraceMeta};
+use crate::{Phase, Result, TraceError, TraceMeta};
 
 mod dummy;
 mod parse;
@@ -381,15 +381,7 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
     let n_steps = step_offsets.len();
     let sequences = seq_offsets.as_ref().map(Vec::len);
     let floored = sink.floored;
-    let parts = OwnedParts {
-        ids: sink.ids,
-        scores: Some(sink.scores),
-        gates: Some(sink.gates),
-        out_norms: None,
-        seq_offsets,
-        step_offsets: Some(step_offsets),
-    };
-    let trace = TraceData::new(meta, tokens, k, parts).map_err(|e| e.in_file(&first.path))?;
+    let trace = sink.into_trace(meta, tokens, k, (seq_offsets, Some(step_offsets)), &first.path)?;
     let report = ImportReport {
         format: FORMAT,
         files: layers,

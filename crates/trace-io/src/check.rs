@@ -1,0 +1,334 @@
+//! Content validation (SEMANTICS.md §1): what a command reads ([`Reads`]), checked before it
+//! reads it.
+//!
+//! The fast path checks whole rows without a branch per element: ids by a vectorized maximum
+//! (range) and a stamp array (repeats), scores, gates and norms by vectorized comparisons
+//! reduced to one flag per block of rows. Blocks run in parallel on the rayon pool; the first
+//! failing block (in the order of the old sequential scan: tensor by tensor, in storage order)
+//! is scanned a second time, element by element, only to name the first violation, so the
+//! error is the one a plain scan finds, whatever the thread count.
+
+use rayon::prelude::*;
+use wide::f32x8;
+
+use crate::error::ValueProblem;
+use crate::view::{Shape, TraceParts};
+use crate::{Result, TraceError};
+
+/// The content of a trace a computation reads, and so what must be validated before it runs
+/// (SEMANTICS.md §1).
+///
+/// `ids` is the number of leading ranks read per row (clamped to m where compared): those ids
+/// must be `< E` and distinct within that prefix. `scores`, `gates` and `out_norms` say whether
+/// that tensor is read (when the trace has it). Combine with [`Reads::union`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reads {
+    /// Leading ranks of each row of `ids` read (`usize::MAX`: every candidate).
+    pub ids: usize,
+    /// Every score of every row (finite, non-increasing along the row).
+    pub scores: bool,
+    /// Every gate (finite, >= 0).
+    pub gates: bool,
+    /// Every output norm (finite, >= 0).
+    pub out_norms: bool,
+}
+
+impl Reads {
+    /// Nothing of the content (shapes and offsets are checked on open).
+    pub const NOTHING: Reads = Reads { ids: 0, scores: false, gates: false, out_norms: false };
+    /// Every tensor, every value: what `inspect`, the audit and the importers check.
+    pub const EVERYTHING: Reads = Reads { ids: usize::MAX, scores: true, gates: true, out_norms: true };
+
+    /// The first `ranks` ids of every row, nothing else.
+    pub fn ids(ranks: usize) -> Reads {
+        Reads { ids: ranks, ..Reads::NOTHING }
+    }
+
+    /// Every candidate id and every score (cache-aware routing, `inv_router`).
+    pub fn ids_and_scores() -> Reads {
+        Reads { ids: usize::MAX, scores: true, ..Reads::NOTHING }
+    }
+
+    /// What the saliency statistics read: the first k ids, the gates and the norms.
+    pub fn stats(top_k: usize) -> Reads {
+        Reads { ids: top_k, gates: true, out_norms: true, ..Reads::NOTHING }
+    }
+
+    /// What either reads.
+    pub fn union(self, other: Reads) -> Reads {
+        Reads {
+            ids: self.ids.max(other.ids),
+            scores: self.scores | other.scores,
+            gates: self.gates | other.gates,
+            out_norms: self.out_norms | other.out_norms,
+        }
+    }
+
+    /// `self` clamped to what a trace of shape `s` with these tensors holds: ids to m, the flag
+    /// of an absent tensor to `false` (nothing there to read or check).
+    pub(crate) fn clamp(self, s: &Shape, parts: &TraceParts<'_>) -> Reads {
+        Reads {
+            ids: self.ids.min(s.candidates),
+            scores: self.scores & parts.scores.is_some(),
+            gates: self.gates & parts.gates.is_some(),
+            out_norms: self.out_norms & parts.out_norms.is_some(),
+        }
+    }
+
+    /// Whether validating `self` also validated `need` (both clamped to the same trace).
+    pub(crate) fn covers(self, need: Reads) -> bool {
+        self.ids >= need.ids
+            && (self.scores | !need.scores)
+            && (self.gates | !need.gates)
+            && (self.out_norms | !need.out_norms)
+    }
+}
+
+impl std::fmt::Display for Reads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        match self.ids {
+            0 => {}
+            usize::MAX => parts.push("every id".to_string()),
+            r => parts.push(format!("ids up to rank {r}")),
+        }
+        for (on, name) in [(self.scores, "scores"), (self.gates, "gates"), (self.out_norms, "out_norms")] {
+            if on {
+                parts.push(name.to_string());
+            }
+        }
+        if parts.is_empty() { f.write_str("nothing") } else { f.write_str(&parts.join(", ")) }
+    }
+}
+
+/// Rows per block of the parallel scan (a block of ids of m = 64 is 128 KiB).
+const BLOCK_ROWS: usize = 1024;
+
+/// Validates the content `need` asks for and `done` (both clamped) did not cover, in the order of
+/// a plain scan: ids, scores, gates, norms.
+///
+/// # Errors
+/// [`TraceError::Value`] for the first violation, as [`crate::TraceView::new`] documents.
+pub(crate) fn check_content(
+    shape: &Shape,
+    layer_ids: &[u32],
+    parts: &TraceParts<'_>,
+    need: Reads,
+    done: Reads,
+) -> Result<()> {
+    let Shape { tokens, candidates: m, top_k: k, num_experts, .. } = *shape;
+    let namer = Namer { tokens, layer_ids };
+    if need.ids > done.ids && m > 0 {
+        check_ids(parts.ids, m, need.ids, num_experts, &namer)?;
+    }
+    if let Some(scores) = parts.scores.filter(|_| need.scores && !done.scores && m > 0) {
+        check_blocks(scores, m, |b| scores_ok(b, m), |b, first| name_scores(b, m, first, &namer))?;
+    }
+    for (tensor, data, want) in [
+        ("gates", parts.gates, need.gates && !done.gates),
+        ("out_norms", parts.out_norms, need.out_norms && !done.out_norms),
+    ] {
+        let Some(data) = data.filter(|_| want && k > 0) else { continue };
+        check_blocks(data, k, nonneg_ok, |b, first| name_nonneg(tensor, b, k, first, &namer))?;
+    }
+    Ok(())
+}
+
+/// Builds the [`TraceError::Value`] of a position.
+struct Namer<'a> {
+    tokens: usize,
+    layer_ids: &'a [u32],
+}
+
+impl Namer<'_> {
+    fn err(&self, tensor: &'static str, row: usize, slot: usize, problem: ValueProblem) -> TraceError {
+        let t = self.tokens.max(1);
+        TraceError::Value { tensor, layer: row / t, layer_id: self.layer_ids[row / t], token: row % t, slot, problem }
+    }
+}
+
+/// Runs `ok` over blocks of [`BLOCK_ROWS`] rows of `width` values in parallel; names the first
+/// failing block's first violation with `name(block, first_row)`.
+fn check_blocks<T: Sync>(
+    data: &[T],
+    width: usize,
+    ok: impl Fn(&[T]) -> bool + Sync,
+    name: impl Fn(&[T], usize) -> TraceError,
+) -> Result<()> {
+    let len = BLOCK_ROWS * width;
+    match data.par_chunks(len).position_first(|b| !ok(b)) {
+        None => Ok(()),
+        Some(i) => Err(name(&data[i * len..((i + 1) * len).min(data.len())], i * BLOCK_ROWS)),
+    }
+}
+
+/// The ids of every row, up to rank `ranks`: each `< E`, none repeated within the prefix.
+fn check_ids(ids: &[u16], m: usize, ranks: usize, num_experts: usize, namer: &Namer<'_>) -> Result<()> {
+    let r = ranks.min(m);
+    let len = BLOCK_ROWS * m;
+    let first =
+        ids.par_chunks(len).map_init(Seen::new, |seen, b| ids_ok(b, m, r, num_experts, seen)).position_first(|ok| !ok);
+    let Some(i) = first else { return Ok(()) };
+    let block = &ids[i * len..((i + 1) * len).min(ids.len())];
+    Err(name_ids(block, m, r, num_experts, i * BLOCK_ROWS, namer))
+}
+
+/// Per-thread stamps of the ids seen in the current row: `at[id] == stamp`.
+struct Seen {
+    at: Box<[u32; 1 << 16]>,
+    stamp: u32,
+}
+
+impl Seen {
+    fn new() -> Seen {
+        Seen { at: vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("length 2^16"), stamp: 0 }
+    }
+
+    /// A stamp for a new row (never one already stored).
+    fn next(&mut self) -> u32 {
+        if self.stamp == u32::MAX {
+            self.at.fill(0);
+            self.stamp = 0;
+        }
+        self.stamp += 1;
+        self.stamp
+    }
+}
+
+/// Whether every row of `block` has its first `r` ids below `num_experts` and distinct. No branch
+/// per id: a vectorized maximum, and the stamps written and compared in one pass.
+fn ids_ok(block: &[u16], m: usize, r: usize, num_experts: usize, seen: &mut Seen) -> bool {
+    let mut bad = false;
+    for row in block.chunks_exact(m) {
+        let prefix = &row[..r];
+        let max = prefix.iter().fold(0u16, |a, &b| a.max(b));
+        let stamp = seen.next();
+        let mut repeated = false;
+        for &id in prefix {
+            let slot = &mut seen.at[usize::from(id)];
+            repeated |= *slot == stamp;
+            *slot = stamp;
+        }
+        bad |= (usize::from(max) >= num_experts) | repeated;
+    }
+    !bad
+}
+
+/// The first violation of a block that [`ids_ok`] refused (plain scan).
+fn name_ids(block: &[u16], m: usize, r: usize, num_experts: usize, first_row: usize, namer: &Namer<'_>) -> TraceError {
+    let mut seen = vec![usize::MAX; num_experts];
+    for (j, row) in block.chunks_exact(m).enumerate() {
+        for (slot, &id) in row[..r].iter().enumerate() {
+            let e = usize::from(id);
+            if e >= num_experts {
+                let problem = ValueProblem::IdOutOfRange { id, num_experts: num_experts as u32 };
+                return namer.err("ids", first_row + j, slot, problem);
+            }
+            if seen[e] == j {
+                return namer.err("ids", first_row + j, slot, ValueProblem::RepeatedId { id });
+            }
+            seen[e] = j;
+        }
+    }
+    unreachable_block("ids")
+}
+
+/// Whether every score of `block` is finite and no score exceeds the one before it in its row.
+fn scores_ok(block: &[f32], m: usize) -> bool {
+    // NaN differs from itself and fails `<`; ±inf equals the bound.
+    let inf = f32x8::splat(f32::INFINITY);
+    let mut bad = any_lanes(block, |v| v.abs().simd_ge(inf) | v.simd_ne(v), |v| !v.is_finite());
+    for row in block.chunks_exact(m) {
+        bad |= any_pairs(&row[..m - 1], &row[1..], |a, b| b.simd_gt(a), |a, b| b > a);
+    }
+    !bad
+}
+
+/// Eight values as a vector (`c` has eight).
+#[inline(always)]
+fn lanes(c: &[f32]) -> f32x8 {
+    f32x8::from(<[f32; 8]>::try_from(c).unwrap_or_default())
+}
+
+/// Whether `bad` (a lane mask; `one` for a single value) holds for any value of `data`, with
+/// vector compares and ors, without a branch per value.
+#[inline(always)]
+fn any_lanes(data: &[f32], bad: impl Fn(f32x8) -> f32x8, one: impl Fn(f32) -> bool) -> bool {
+    let chunks = data.chunks_exact(8);
+    let tail = chunks.remainder().iter().any(|&v| one(v));
+    let acc = chunks.fold(f32x8::splat(0.0), |acc, c| acc | bad(lanes(c)));
+    tail | (acc.to_bitmask() != 0)
+}
+
+/// Whether `bad(a[i], b[i])` (a lane mask; `one` for a single pair) holds for any i (`a` and `b`
+/// of one length), with vector compares and ors.
+#[inline(always)]
+fn any_pairs(a: &[f32], b: &[f32], bad: impl Fn(f32x8, f32x8) -> f32x8, one: impl Fn(f32, f32) -> bool) -> bool {
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = ca.remainder().iter().zip(cb.remainder()).any(|(&x, &y)| one(x, y));
+    let acc = ca.zip(cb).fold(f32x8::splat(0.0), |acc, (x, y)| acc | bad(lanes(x), lanes(y)));
+    tail | (acc.to_bitmask() != 0)
+}
+
+/// The first violation of a block of scores that [`scores_ok`] refused (plain scan).
+fn name_scores(block: &[f32], m: usize, first_row: usize, namer: &Namer<'_>) -> TraceError {
+    for (j, row) in block.chunks_exact(m).enumerate() {
+        let mut prev = f32::INFINITY;
+        for (slot, &v) in row.iter().enumerate() {
+            if !v.is_finite() {
+                return namer.err("scores", first_row + j, slot, ValueProblem::NotFinite { value: v });
+            }
+            if v > prev {
+                return namer.err("scores", first_row + j, slot, ValueProblem::Increasing { previous: prev, value: v });
+            }
+            prev = v;
+        }
+    }
+    unreachable_block("scores")
+}
+
+/// Whether every value of `block` is finite and >= 0 (-0 included).
+fn nonneg_ok(block: &[f32]) -> bool {
+    let (zero, inf) = (f32x8::splat(0.0), f32x8::splat(f32::INFINITY));
+    // NaN differs from itself and fails both comparisons.
+    !any_lanes(block, |v| v.simd_lt(zero) | v.simd_ge(inf) | v.simd_ne(v), |v| !v.is_finite() | (v < 0.0))
+}
+
+/// The first violation of a block of gates or norms that [`nonneg_ok`] refused (plain scan).
+fn name_nonneg(tensor: &'static str, block: &[f32], k: usize, first_row: usize, namer: &Namer<'_>) -> TraceError {
+    for (pos, &v) in block.iter().enumerate() {
+        let (row, slot) = (first_row + pos / k, pos % k);
+        if !v.is_finite() {
+            return namer.err(tensor, row, slot, ValueProblem::NotFinite { value: v });
+        }
+        if v < 0.0 {
+            return namer.err(tensor, row, slot, ValueProblem::Negative { value: v });
+        }
+    }
+    unreachable_block(tensor)
+}
+
+/// The fast check refused a block the plain scan accepts: the two disagree, a bug of this file.
+fn unreachable_block(tensor: &'static str) -> TraceError {
+    TraceError::Container(format!("internal error: the fast and the plain check of `{tensor}` disagree"))
+}
+
+/// Checks `seq_offsets` or `step_offsets`: start at 0, strictly increasing, below the token count.
+///
+/// # Errors
+/// [`TraceError::Offsets`] for the first bad entry.
+pub(crate) fn check_offsets(tensor: &'static str, offs: &[u64], tokens: usize) -> Result<()> {
+    for (i, &v) in offs.iter().enumerate() {
+        let reason = if i == 0 && v != 0 {
+            "the first offset must be 0"
+        } else if i > 0 && v <= offs[i - 1] {
+            "offsets must be strictly increasing"
+        } else if v >= tokens as u64 {
+            "offset is not below the token count"
+        } else {
+            continue;
+        };
+        return Err(TraceError::Offsets { tensor, index: i, value: v, reason });
+    }
+    Ok(())
+}

@@ -280,8 +280,28 @@ pub struct Fetched {
     pub downloaded: usize,
 }
 
-/// Fetches every file into `dir` from `base`, verifying hashes; `log` gets one line per file.
+/// Fetches every file into `dir` from `base`, verifying hashes; `log` gets one line per file. On
+/// failure (offline, say) the directories this call created and left empty are removed again, so
+/// a failed first fetch leaves no empty data directory that would look like a download.
 pub fn fetch(dir: &Path, base: &str, log: &mut dyn FnMut(&str)) -> std::result::Result<Fetched, FetchError> {
+    let mut created = Vec::new();
+    let result = fetch_into(dir, base, log, &mut created);
+    if result.is_err() {
+        // Deepest first; `remove_dir` refuses a directory that is not empty.
+        for d in created.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    result
+}
+
+/// [`fetch`], recording in `created` every directory it creates (parents before children).
+fn fetch_into(
+    dir: &Path,
+    base: &str,
+    log: &mut dyn FnMut(&str),
+    created: &mut Vec<PathBuf>,
+) -> std::result::Result<Fetched, FetchError> {
     let mut done = Fetched::default();
     for f in files(base) {
         let dest = dir.join(&f.local);
@@ -290,6 +310,12 @@ pub fn fetch(dir: &Path, base: &str, log: &mut dyn FnMut(&str)) -> std::result::
             continue;
         }
         let parent = dest.parent().expect("a file under dir");
+        let missing: Vec<PathBuf> = parent
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        created.extend(missing.into_iter().rev());
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))
             .map_err(FetchError::Other)?;
@@ -462,11 +488,13 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let err = fetch(dir.path(), "http://127.0.0.1:9", &mut |_| {}).unwrap_err();
+        let data = dir.path().join("real");
+        let err = fetch(&data, "http://127.0.0.1:9", &mut |_| {}).unwrap_err();
         // curl's message is kept for the error (not printed over the test output).
         assert!(matches!(&err, FetchError::Offline { code: 7, message, .. } if message.contains("(7)")), "{err:?}");
-        let leftovers: Vec<_> = walk(dir.path()).into_iter().filter(|p| p.is_file()).collect();
-        assert!(leftovers.is_empty(), "{leftovers:?}");
+        // No partial file, and no empty directory that would pass for the data.
+        assert!(!data.exists(), "{:?}", walk(dir.path()));
+        assert!(dir.path().exists());
     }
 
     /// With every file already present (the shared real data), nothing is downloaded: every hash

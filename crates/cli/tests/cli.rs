@@ -122,6 +122,13 @@ fn default_sweep_writes_sorted_results() {
     let out = dir.path().join("sweep");
     let stdout = ok(&["sweep", "-o", s(&out), "--threads", "1"]);
     assert!(stdout.contains("| full | 8 |"), "{stdout}");
+    // The newcomer's path: which data, the conclusion, the next commands.
+    assert!(stdout.starts_with("Data: the embedded synthetic default"), "{stdout}");
+    assert!(
+        stdout.contains("In short: choosing on the in-sample trace, the fewest misses out of sample are "),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("Next: `moe-offload report {} -o report.html`", out.display())), "{stdout}");
     let one = std::fs::read(out.join("results.json")).unwrap();
     let out2 = dir.path().join("sweep2");
     ok(&["sweep", "-o", s(&out2), "--threads", "2"]);

@@ -79,6 +79,29 @@ fn mrc_and_a_verified_plan() {
     // The plan records what it was made with, and its chosen keep map.
     assert_eq!((p["k_used"].as_u64(), p["warmup"].as_u64()), (Some(3), Some(64)));
     assert_eq!(p["chosen"]["keep_map"]["layers"].as_array().unwrap().len(), 4);
+    assert_eq!(p["kind"], "moe-offload-plan");
+    // llama.cpp flags from the plan: one hot count per model layer, `-ot` for the layers whose
+    // cache holds every kept expert.
+    let flags = ok(&["export", "llama-cpp", s(&plan), "-o", "-"]);
+    let lines: Vec<&str> = flags.lines().collect();
+    let ids: Vec<usize> = serde_json::from_value(p["chosen"]["keep_map"]["layer_ids"].clone()).unwrap();
+    let hot: Vec<u64> =
+        lines[0].strip_prefix("--moe-hot-count ").unwrap().split(',').map(|n| n.parse().unwrap()).collect();
+    assert_eq!(hot.len(), ids.iter().max().unwrap() + 1);
+    for (l, &id) in ids.iter().enumerate() {
+        assert_eq!(hot[id], caps[l]);
+    }
+    let whole: Vec<String> = ids
+        .iter()
+        .zip(&caps)
+        .zip(p["chosen"]["keep_map"]["layers"].as_array().unwrap())
+        .filter(|((_, c), kept)| **c as usize >= kept.as_array().unwrap().len())
+        .map(|((id, _), _)| id.to_string())
+        .collect();
+    assert_eq!(lines.len(), if whole.is_empty() { 1 } else { 2 }, "{flags}");
+    if !whole.is_empty() {
+        assert_eq!(lines[1], format!("-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.=CUDA0\"", whole.join("|")));
+    }
     // The plan replays through `replay --keep plan.json --layer-caps plan.json` to the figure it
     // printed (with or without a --cap, which the caps override).
     let replay = |extra: &[&str]| -> serde_json::Value {

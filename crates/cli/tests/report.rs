@@ -125,7 +125,7 @@ fn report_errors_say_how_to_fix() {
 }
 
 #[test]
-fn export_keep_in_every_format() {
+fn exports_read_as_their_consumers_read_them() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.safetensors");
     synth(&trace, [2, 8, 2, 4, 300], &[]);
@@ -134,42 +134,67 @@ fn export_keep_in_every_format() {
     let keep = dir.path().join("keep.json");
     ok(&["keep", s(&stats), "--metric", "frequency", "--k", "5", "-o", s(&keep)]);
     let map: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&keep).unwrap()).unwrap();
+    let kept = |i: usize| -> Vec<u64> { serde_json::from_value(map["layers"][i].clone()).unwrap() };
 
-    let reap = dir.path().join("reap.json");
-    ok(&["export", "keep", s(&keep), "--format", "reap", "-o", s(&reap)]);
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&reap).unwrap()).unwrap();
-    let obj = v.as_object().unwrap();
-    assert_eq!(obj.len(), 2);
-    for (i, id) in map["layer_ids"].as_array().unwrap().iter().enumerate() {
-        assert_eq!(obj[&id.to_string()], map["layers"][i]);
+    // vLLM-Ascend: one `{"<layer>": [all experts, best first]}` per line; ratio 3/8 keeps 5.
+    let jsonl = dir.path().join("experts.jsonl");
+    ok(&["export", "vllm-ascend", s(&stats), "--metric", "frequency", "-o", s(&jsonl)]);
+    let text = std::fs::read_to_string(&jsonl).unwrap();
+    assert_eq!(text.lines().count(), 2);
+    for (i, line) in text.lines().enumerate() {
+        let v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).unwrap();
+        let list: Vec<u64> = serde_json::from_value(v[&map["layer_ids"][i].to_string()].clone()).unwrap();
+        assert_eq!(list.len(), 8);
+        let mut first: Vec<u64> = list[..5].to_vec();
+        first.sort_unstable();
+        assert_eq!(first, kept(i));
+    }
+    // `-o -` writes the same bytes to stdout, the status line to stderr.
+    assert_eq!(ok(&["export", "vllm-ascend", s(&stats), "--metric", "frequency", "-o", "-"]), text);
+    assert!(!dir.path().join("-").exists());
+
+    // gguf_prune.py: int(layer) -> {"importance_score": [...]} (this trace has no norms: no reap)
+    let gguf = dir.path().join("expert_stats.json");
+    ok(&["export", "gguf-prune", s(&stats), "-o", s(&gguf)]);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&gguf).unwrap()).unwrap();
+    for id in map["layer_ids"].as_array().unwrap() {
+        let scores = v[id.to_string()]["importance_score"].as_array().unwrap();
+        assert_eq!(scores.len(), 8);
+        assert!(scores.iter().all(serde_json::Value::is_f64), "numbers, never null");
+        assert_eq!(v[id.to_string()]["frequency"].as_array().unwrap().len(), 8);
     }
 
-    let json = dir.path().join("lists.json");
-    ok(&["export", "keep", s(&keep), "--format", "json", "-o", s(&json)]);
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(v["format"], "moe-offload-keep-lists");
-    for l in v["layers"].as_array().unwrap() {
-        let (kept, pruned) = (l["kept"].as_array().unwrap(), l["pruned"].as_array().unwrap());
-        assert_eq!((kept.len(), pruned.len()), (5, 3));
+    // keep set: k, layers with their keep lists
+    let set = dir.path().join("keep-set.json");
+    ok(&["export", "keep-set", s(&keep), "-o", s(&set)]);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&set).unwrap()).unwrap();
+    assert_eq!(v["k"], 5);
+    for (i, l) in v["layers"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(l["layer"], map["layer_ids"][i]);
+        assert_eq!(l["keep"], map["layers"][i]);
     }
+    assert!(v["moe_offload_version"].as_str().unwrap().contains("(commit "));
 
-    let txt = dir.path().join("keep.txt");
-    ok(&["export", "keep", s(&keep), "--format", "llama-cpp", "-o", s(&txt)]);
-    let text = std::fs::read_to_string(&txt).unwrap();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(lines.len(), 2);
-    for (i, line) in lines.iter().enumerate() {
-        let f: Vec<&str> = line.split('\t').collect();
-        assert_eq!(f[0], format!("blk.{}", map["layer_ids"][i]));
-        assert_eq!(f[1], "5");
-        let kept: Vec<u64> = f[2].split(',').map(|x| x.parse().unwrap()).collect();
-        let want: Vec<u64> = map["layers"][i].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
-        assert_eq!(kept, want);
-        assert_eq!(f[3].split(',').count(), 3);
-    }
-
-    let err = fails(&["export", "keep", s(&stats), "--format", "reap", "-o", s(&reap)]);
+    let err = fails(&["export", "keep-set", s(&stats), "-o", s(&set)]);
     assert!(err.contains("stats.json"), "{err}");
+    let err = fails(&["export", "llama-cpp", s(&keep), "-o", s(&dir.path().join("f.txt"))]);
+    assert!(err.contains("not a plan"), "{err}");
+}
+
+#[test]
+fn version_names_the_commit_and_completions_are_scripts() {
+    let v = ok(&["--version"]);
+    assert!(v.starts_with("moe-offload ") && v.contains(" (commit "), "{v}");
+    let bash = ok(&["completions", "bash"]);
+    assert!(
+        bash.contains("_moe__offload()") && bash.contains("complete -F _moe__offload") && bash.contains("vllm-ascend"),
+        "{}",
+        &bash[..200.min(bash.len())]
+    );
+    let zsh = ok(&["completions", "zsh"]);
+    assert!(zsh.starts_with("#compdef moe-offload"), "{}", &zsh[..100.min(zsh.len())]);
+    let err = fails(&["completions", "tcsh"]);
+    assert!(err.contains("invalid value 'tcsh'"), "{err}");
 }
 
 /// The Chromium binary on PATH, if any.

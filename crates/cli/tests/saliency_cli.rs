@@ -128,7 +128,7 @@ fn refusals_leave_no_output() {
     assert_eq!(std::fs::read(&trace).unwrap(), before);
     let err = fails(&["keep", s(&m), "--metric", "frequency", "--k", "4", "-o", s(&m)]);
     assert!(err.contains("is an input of this command"), "{err}");
-    let err = fails(&["export", "keep", s(&m), "--format", "reap", "-o", s(&m)]);
+    let err = fails(&["export", "keep-set", s(&m), "-o", s(&m)]);
     assert!(err.contains("is an input of this command"), "{err}");
     // the wrong kind of file is named: statistics as a trace, a keep map as statistics
     let err = fails(&["stats", s(&calib), "-o", s(&dir.path().join("x.json"))]);

@@ -24,7 +24,8 @@ mod summary;
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
 pub use output::{
-    BestOf, InputRef, KeepRef, Provenance, Shard, SweepOutput, best_per_variant, keep_map_sha256, write_atomic,
+    BestOf, InputRef, KeepRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, keep_map_sha256,
+    write_atomic,
 };
 pub use run::{Cost, Estimate, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config, variant_keep_map};
 pub use summary::{Column, SUMMARY_COLUMNS, SUMMARY_INTRO, SummaryTable};

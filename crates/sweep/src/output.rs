@@ -117,6 +117,18 @@ pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
         .collect()
 }
 
+/// The `kind` tag of `results.json` (its first field), so that a reader (pandas, a script) can tell
+/// the file from the other JSON outputs. Ignored when reading.
+pub const RESULTS_KIND: &str = "moe-offload-sweep-results";
+
+/// `results.json`: the output with its `kind` tag first.
+#[derive(serde::Serialize)]
+struct Tagged<'a> {
+    kind: &'static str,
+    #[serde(flatten)]
+    out: &'a SweepOutput,
+}
+
 impl SweepOutput {
     /// Reads a `results.json` written by [`SweepOutput::write`].
     ///
@@ -175,11 +187,12 @@ impl SweepOutput {
         format!("{}\n\n{}", crate::SUMMARY_INTRO, crate::SummaryTable::of(self).markdown())
     }
 
-    /// The files of a sweep output: `results.json`, `results.csv`, `summary.md`.
-    pub const FILES: [&'static str; 3] = ["results.json", "results.csv", "summary.md"];
+    /// The files of a sweep output: `results.json`, `results.csv`, `results-costs.csv` (the cost
+    /// columns in long form), `summary.md`.
+    pub const FILES: [&'static str; 4] = ["results.json", "results.csv", "results-costs.csv", "summary.md"];
 
-    /// Writes `results.json`, `results.csv` and `summary.md` into `dir` (created if missing) as
-    /// one output set ([`trace_io::OutputSet`]): `dir` ends up with all three of this run or
+    /// Writes the [`FILES`](Self::FILES) into `dir` (created if missing) as one output set
+    /// ([`trace_io::OutputSet`]): `dir` ends up with all four of this run or
     /// keeps its previous contents, never a mix.
     ///
     /// # Errors
@@ -197,10 +210,11 @@ impl SweepOutput {
     pub fn write_set(&self, mut set: trace_io::OutputSet) -> Result<()> {
         let dir = set.target().to_path_buf();
         let io = |source| SweepError::Io { path: dir.clone(), source };
-        let json = serde_json::to_vec_pretty(self).expect("rows serialize");
-        let [results, csv, summary] = Self::FILES;
+        let json = serde_json::to_vec_pretty(&Tagged { kind: RESULTS_KIND, out: self }).expect("rows serialize");
+        let [results, csv, costs, summary] = Self::FILES;
         set.write(results, |w| w.write_all(&json)).map_err(io)?;
         set.write(csv, |w| w.write_all(&self.csv())).map_err(io)?;
+        set.write(costs, |w| w.write_all(&self.costs_csv())).map_err(io)?;
         set.write(summary, |w| w.write_all(self.summary_markdown().as_bytes())).map_err(io)?;
         set.commit().map_err(io)
     }
@@ -275,6 +289,52 @@ impl SweepOutput {
                 rec.push(cost.tok_s.to_string());
             }
             w.write_record(&rec).expect("writing to a Vec cannot fail");
+        }
+        w.into_inner().expect("flushing a Vec cannot fail")
+    }
+
+    /// The costs in long (tidy) form: one line per (row, profile, bandwidth) with the row's key
+    /// fields and misses per token, then `profile`, `bandwidth_gbps`, `ssd_mb_per_token`, `tok_s`
+    /// (the same figures as the `@` columns of [`SweepOutput::csv`]).
+    pub fn costs_csv(&self) -> Vec<u8> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let header = [
+            "key",
+            "sample",
+            "variant",
+            "policy",
+            "lambda",
+            "j",
+            "cap",
+            "layer_caps",
+            "k_used",
+            "misses_per_token",
+            "profile",
+            "bandwidth_gbps",
+            "ssd_mb_per_token",
+            "tok_s",
+        ];
+        w.write_record(header).expect("writing to a Vec cannot fail");
+        for r in &self.rows {
+            for cost in &r.cost {
+                w.write_record([
+                    r.key.clone(),
+                    r.sample.as_str().to_string(),
+                    r.config.variant.clone(),
+                    r.config.policy.to_string(),
+                    r.config.lambda.to_string(),
+                    r.config.j.to_string(),
+                    r.config.cap.to_string(),
+                    r.config.layer_caps.as_ref().map_or_else(String::new, |c| c.name.clone()),
+                    r.config.k_used.to_string(),
+                    r.misses_per_token.to_string(),
+                    cost.profile.clone(),
+                    cost.bandwidth_gbps.to_string(),
+                    cost.ssd_mb_per_token.to_string(),
+                    cost.tok_s.to_string(),
+                ])
+                .expect("writing to a Vec cannot fail");
+            }
         }
         w.into_inner().expect("flushing a Vec cannot fail")
     }

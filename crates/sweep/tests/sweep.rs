@@ -368,6 +368,18 @@ fn per_layer_caps_from_files_replay_each_layer_at_its_cap() {
     }
     let out = sweep::SweepOutput { provenance: provenance(&g), shard: None, rows };
     assert!(out.summary_markdown().contains("| full | caps:uneven |"));
+    // The tidy cost CSV: one line per (row, profile, bandwidth) with the wide CSV's `tok_s@` figure.
+    let (long, wide) = (String::from_utf8(out.costs_csv()).unwrap(), String::from_utf8(out.csv()).unwrap());
+    let split = |l: &str| l.split(',').map(str::to_string).collect::<Vec<_>>();
+    let head = split(wide.lines().next().unwrap());
+    assert_eq!(long.lines().count(), 1 + out.rows.iter().map(|r| r.cost.len()).sum::<usize>());
+    assert!(out.rows.iter().all(|r| !r.cost.is_empty()));
+    for line in long.lines().skip(1).map(split) {
+        let w = wide.lines().map(split).find(|w| w[0] == line[0] && w[1] == line[1]).unwrap();
+        let col = head.iter().position(|h| *h == format!("tok_s@{}@{}", line[10], line[11])).unwrap();
+        assert_eq!(w[col], line[13], "{line:?}");
+        assert_eq!(w[17], line[9], "misses_per_token");
+    }
     // A file with the wrong number of layers is refused before any work, naming the key.
     let bad = Grid::from_json(&text.replace("plan.json", "short.json"), dir.path()).unwrap();
     let e = prepare(&bad, &input(&a, "a"), &input(&b, "b")).unwrap_err();

@@ -11,7 +11,7 @@ DIR=${1:-/tmp}
 T="$DIR/moe-offload-large-trace.safetensors"
 trap 'rm -f "$T"' EXIT
 cargo build --release -p cli
-B=target/release/moe-offload
+B=${CARGO_TARGET_DIR:-target}/release/moe-offload
 
 peaks() {
   local pid=$1 ra=0 rf=0 rss=0 st a f r

@@ -121,6 +121,7 @@ pub fn run(a: &InspectArgs) -> Result<()> {
             format!("{:.3}", u.shuffled_reuse),
         ]);
     }
+    super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     Ok(())
 }

@@ -11,10 +11,70 @@ mod saliency;
 mod sweep;
 mod synth;
 
+use std::io::Write as _;
 use std::path::Path;
 
-use anyhow::{Result, bail};
-use clap::{Parser, Subcommand};
+use anyhow::{Context, Result, bail};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// The tool's version with the git commit it was built from (`build.rs`; "unknown" outside a
+/// git checkout), e.g. `0.1.0 (commit 1a2b3c4d5e6f)`. Shown by `--version` and recorded in the
+/// provenance of every output that has one.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MOE_OFFLOAD_GIT_COMMIT"), ")");
+
+/// [`VERSION`] as an owned string, for provenance fields.
+fn version() -> String {
+    VERSION.to_string()
+}
+
+/// Whether an output path means standard output (`-o -`).
+fn is_stdout(output: &Path) -> bool {
+    output.as_os_str() == "-"
+}
+
+/// Writes `bytes` to `output`: to standard output for `-`, else atomically (temporary file and
+/// rename, so a failure leaves no partial file).
+fn write_output(output: &Path, bytes: &[u8]) -> Result<()> {
+    if is_stdout(output) {
+        let mut out = std::io::stdout().lock();
+        out.write_all(bytes)?;
+        return Ok(out.flush()?);
+    }
+    trace_io::write_atomic(output, |w| w.write_all(bytes)).with_context(|| format!("writing {}", output.display()))
+}
+
+/// Where a command's human-readable text goes: standard output, or standard error when the data
+/// itself goes to standard output (`-o -`).
+fn human(output: &Path) -> Box<dyn std::io::Write> {
+    if is_stdout(output) { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) }
+}
+
+/// Right-aligns every column of `t` whose cells are all numbers (`12`, `0.4375`, `-3.1`, `+0.02`,
+/// `12.5%`, or empty), so that digits line up as in any numeric table.
+fn align_numbers(t: &mut comfy_table::Table) {
+    let numeric = |c: &str| {
+        let c = c.trim().trim_end_matches('%');
+        c.is_empty() || c == "-" || c.trim_start_matches('+').parse::<f64>().is_ok()
+    };
+    let columns = t.column_count();
+    for i in 0..columns {
+        let all = t.row_iter().all(|r| r.cell_iter().nth(i).is_none_or(|c| numeric(&c.content())));
+        if let Some(col) = t.column_mut(i).filter(|_| all) {
+            col.set_cell_alignment(comfy_table::CellAlignment::Right);
+        }
+    }
+}
+
+/// An output path as status lines name it: `stdout` for `-`.
+fn shown(output: &Path) -> String {
+    if is_stdout(output) { "stdout".into() } else { output.display().to_string() }
+}
+
+/// A status line: to standard error, so that standard output carries only data (`-o -`, `--json`).
+fn status(line: std::fmt::Arguments<'_>) {
+    // Not `eprintln!`: it panics when standard error is closed.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
 
 /// `n` layers in words: "1 layer", "26 layers".
 fn layers(n: usize) -> String {
@@ -58,7 +118,7 @@ fn require_tokens(shape: trace_io::Shape, path: &Path) -> Result<()> {
 
 /// Plan expert pruning and caching for offloaded Mixture-of-Experts inference from routing traces.
 #[derive(Debug, Parser)]
-#[command(name = "moe-offload", version, about, long_about = None)]
+#[command(name = "moe-offload", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -110,9 +170,20 @@ enum Command {
         after_help = "Examples:\n  moe-offload sweep -o out/ && moe-offload report out/ -o report.html\n  moe-offload retention maps/*.json --heldout heldout.safetensors --json > out/retention.json && moe-offload report out/"
     )]
     Report(report::ReportArgs),
-    /// Export keep maps for other tools (REAP-style JSON, a llama.cpp-friendly listing).
-    #[command(subcommand, after_help = "Example:\n  moe-offload export keep keep.json --format reap -o keep-reap.json")]
+    /// Export for other tools: vLLM-Ascend expert lists, gguf_prune.py statistics, llama.cpp flags, keep sets.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  moe-offload export vllm-ascend stats.json --metric reap -o experts.jsonl\n  moe-offload export gguf-prune stats.json -o expert_stats.json\n  moe-offload export llama-cpp plan.json -o llama-flags.txt\n  moe-offload export keep-set keep.json -o keep-set.json"
+    )]
     Export(export::ExportCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(
+        after_help = "Examples:\n  moe-offload completions bash > ~/.local/share/bash-completion/completions/moe-offload\n  moe-offload completions zsh > ~/.zfunc/_moe-offload"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Misses of every cache size per layer: one pass for lru, one replay per cap otherwise.
     #[command(
         after_help = "Examples:\n  moe-offload mrc translation.safetensors -o mrc.json            # lru, caps k_used..E\n  moe-offload mrc translation.safetensors --policy lfu --caps 8..32 --keep keep.json -o mrc-lfu.json"
@@ -140,11 +211,29 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plan(a) => plan::plan(&a),
         Command::Report(a) => report::run(&a),
         Command::Export(c) => export::run(&c),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "moe-offload", &mut std::io::stdout().lock());
+            Ok(())
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn number_columns_are_right_aligned() {
+        let mut t = comfy_table::Table::new();
+        t.load_preset(comfy_table::presets::ASCII_MARKDOWN);
+        t.set_header(["name", "misses"]);
+        t.add_row(["lru", "12.5"]);
+        t.add_row(["belady", "3"]);
+        super::align_numbers(&mut t);
+        let text = t.to_string();
+        // the name column stays left-aligned, the number column is right-aligned
+        assert!(text.contains("| lru    |   12.5 |"), "{text}");
+        assert!(text.contains("| belady |      3 |"), "{text}");
+    }
+
     #[test]
     fn layer_counts_in_words() {
         assert_eq!(super::layers(1), "1 layer");

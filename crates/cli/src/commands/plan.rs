@@ -151,6 +151,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
         let hr = if picks == 0 { 0.0 } else { 1.0 - m as f64 / picks as f64 };
         t.add_row([cap.to_string(), format!("{:.4}", c.misses_per_token(cap)), format!("{hr:.4}")]);
     }
+    super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     Ok(())
 }
@@ -197,7 +198,7 @@ pub struct PlanArgs {
     /// Compute the curves above the limit of work (see the announcement the command prints).
     #[arg(long)]
     pub yes: bool,
-    /// Output plan JSON.
+    /// Output plan JSON (`-` for stdout; the table then goes to stderr).
     #[arg(short, long)]
     pub output: PathBuf,
 }
@@ -254,6 +255,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     working.finish();
     let (replayed_in, replayed_out) = chosen.replayed;
     let report = serde_json::json!({
+        "kind": "moe-offload-plan",
+        "tool_version": super::version(),
         "budget_gb": a.budget_gb,
         "pinned_gb": a.pinned_gb,
         "profile": profile,
@@ -269,9 +272,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         "candidates": candidates,
     });
     let bytes = serde_json::to_vec_pretty(&report)?;
-    trace_io::write_atomic(&a.output, |w| w.write_all(&bytes))
-        .with_context(|| format!("writing {}", a.output.display()))?;
-    let mut out = std::io::stdout().lock();
+    super::write_output(&a.output, &bytes)?;
+    let mut out = super::human(&a.output);
     writeln!(
         out,
         "budget {} GB ({} pinned): {slots} expert slots of {:.3} MB (profile {}{}); policy {}; plan in {}\n",
@@ -319,6 +321,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             ]);
         }
     }
+    super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     writeln!(out, "chosen: {} with per-layer caps {:?}", chosen.variant, chosen.plan.caps)?;
     writeln!(

@@ -145,6 +145,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             format!("{:.4}", c.hit_rate()),
             format!("{:.4}", c.misses_per_token()),
         ]);
+        super::align_numbers(&mut t);
         writeln!(out, "{t}")?;
     }
     Ok(())

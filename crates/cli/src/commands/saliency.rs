@@ -126,6 +126,7 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
                     c.non_finite_reap.to_string(),
                 ]);
             }
+            super::align_numbers(&mut t);
             writeln!(out, "{t}")?;
             return Ok(());
         }
@@ -387,6 +388,7 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
             r.mean.zero_hit_kept.to_string(),
         ]);
     }
+    super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     if let Some((_, r)) = results.iter().find(|(_, r)| r.mean.reap_excluded_experts > 0) {
         let slots: u64 = stats.layers.iter().map(|l| l.tokens * u64::from(stats.meta.top_k)).sum();
@@ -420,6 +422,7 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
                     l.figures.zero_hit_kept.to_string(),
                 ]);
             }
+            super::align_numbers(&mut t);
             writeln!(out, "{}\n{t}", r.label)?;
         }
     }

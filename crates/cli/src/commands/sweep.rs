@@ -183,7 +183,7 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     progress.finish();
     let output = SweepOutput {
         provenance: Provenance {
-            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            tool_version: super::version(),
             grid: recorded,
             in_sample: InputRef { source: calib_src.clone(), sha256: calib.1.clone() },
             out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
@@ -196,6 +196,20 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     };
     output.write_set(set)?;
     let mut out = std::io::stdout().lock();
+    if a.grid.is_none() {
+        let shape = |v: &trace_io::TraceView<'_>| {
+            let s = v.shape();
+            format!("{} x {} tokens, {} experts, top-{}", super::layers(s.layers), s.tokens, s.num_experts, s.top_k)
+        };
+        writeln!(
+            out,
+            "Data: the embedded synthetic default (no trace of yours): in sample {} ({}), out of sample {} ({}).",
+            calib_src.trim_start_matches("embedded:"),
+            shape(&ins.view),
+            heldout_src.trim_start_matches("embedded:"),
+            shape(&oos.view)
+        )?;
+    }
     writeln!(
         out,
         "{} configurations x 2 traces in {:.2} s ({} threads); results in {}\n",
@@ -205,6 +219,27 @@ pub fn run(a: &SweepArgs) -> Result<()> {
         a.output.display()
     )?;
     writeln!(out, "{}", output.summary_markdown())?;
+    if let Some(b) = output
+        .best_per_variant()
+        .iter()
+        .min_by(|x, y| x.chosen_out_of_sample.total_cmp(&y.chosen_out_of_sample).then(x.variant.cmp(&y.variant)))
+    {
+        writeln!(
+            out,
+            "In short: choosing on the in-sample trace, the fewest misses out of sample are {:.4} per token, with {} at cap {} ({}).",
+            b.chosen_out_of_sample,
+            b.variant,
+            b.layer_caps.as_ref().map_or_else(|| b.cap.to_string(), |n| format!("caps:{n}")),
+            b.in_sample_best
+        )?;
+    }
+    writeln!(
+        out,
+        "Next: `moe-offload report {} -o report.html` (plots and tables); on your own routing: `moe-offload import ...` \
+         then `moe-offload sweep data/grids/default.json --in-sample YOURS.safetensors --out-of-sample HELDOUT.safetensors -o DIR` \
+         (docs/importers.md, docs/sweep.md).",
+        a.output.display()
+    )?;
     Ok(())
 }
 

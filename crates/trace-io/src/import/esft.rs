@@ -90,6 +90,15 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
         });
     }
     let k = opts.top_k as usize;
+    if !dir.is_dir() {
+        return Err(TraceError::Config {
+            key: "dir",
+            reason: format!(
+                "{} is missing (not a directory): give the ESFT expert_scores directory (the real data: `cargo xtask fetch-real-data`, README \"Real data\")",
+                dir.display()
+            ),
+        });
+    }
     let root =
         if dir.join("results/expert_scores").is_dir() { dir.join("results/expert_scores") } else { dir.to_path_buf() };
 
@@ -500,5 +509,12 @@ mod tests {
 
         let e = import_esft(dir.path(), &opts(&["missing"])).unwrap_err().to_string();
         assert!(e.contains(r#"no domain "missing""#) && e.contains("it has: a"), "{e}");
+        // A missing data directory is named as missing, with how to get the data.
+        let gone = dir.path().join("not-fetched");
+        let e = import_esft(&gone, &opts(&["a"])).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{} is missing", gone.display())) && e.contains("cargo xtask fetch-real-data"),
+            "{e}"
+        );
     }
 }

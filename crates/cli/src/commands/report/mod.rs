@@ -27,7 +27,7 @@ pub struct ReportArgs {
     /// (`retention --json` output) and miss-ratio curves (`mrc` output) saved as *.json in it are
     /// plotted too.
     pub dir: PathBuf,
-    /// The HTML file to write (default: DIR/report.html).
+    /// The HTML file to write (default: DIR/report.html; `-` for stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// More `retention --json` files to plot (besides those found in DIR).
@@ -59,9 +59,8 @@ pub fn run(a: &ReportArgs) -> Result<()> {
         std::iter::once(results.as_path()).chain(inputs.read.iter().map(PathBuf::as_path)),
     )?;
     let html = render(&sweep, &inputs.retention, &inputs.mrc, a.log_x).context("drawing the plots")?;
-    trace_io::write_atomic(&output, |w| w.write_all(html.as_bytes()))
-        .with_context(|| format!("writing {}", output.display()))?;
-    let mut out = std::io::stdout().lock();
+    super::write_output(&output, html.as_bytes())?;
+    let mut out = super::human(&output);
     writeln!(
         out,
         "wrote {}: {} rows, {} retention tables, {} miss-ratio curves",

@@ -1,0 +1,162 @@
+//! `moe-offload export ...`: keep maps, saliency orders and plans in the formats other tools read
+//! (`docs/report.md`, section "Exports"; the formats in [`formats`]).
+
+mod formats;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use saliency::{KeepMap, Metric, MetricConfig, Stats};
+
+/// `moe-offload export ...`.
+#[derive(Debug, Subcommand)]
+pub enum ExportCmd {
+    /// vLLM-Ascend's `expert_list_file`: JSON Lines, every expert of a layer most salient first.
+    #[command(
+        after_help = "Example:\n  moe-offload export vllm-ascend stats.json --metric reap -o experts.jsonl\n  vllm serve Qwen/Qwen3-30B-A3B --additional-config '{\"expert_list_file\":\"experts.jsonl\",\"expert_prune_ratio\":0.5}'"
+    )]
+    VllmAscend(VllmArgs),
+    /// The `expert_stats.json` read by llama.cpp's `gguf_prune.py --stats`.
+    #[command(
+        after_help = "Example:\n  moe-offload export gguf-prune stats.json -o expert_stats.json\n  python tools/moe-pruning/gguf_prune.py --input model.gguf --stats expert_stats.json --output pruned.gguf --keep_n 32"
+    )]
+    GgufPrune(StatsOut),
+    /// llama.cpp flags from a plan: `--moe-hot-count N0,N1,...` and `-ot` for the layers kept whole.
+    #[command(
+        after_help = "Example:\n  moe-offload export llama-cpp plan.json -o llama-flags.txt\n  llama-server -m model.gguf $(cat llama-flags.txt) --cpu-moe"
+    )]
+    LlamaCpp(LlamaArgs),
+    /// A keep map as a generic keep-set JSON: `k`, `layers` with each layer's `keep` list.
+    #[command(after_help = "Example:\n  moe-offload export keep-set keep.json -o keep-set.json")]
+    KeepSet(KeepOut),
+}
+
+/// Arguments of `export vllm-ascend`.
+#[derive(Debug, Args)]
+pub struct VllmArgs {
+    /// Statistics JSON written by `moe-offload stats`.
+    pub stats: PathBuf,
+    /// Saliency metric that orders the experts.
+    #[arg(long)]
+    pub metric: Metric,
+    /// τ of the `shrink` metric.
+    #[arg(long, default_value_t = 64.0)]
+    pub tau: f64,
+    /// Base metrics of `hybrid`, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub hybrid_base: Vec<Metric>,
+    /// Output JSON Lines file (`-` for stdout).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// Arguments of an export read from statistics.
+#[derive(Debug, Args)]
+pub struct StatsOut {
+    /// Statistics JSON written by `moe-offload stats`.
+    pub stats: PathBuf,
+    /// Output file (`-` for stdout).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// Arguments of `export llama-cpp`.
+#[derive(Debug, Args)]
+pub struct LlamaArgs {
+    /// Plan JSON written by `moe-offload plan`.
+    pub plan: PathBuf,
+    /// llama.cpp buffer type of the fast memory, for `-ot`.
+    #[arg(long, default_value = "CUDA0")]
+    pub device: String,
+    /// Output text file, the flags one per line (`-` for stdout).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// Arguments of `export keep-set`.
+#[derive(Debug, Args)]
+pub struct KeepOut {
+    /// Keep-map JSON written by `moe-offload keep` (one K for every layer).
+    pub keep: PathBuf,
+    /// Output file (`-` for stdout).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// Runs `export`.
+pub fn run(cmd: &ExportCmd) -> Result<()> {
+    match cmd {
+        ExportCmd::VllmAscend(a) => {
+            super::refuse_overwrite(&a.output, [a.stats.as_path()])?;
+            let stats = Stats::read_json(&a.stats)?;
+            let cfg =
+                MetricConfig { tau: a.tau, hybrid_base: (!a.hybrid_base.is_empty()).then(|| a.hybrid_base.clone()) };
+            let order = formats::saliency_order(&stats, a.metric, &cfg)?;
+            super::write_output(&a.output, &formats::vllm_ascend(&stats.meta.layer_ids, &order))?;
+            super::status(format_args!(
+                "wrote {} (vLLM-Ascend expert_list_file): {}, {} experts each, ordered by {}; keep K with expert_prune_ratio = 1 - K/{}",
+                super::shown(&a.output),
+                super::layers(order.len()),
+                stats.meta.num_experts,
+                a.metric.as_str(),
+                stats.meta.num_experts
+            ));
+        }
+        ExportCmd::GgufPrune(a) => {
+            super::refuse_overwrite(&a.output, [a.stats.as_path()])?;
+            let stats = Stats::read_json(&a.stats)?;
+            super::write_output(&a.output, &formats::gguf_prune_stats(&stats)?)?;
+            let reap = stats.layers.iter().all(|l| l.reap_sum.is_some());
+            super::status(format_args!(
+                "wrote {} (gguf_prune.py expert_stats.json): {}, {}",
+                super::shown(&a.output),
+                super::layers(stats.layers.len()),
+                if reap { "ranked by reap" } else { "no reap (no output norms): ranked by importance_score" }
+            ));
+        }
+        ExportCmd::LlamaCpp(a) => {
+            super::refuse_overwrite(&a.output, [a.plan.as_path()])?;
+            let text = std::fs::read_to_string(&a.plan).with_context(|| format!("reading {}", a.plan.display()))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("{}: not JSON", a.plan.display()))?;
+            let chosen = &v["chosen"];
+            let (Some(map), Some(caps)) = (chosen.get("keep_map"), chosen["plan"].get("caps")) else {
+                bail!(
+                    "{}: not a plan (from `moe-offload plan`): no chosen.keep_map and chosen.plan.caps",
+                    a.plan.display()
+                );
+            };
+            let map: KeepMap = serde_json::from_value(map.clone())
+                .with_context(|| format!("{}: chosen.keep_map is not a keep map", a.plan.display()))?;
+            let caps: Vec<usize> = serde_json::from_value(caps.clone())
+                .with_context(|| format!("{}: chosen.plan.caps is not a list of cache sizes", a.plan.display()))?;
+            if caps.len() != map.layer_ids.len() {
+                bail!("{}: {} caps for {}", a.plan.display(), caps.len(), super::layers(map.layer_ids.len()));
+            }
+            let kept: Vec<usize> = map.layers.iter().map(Vec::len).collect();
+            let flags = formats::llama_cpp_flags(&map.layer_ids, &caps, &kept, &a.device);
+            super::write_output(&a.output, flags.as_bytes())?;
+            let whole = caps.iter().zip(&kept).filter(|(c, k)| c >= k).count();
+            super::status(format_args!(
+                "wrote {} (llama.cpp flags): --moe-hot-count for {}, {whole} kept whole in {}",
+                super::shown(&a.output),
+                super::layers(caps.len()),
+                a.device
+            ));
+        }
+        ExportCmd::KeepSet(a) => {
+            super::refuse_overwrite(&a.output, [a.keep.as_path()])?;
+            let map = KeepMap::read_json(&a.keep)?;
+            super::write_output(&a.output, &formats::keep_set(&map, &super::version())?)?;
+            super::status(format_args!(
+                "wrote {} (keep set): {}, K {} of {} experts",
+                super::shown(&a.output),
+                super::layers(map.layers.len()),
+                map.k,
+                map.num_experts
+            ));
+        }
+    }
+    Ok(())
+}

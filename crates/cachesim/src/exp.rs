@@ -180,7 +180,13 @@ mod tests {
 
     #[test]
     fn lanes_equal_the_scalar_form() {
-        let xs: Vec<f64> = (0..4096).map(|i| -745.5 + i as f64 * 0.36425).chain([0.0, -1e-300, 1e-17, 709.7]).collect();
+        // A grid, then the points where the vector form's selects matter: NaN and the
+        // infinities, the clamps, the two-step scaling's edges (k = ±1000, about ±693.1), the
+        // subnormal range and the overflow edge; a multiple of four in all.
+        let edges = [0.0, -1e-300, 1e-17, 709.7, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -746.0];
+        let more = [710.0, -745.13, -693.5, 693.5, -708.4, 709.79, -0.0, -693.1];
+        let xs: Vec<f64> = (0..4096).map(|i| -745.5 + i as f64 * 0.36425).chain(edges).chain(more).collect();
+        assert_eq!(xs.len() % 4, 0);
         for chunk in xs.chunks_exact(4) {
             let v = exp_lanes([chunk[0], chunk[1], chunk[2], chunk[3]]);
             for (x, y) in chunk.iter().zip(v) {

@@ -62,7 +62,11 @@ impl Evictor for NearPick {
     fn access(&mut self, pick: Pick, inserted: bool, cache: &mut Cache<u32>) {
         let Pick { e, now, .. } = pick;
         self.last[e] = now;
-        self.counts.add(cache.key(e) as usize, u32::from(inserted));
+        // `inserted` is a constant on each of the token loop's paths (the hit path returns
+        // before the insertion): on the hit path this drops the add of 0 and its bounds checks.
+        if inserted {
+            self.counts.add(cache.key(e) as usize, 1);
+        }
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize, cache: &Cache<u32>) {

@@ -40,9 +40,17 @@ impl NearPick {
     pub(crate) fn lowest(&mut self, cache: &Cache<u32>, protected: Protected<'_>, q: usize, out: &mut Vec<u128>) {
         let bound = self.counts.bound::<false>(q) as u32;
         let last = &self.last;
-        pick_counted::<false>(cache, protected.marks, protected.stamp, q, bound, &mut self.below, &mut self.at, out, |e| {
-            (last[e] << 16) | e as u64
-        });
+        pick_counted::<false>(
+            cache,
+            protected.marks,
+            protected.stamp,
+            q,
+            bound,
+            &mut self.below,
+            &mut self.at,
+            out,
+            |e| (last[e] << 16) | e as u64,
+        );
     }
 }
 

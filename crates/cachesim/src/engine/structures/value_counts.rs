@@ -202,33 +202,13 @@ mod tests {
         let (mut below, mut at, mut out) = (vec![0u16; 41], vec![0u64; 41], Vec::new());
         // q = 9 lowest keys: the 6 unprotected experts of key 0 lie below bound 1, and 3 of
         // key 1 (the lowest tie keys: ids 1, 6, 11).
-        pick_counted::<false>(
-            &cache,
-            &marks,
-            1,
-            9,
-            1,
-            &mut below,
-            &mut at,
-            &mut out,
-            |e| e as u64,
-        );
+        pick_counted::<false>(&cache, &marks, 1, 9, 1, &mut below, &mut at, &mut out, |e| e as u64);
         let mut got: Vec<u128> = out[..6].to_vec();
         got.sort_unstable();
         assert_eq!(got, [5, 15, 20, 25, 30, 35]);
         assert_eq!(out[6..], [1, 6, 11]);
         // From the high end: keys 4 (8 experts) above bound 3, then the lowest ids of key 3.
-        pick_counted::<true>(
-            &cache,
-            &marks,
-            1,
-            10,
-            3,
-            &mut below,
-            &mut at,
-            &mut out,
-            |e| e as u64,
-        );
+        pick_counted::<true>(&cache, &marks, 1, 10, 3, &mut below, &mut at, &mut out, |e| e as u64);
         assert_eq!(out[8..], [3, 8]);
     }
 }

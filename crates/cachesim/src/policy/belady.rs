@@ -56,7 +56,17 @@ impl Belady {
     #[inline(always)]
     pub(crate) fn farthest(&mut self, cache: &Cache<u32>, protected: Protected<'_>, q: usize, out: &mut Vec<u128>) {
         let bound = self.counts.bound::<true>(q) as u32;
-        pick_counted::<true>(cache, protected, q, bound, &mut self.below, &mut self.at, out, |e| e as u64);
+        pick_counted::<true>(
+            cache,
+            protected.marks,
+            protected.stamp,
+            q,
+            bound,
+            &mut self.below,
+            &mut self.at,
+            out,
+            |e| e as u64,
+        );
     }
 }
 

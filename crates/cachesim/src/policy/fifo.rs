@@ -36,12 +36,12 @@ impl Evictor for Fifo {
         self.0.step(e, cap, protected, cache, |l, hit, evict, v| {
             l.unlink(pick_if(evict, v, l.spare));
             let s = l.sentinel;
-            let tail = l.prev[s] as usize;
+            let tail = l.links[s].prev as usize;
             let new = pick_if(hit, l.spare, e);
-            l.next[tail] = pick_if(hit, s, e) as u32;
-            l.prev[new] = pick_if(hit, l.spare, tail) as u32;
-            l.next[new] = pick_if(hit, l.spare, s) as u32;
-            l.prev[s] = pick_if(hit, tail, e) as u32;
+            l.links[tail].next = pick_if(hit, s, e) as u32;
+            l.links[new].prev = pick_if(hit, l.spare, tail) as u32;
+            l.links[new].next = pick_if(hit, l.spare, s) as u32;
+            l.links[s].prev = pick_if(hit, tail, e) as u32;
         })
     }
 }

@@ -40,9 +40,17 @@ impl NearPick {
     pub(crate) fn lowest(&mut self, cache: &Cache<u32>, protected: Protected<'_>, q: usize, out: &mut Vec<u128>) {
         let bound = self.counts.bound::<false>(q) as u32;
         let last = &self.last;
-        pick_counted::<false>(cache, protected, q, bound, &mut self.below, &mut self.at, out, |e| {
-            (last[e] << 16) | e as u64
-        });
+        pick_counted::<false>(
+            cache,
+            protected.marks,
+            protected.stamp,
+            q,
+            bound,
+            &mut self.below,
+            &mut self.at,
+            out,
+            |e| (last[e] << 16) | e as u64,
+        );
     }
 }
 
@@ -62,7 +70,11 @@ impl Evictor for NearPick {
     fn access(&mut self, pick: Pick, inserted: bool, cache: &mut Cache<u32>) {
         let Pick { e, now, .. } = pick;
         self.last[e] = now;
-        self.counts.add(cache.key(e) as usize, u32::from(inserted));
+        // `inserted` is a constant on each of the token loop's paths (the hit path returns
+        // before the insertion): on the hit path this drops the add of 0 and its bounds checks.
+        if inserted {
+            self.counts.add(cache.key(e) as usize, 1);
+        }
     }
     #[inline(always)]
     fn evicted(&mut self, e: usize, cache: &Cache<u32>) {

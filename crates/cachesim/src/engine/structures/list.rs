@@ -6,55 +6,61 @@ use crate::engine::{ABSENT, Cache, Protected};
 /// Intrusive doubly-linked list over expert ids with a sentinel at index E; front = oldest.
 /// Index E + 1 is a spare entry, linked to itself whenever it is not in the list: unlinking it
 /// changes nothing, so the branch-free steps of lru and fifo unlink it (and fifo appends it)
-/// when they have nothing else to change.
+/// when they have nothing else to change. Both links of an entry sit side by side ([`Link`]), so
+/// that one bounds check covers both.
 pub(crate) struct List {
-    pub(crate) prev: Vec<u32>,
-    pub(crate) next: Vec<u32>,
+    /// `[E + 2]`: the links of every expert, the sentinel and the spare.
+    pub(crate) links: Vec<Link>,
     pub(crate) sentinel: usize,
     pub(crate) spare: usize,
+}
+
+/// An entry's neighbours in a [`List`]: towards the front (older) and the back (newer).
+#[derive(Clone, Copy)]
+pub(crate) struct Link {
+    pub(crate) prev: u32,
+    pub(crate) next: u32,
 }
 
 impl List {
     pub(crate) fn new(num_experts: usize) -> List {
         let (s, spare) = (num_experts as u32, num_experts as u32 + 1);
-        let mut prev = vec![s; num_experts + 2];
-        let mut next = vec![s; num_experts + 2];
-        (prev[num_experts + 1], next[num_experts + 1]) = (spare, spare);
-        List { prev, next, sentinel: num_experts, spare: num_experts + 1 }
+        let mut links = vec![Link { prev: s, next: s }; num_experts + 2];
+        links[num_experts + 1] = Link { prev: spare, next: spare };
+        List { links, sentinel: num_experts, spare: num_experts + 1 }
     }
 
     #[inline(always)]
     pub(crate) fn push_back(&mut self, e: usize) {
         let s = self.sentinel;
-        let tail = self.prev[s] as usize;
-        self.next[tail] = e as u32;
-        self.prev[e] = tail as u32;
-        self.next[e] = s as u32;
-        self.prev[s] = e as u32;
+        let tail = self.links[s].prev as usize;
+        self.links[tail].next = e as u32;
+        self.links[e].prev = tail as u32;
+        self.links[e].next = s as u32;
+        self.links[s].prev = e as u32;
     }
 
     #[inline(always)]
     pub(crate) fn unlink(&mut self, e: usize) {
-        let (p, n) = (self.prev[e] as usize, self.next[e] as usize);
-        self.next[p] = n as u32;
-        self.prev[n] = p as u32;
+        let Link { prev, next } = self.links[e];
+        self.links[prev as usize].next = next;
+        self.links[next as usize].prev = prev;
     }
 
     /// The oldest unprotected entry, or the sentinel if there is none. Entries in the list are
     /// distinct experts, so unique insertion/access times: no ties to break.
     #[inline(always)]
     pub(crate) fn first_unprotected(&self, protected: Protected<'_>) -> usize {
-        let mut x = self.next[self.sentinel] as usize;
+        let mut x = self.links[self.sentinel].next as usize;
         while x != self.sentinel && protected.has(x) {
-            x = self.next[x] as usize;
+            x = self.links[x].next as usize;
         }
         x
     }
 
     pub(crate) fn clear(&mut self) {
         let s = self.sentinel;
-        self.prev[s] = s as u32;
-        self.next[s] = s as u32;
+        self.links[s] = Link { prev: s as u32, next: s as u32 };
     }
 
     /// The victim of a full cache: its oldest unprotected entry.
@@ -97,10 +103,10 @@ mod tests {
     /// The experts of `list` from the oldest, by walking the links.
     fn order(list: &List) -> Vec<usize> {
         let mut out = Vec::new();
-        let mut x = list.next[list.sentinel] as usize;
+        let mut x = list.links[list.sentinel].next as usize;
         while x != list.sentinel {
             out.push(x);
-            x = list.next[x] as usize;
+            x = list.links[x].next as usize;
         }
         out
     }

@@ -95,12 +95,15 @@ impl ValueCounts {
 /// (unique, the id in the low 16 bits) of those at the bound, taken by repeated minimum. One
 /// pass over the cached keys, 32 at a time (four compares of eight with the bound); only the experts
 /// at or past it (about as many as there are victims) are looked at further. `below`,
-/// `at_buf`: buffers of length > cached count.
+/// `at_buf`: buffers of length > cached count. The protected experts come as their two parts
+/// ([`Protected`]'s marks and stamp): passed whole, the three-word struct goes by reference,
+/// and the token loop stored it to memory before every pick (callgrind).
 #[expect(clippy::too_many_arguments, reason = "a helper of two policies")]
 #[inline(never)]
 pub(crate) fn pick_counted<const FROM_HIGH: bool>(
     cache: &Cache<u32>,
-    protected: Protected<'_>,
+    marks: &[u64],
+    stamp: u64,
     q: usize,
     bound: u32,
     below: &mut [u16],
@@ -108,6 +111,7 @@ pub(crate) fn pick_counted<const FROM_HIGH: bool>(
     out: &mut Vec<u128>,
     tie: impl Fn(usize) -> u64,
 ) {
+    let protected = Protected { marks, stamp };
     let (mut nb, mut na) = (0, 0);
     let keys = cache.live_keys();
     let mut take = |i: usize| {
@@ -198,31 +202,13 @@ mod tests {
         let (mut below, mut at, mut out) = (vec![0u16; 41], vec![0u64; 41], Vec::new());
         // q = 9 lowest keys: the 6 unprotected experts of key 0 lie below bound 1, and 3 of
         // key 1 (the lowest tie keys: ids 1, 6, 11).
-        pick_counted::<false>(
-            &cache,
-            Protected { marks: &marks, stamp: 1 },
-            9,
-            1,
-            &mut below,
-            &mut at,
-            &mut out,
-            |e| e as u64,
-        );
+        pick_counted::<false>(&cache, &marks, 1, 9, 1, &mut below, &mut at, &mut out, |e| e as u64);
         let mut got: Vec<u128> = out[..6].to_vec();
         got.sort_unstable();
         assert_eq!(got, [5, 15, 20, 25, 30, 35]);
         assert_eq!(out[6..], [1, 6, 11]);
         // From the high end: keys 4 (8 experts) above bound 3, then the lowest ids of key 3.
-        pick_counted::<true>(
-            &cache,
-            Protected { marks: &marks, stamp: 1 },
-            10,
-            3,
-            &mut below,
-            &mut at,
-            &mut out,
-            |e| e as u64,
-        );
+        pick_counted::<true>(&cache, &marks, 1, 10, 3, &mut below, &mut at, &mut out, |e| e as u64);
         assert_eq!(out[8..], [3, 8]);
     }
 }

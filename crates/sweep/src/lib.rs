@@ -14,6 +14,7 @@
 //! sweep prints nothing: progress is reported through a callback.
 
 mod cost;
+mod deploy_cost;
 mod grid;
 mod merge;
 mod output;
@@ -22,6 +23,7 @@ mod run;
 mod summary;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
+pub use deploy_cost::DeployCost;
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
 pub use output::{
     BestOf, InputRef, KeepRef, Provenance, Shard, SweepOutput, best_per_variant, keep_map_sha256, write_atomic,

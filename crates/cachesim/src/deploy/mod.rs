@@ -115,6 +115,20 @@ pub struct DeployCounts {
 }
 
 impl DeployCounts {
+    /// The deployed counts of a plain replay (§5): one row per step, nothing pinned, one tier
+    /// (storage reads = misses that are not forced).
+    pub fn from_plain(counts: ReplayCounts) -> DeployCounts {
+        DeployCounts {
+            pinned_hits: 0,
+            t2_hits: 0,
+            storage_reads: counts.misses - counts.forced_misses,
+            steps: counts.tokens,
+            rows: counts.tokens,
+            layer_pins: vec![0; counts.layer_misses.len()],
+            counts,
+        }
+    }
+
     /// misses / steps counted: expert loads per engine step, 0 when no step counted.
     pub fn loads_per_step(&self) -> f64 {
         if self.steps == 0 { 0.0 } else { self.counts.misses as f64 / self.steps as f64 }
@@ -140,6 +154,7 @@ fn unsupported(what: &'static str, reason: &'static str) -> CacheSimError {
 ///
 /// # Errors
 /// Those of [`crate::validate`], plus:
+/// - [`CacheSimError::NotValidated`]: the view was not validated for [`deploy_reads`].
 /// - [`CacheSimError::KeepMismatch`] for a keep set or pin map without the trace's L and E.
 /// - [`CacheSimError::PinNotKept`]: a pinned expert the keep set drops.
 /// - [`CacheSimError::DeployUnsupported`]: a tier-2 policy other than lru, fifo, lfu, belady;
@@ -160,6 +175,7 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &De
     };
     crate::validate(&shape, trace.parts().scores.is_some(), &lifted)?;
     keep.check_shape(&shape)?;
+    crate::require(trace, deploy_reads(&shape, keep, cfg))?;
     if cfg.semantics == Semantics::Sequential {
         return Err(unsupported("semantics sequential", "deployed replay (pins, tier 2, served, cap 0) is k-way only"));
     }
@@ -208,6 +224,13 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &De
         Schedule::Rebatch(_) => {}
     }
     Ok(())
+}
+
+/// What a deployed replay reads of a trace (SEMANTICS.md §1): every candidate id of every row
+/// (F is built whole), plus what [`crate::replay_reads`] asks for (scores for λ > 0 and
+/// `inv_router`). A view must be validated for it ([`trace_io::TraceFile::view_for`]).
+pub fn deploy_reads(shape: &Shape, keep: &Keep, cfg: &ReplayConfig) -> trace_io::Reads {
+    crate::replay_reads(shape, keep, cfg).union(trace_io::Reads::ids(usize::MAX))
 }
 
 /// Replays `trace` with the deployment `dep` (SEMANTICS.md §9–§11), layers in parallel; the

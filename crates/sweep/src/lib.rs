@@ -14,6 +14,7 @@
 //! sweep prints nothing: progress is reported through a callback.
 
 mod cost;
+mod deploy_axes;
 mod deploy_cost;
 mod grid;
 mod merge;
@@ -23,6 +24,7 @@ mod run;
 mod summary;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
+pub use deploy_axes::{DeployFigures, DeployKey, NamedPins};
 pub use deploy_cost::DeployCost;
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
 pub use output::{

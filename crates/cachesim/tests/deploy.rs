@@ -301,3 +301,33 @@ fn deployed_matrix_fast_equals_reference() {
     assert!(union_over_cap, "no served step shared a load");
     assert!(runs > 500);
 }
+
+/// The one-pass LRU curve of the unpinned stream equals a deployed replay with the pins at every
+/// cap from k_used to E.
+#[test]
+fn pinned_lru_curve_equals_deployed_replay_at_every_cap() {
+    use cachesim::mrc::{CurveConfig, lru_curve_pinned};
+    let trace = synth(9, SMALL);
+    let view = trace.view();
+    let shape = view.shape();
+    let keep_ids = random_keep(9, 2, 12, 0.6, 5);
+    for keep in [Keep::full(&shape), Keep::from_layers(&shape, &keep_ids).expect("valid keep")] {
+        let pin = Keep::from_layers(&shape, &[keep_ids[0][..2].to_vec(), keep_ids[1][..3].to_vec()]).expect("pins");
+        for k_used in [3, 2] {
+            let cc = CurveConfig { k_used: Some(k_used), warmup: 11, ..CurveConfig::default() };
+            let curve = lru_curve_pinned(&view, &keep, Some(&pin), &cc).expect("valid");
+            let dep = Deployment { pins: Some(pin.clone()), ..Deployment::default() };
+            for cap in k_used..=12 {
+                let cfg = ReplayConfig { k_used: Some(k_used), warmup: 11, ..ReplayConfig::new(Policy::Lru, cap) };
+                let c = both(&view, &keep, &cfg, &dep);
+                for l in 0..2 {
+                    assert_eq!(curve.layer_misses(l, cap), c.counts.layer_misses[l], "cap {cap}, layer {l}");
+                }
+            }
+        }
+    }
+    // Sequential semantics has no pinned curve here.
+    let cc = CurveConfig { semantics: cachesim::Semantics::Sequential, ..CurveConfig::default() };
+    let pin = Keep::from_layers(&shape, &[vec![0], vec![0]]).expect("pins");
+    assert!(lru_curve_pinned(&view, &Keep::full(&shape), Some(&pin), &cc).is_err());
+}

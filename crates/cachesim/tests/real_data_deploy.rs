@@ -74,6 +74,13 @@ fn esft_translation_deployments_fast_equal_reference() {
             fast.counts.misses_per_token()
         );
     }
+    // The one-pass curve of the unpinned stream equals the deployed replay with the pins.
+    let curve = cachesim::mrc::lru_curve_pinned(&view, &keep, Some(&pins), &Default::default()).expect("valid");
+    for cap in [6, 8, 16, 40] {
+        let dep = Deployment { pins: Some(pins.clone()), ..Default::default() };
+        let c = cachesim::deploy::replay(&view, &keep, &ReplayConfig::new(Policy::Lru, cap), &dep).expect("valid");
+        assert_eq!(curve.total_misses(cap), c.counts.misses, "cap {cap}");
+    }
     // B = 1 re-batching is the plain replay.
     let cfg = ReplayConfig::new(Policy::Lru, 16);
     let b1 = cachesim::deploy::replay(

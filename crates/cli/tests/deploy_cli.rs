@@ -62,6 +62,19 @@ fn pins_tier2_and_batch_on_a_synthetic_trace() {
     assert!(b4["steps"].as_u64().unwrap() * 4 >= b4["rows"].as_u64().unwrap());
     assert_eq!(b4["schedule"], "batch:4");
     assert_eq!(b4["cost"]["compute_ms_per_step"], 30.0);
+    // mrc --pin: the lru curve of the unpinned stream, equal to replay --pin at each cap.
+    let curve = dir.path().join("mrc.json");
+    ok(&["mrc", t, "--pin", s(&pin), "--caps", "4..6", "-o", s(&curve)]);
+    let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&curve).unwrap()).unwrap();
+    assert_eq!(c["layer_pins"], serde_json::json!([4, 4]));
+    for (i, cap) in ["4", "5", "6"].iter().enumerate() {
+        let r = json(&["replay", t, "--policy", "lru", "--cap", cap, "--pin", s(&pin), "--json"]);
+        for l in 0..2 {
+            assert_eq!(c["layers"][l]["misses"][i], r["layer_misses"][l], "cap {cap} layer {l}");
+        }
+    }
+    let e = fails(&["mrc", t, "--pin", s(&pin), "--policy", "fifo", "-o", s(&curve)]);
+    assert!(e.contains("one-pass lru curve"), "{e}");
 }
 
 #[test]

@@ -124,3 +124,59 @@ fn served_qwen_replay() {
     let per_token = json(&["replay", s(&trace), "--policy", "lru", "--cap", "16", "--json"]);
     assert!(v["misses"].as_u64() < per_token["misses"].as_u64());
 }
+
+#[test]
+fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let (calib, held) = (dir.path().join("c.safetensors"), dir.path().join("h.safetensors"));
+    synth(&calib, [3, 16, 2, 4, 600], &["--seed", "1"]);
+    synth(&held, [3, 16, 2, 4, 400], &["--seed", "2"]);
+    let plan = dir.path().join("plan.json");
+    // 30 slots of the reference profile's 1.3824 MB.
+    let budget = format!("{}", 30.0 * 1.3824 / 1000.0);
+    let out = ok(&[
+        "plan",
+        "--in-sample",
+        s(&calib),
+        "--out-of-sample",
+        s(&held),
+        "--budget-gb",
+        &budget,
+        "--profile",
+        "reference",
+        "--pin-counts",
+        "2,4",
+        "-o",
+        s(&plan),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let p = &v["pinned"]["plan"];
+    let counts: Vec<u64> = p["pin_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    assert_eq!(counts.len(), 3);
+    assert!(counts.iter().all(|c| [0, 2, 4].contains(c)), "{counts:?}");
+    let caps: Vec<u64> = p["caps"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    assert!(caps.iter().all(|&c| c >= 2));
+    assert!(counts.iter().sum::<u64>() + caps.iter().sum::<u64>() <= 30);
+    // No pins is one of the options: the pinned plan is never worse in sample.
+    let plain = v["chosen"]["plan"]["in_sample_misses_per_token"].as_f64().unwrap();
+    assert!(p["in_sample_misses_per_token"].as_f64().unwrap() <= plain);
+    let list = counts.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    assert_eq!(v["pinned"]["moe_hot_count"], list.as_str());
+    assert!(out.contains(&format!("--moe-hot-count {list}")), "{out}");
+    let e = fails(&[
+        "plan",
+        "--in-sample",
+        s(&calib),
+        "--out-of-sample",
+        s(&held),
+        "--budget-gb",
+        &budget,
+        "--policy",
+        "fifo",
+        "--pin-counts",
+        "2",
+        "-o",
+        s(&plan),
+    ]);
+    assert!(e.contains("one-pass lru curve"), "{e}");
+}

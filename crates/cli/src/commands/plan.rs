@@ -232,6 +232,11 @@ pub struct PlanArgs {
     /// Compute the curves above the limit of work (see the announcement the command prints).
     #[arg(long)]
     pub yes: bool,
+    /// Also plan pinned experts (SEMANTICS.md §9): per layer one of these pinned counts (0 is
+    /// always tried) plus a cache, within the same slots; printed as llama.cpp's
+    /// `--moe-hot-count` list. lru only.
+    #[arg(long, value_delimiter = ',')]
+    pub pin_counts: Option<Vec<usize>>,
     /// Output plan JSON.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -285,8 +290,11 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     crate::progress::status!("plan: {} variants x 2 traces, each a {what}; {steps} steps in all", a.variants.len());
     bound_curves(steps, a.yes)?;
     let working = crate::progress::working("plan");
-    let PlanOutcome { slots, candidates, chosen, uniform_best } = sweep::plan::search(&req)?;
+    let outcome = sweep::plan::search(&req)?;
+    let pinned =
+        a.pin_counts.as_deref().map(|counts| sweep::plan::search_pinned(&req, &outcome, counts)).transpose()?;
     working.finish();
+    let PlanOutcome { slots, candidates, chosen, uniform_best } = outcome;
     let (replayed_in, replayed_out) = chosen.replayed;
     let report = serde_json::json!({
         "budget_gb": a.budget_gb,
@@ -303,6 +311,10 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         "uniform_best": uniform_best.as_ref().map(|(v, e)| serde_json::json!({ "variant": v, "plan": e })),
         "candidates": candidates,
     });
+    let mut report = report;
+    if let (Some(obj), Some(p)) = (report.as_object_mut(), &pinned) {
+        obj.insert("pinned".into(), serde_json::json!({ "plan": p, "moe_hot_count": p.hot_count_list() }));
+    }
     let bytes = serde_json::to_vec_pretty(&report)?;
     trace_io::write_atomic(&a.output, |w| w.write_all(&bytes))
         .with_context(|| format!("writing {}", a.output.display()))?;
@@ -360,5 +372,13 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         out,
         "verified by replay with these caps: {replayed_in:.4} misses/token in sample, {replayed_out:.4} out of sample (equal to the prediction)"
     )?;
+    if let Some(p) = &pinned {
+        writeln!(
+            out,
+            "with pins: {} pinned {:?} + caps {:?} in {} slots: {:.4} misses/token in sample, {:.4} out of sample (verified by replay)",
+            p.variant, p.pin_counts, p.caps, p.slots, p.in_sample_misses_per_token, p.out_of_sample_misses_per_token
+        )?;
+        writeln!(out, "llama.cpp: --moe-hot-count {}", p.hot_count_list())?;
+    }
     Ok(())
 }

@@ -180,3 +180,37 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
     ]);
     assert!(e.contains("one-pass lru curve"), "{e}");
 }
+
+#[test]
+fn sweep_with_deployment_axes_and_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let (calib, held) = (dir.path().join("c.safetensors"), dir.path().join("h.safetensors"));
+    synth(&calib, [2, 16, 2, 4, 500], &["--seed", "1", "--sequences", "10"]);
+    synth(&held, [2, 16, 2, 4, 400], &["--seed", "2", "--sequences", "8"]);
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&calib), "-o", s(&stats)]);
+    ok(&["keep", s(&stats), "--metric", "frequency", "--k", "4", "-o", s(&dir.path().join("hot4.json"))]);
+    let grid = serde_json::json!({
+        "traces": {"in_sample": "c.safetensors", "out_of_sample": "h.safetensors"},
+        "variants": ["full"],
+        "blocks": [
+            {"policies": ["lru"], "cap": [8], "batch": [null, 2, 4]},
+            {"policies": ["lru"], "cap": [4], "pin": [null, "hot4.json"], "tier2": [null, "lru:8"]}
+        ]
+    });
+    let g = dir.path().join("grid.json");
+    std::fs::write(&g, grid.to_string()).unwrap();
+    let out = dir.path().join("sweep");
+    ok(&["sweep", s(&g), "-o", s(&out)]);
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let keys: Vec<&str> = results["rows"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert!(keys.contains(&"full/lru/0/0/4/2/pin:hot4/t2:lru:8"), "{keys:?}");
+    assert!(keys.contains(&"full/lru/0/0/8/2/batch:4"), "{keys:?}");
+    let html = dir.path().join("report.html");
+    ok(&["report", s(&out), "-o", s(&html)]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Misses per token against the batch size B"));
+    assert!(page.contains("Pinned, cached and tiered at 8 experts of fast memory per layer"), "pins 4 + cap 4");
+    assert!(page.contains("full/lru/0/0/4/2/pin:hot4/t2:lru:8"));
+}

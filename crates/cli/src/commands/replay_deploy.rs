@@ -59,7 +59,8 @@ fn parse_tier2(s: &str) -> Result<Tier2> {
 /// The deployment the flags ask for, with the pin map read and checked against the trace.
 pub fn deployment(
     a: &DeployArgs,
-    v: &TraceView<'_>,
+    meta: &TraceMeta,
+    shape: &Shape,
     read_keep: impl Fn(&Path) -> Result<KeepMap>,
 ) -> Result<Deployment> {
     if a.link_gbps.is_some() && a.tier2.is_none() {

@@ -107,6 +107,25 @@ pub enum CacheSimError {
         /// E.
         num_experts: usize,
     },
+    /// A pinned expert (SEMANTICS.md §9) that the keep set drops: pins must be kept.
+    #[error(
+        "pin map: expert {expert} of layer index {layer} is pinned but not kept (pins must be a subset of the keep map)"
+    )]
+    PinNotKept {
+        /// Layer index (position in the trace).
+        layer: usize,
+        /// The pinned expert.
+        expert: usize,
+    },
+    /// A deployment feature (SEMANTICS.md §9–§11) in a combination the replayer does not
+    /// support, or that the trace cannot give.
+    #[error("{what} is not supported here: {reason}")]
+    DeployUnsupported {
+        /// What was asked for.
+        what: &'static str,
+        /// Why it is refused.
+        reason: &'static str,
+    },
     /// A parameter is out of its domain (negative or non-finite λ, decay outside (0, 1],
     /// `k_used` = 0, `cap` = 0).
     #[error("invalid {name} = {value}: {reason}")]

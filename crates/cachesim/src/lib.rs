@@ -59,6 +59,7 @@
 //! - `near_pick`: an expert that never stood in F at rank < N has the lowest credit (below token 0).
 
 mod config;
+pub mod deploy;
 mod engine;
 mod error;
 pub mod exp;
@@ -68,6 +69,7 @@ mod policy;
 pub mod prefetch;
 mod reads;
 pub mod reference;
+pub mod reference_deploy;
 pub mod reference_prefetch;
 mod schedule;
 pub mod shuffle;

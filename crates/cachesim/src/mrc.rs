@@ -124,7 +124,36 @@ impl Fenwick {
 /// As [`crate::validate`] for `lru` at cap `k_used` ([`CacheSimError::KUsedAboveCandidates`],
 /// an invalid `k_used`), and [`CacheSimError::KeepMismatch`].
 pub fn lru_curve(trace: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) -> Result<MissCurve> {
+    lru_curve_pinned(trace, keep, None, cfg)
+}
+
+/// [`lru_curve`] with a pin map (SEMANTICS.md §9): the curve of the unpinned stream, pinned picks
+/// being hits that touch no cache. Memory per layer at cap C is |pins| + C. Equals
+/// [`crate::deploy::replay`] with the pins, policy `lru`, λ = 0 at every cap from `k_used` to E
+/// (tested).
+///
+/// # Errors
+/// As [`lru_curve`], plus those of [`crate::deploy::validate`] for the pins
+/// ([`CacheSimError::PinNotKept`], [`CacheSimError::KeepMismatch`]); the pinned curve is k-way
+/// only ([`CacheSimError::DeployUnsupported`] otherwise).
+pub fn lru_curve_pinned(
+    trace: &TraceView<'_>,
+    keep: &Keep,
+    pins: Option<&Keep>,
+    cfg: &CurveConfig,
+) -> Result<MissCurve> {
     let shape = trace.shape();
+    if let Some(pins) = pins {
+        let base = ReplayConfig {
+            k_used: cfg.k_used,
+            warmup: cfg.warmup,
+            semantics: cfg.semantics,
+            reset_at_sequence: cfg.reset_at_sequence,
+            ..ReplayConfig::new(Policy::Lru, 0)
+        };
+        let dep = crate::deploy::Deployment { pins: Some(pins.clone()), ..Default::default() };
+        crate::deploy::validate(trace, keep, &base, &dep)?;
+    }
     let k_used = cfg.k_used.unwrap_or(shape.top_k);
     let base = ReplayConfig {
         k_used: Some(k_used),
@@ -142,7 +171,8 @@ pub fn lru_curve(trace: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) -> Resul
     let layers: Vec<LayerCurve> = (0..shape.layers)
         .into_par_iter()
         .map(|l| {
-            let hist = lru_depths(trace.layer_ids(l), keep.layer_mask(l), shape.candidates, k_used, cfg, seq);
+            let pinned = pins.map(|p| p.layer_mask(l));
+            let hist = lru_depths(trace.layer_ids(l), keep.layer_mask(l), pinned, shape.candidates, k_used, cfg, seq);
             // misses(C) = cold + forced + sum_{d >= C} hist[d]
             let mut misses = vec![0u64; e_n + 1 - k_used];
             let mut tail: u64 = hist.depth[e_n.min(hist.depth.len())..].iter().sum();
@@ -177,7 +207,15 @@ struct DepthHistogram {
     forced: u64,
 }
 
-fn lru_depths(ids: &[u16], keep: &[bool], m: usize, k_used: usize, cfg: &CurveConfig, seq: &[u64]) -> DepthHistogram {
+fn lru_depths(
+    ids: &[u16],
+    keep: &[bool],
+    pinned: Option<&[bool]>,
+    m: usize,
+    k_used: usize,
+    cfg: &CurveConfig,
+    seq: &[u64],
+) -> DepthHistogram {
     let tokens = ids.len() / m.max(1);
     let e_n = keep.len();
     let mut hist = DepthHistogram { depth: vec![0; e_n], cold: 0, forced: 0 };
@@ -202,6 +240,11 @@ fn lru_depths(ids: &[u16], keep: &[bool], m: usize, k_used: usize, cfg: &CurveCo
         chosen.clear();
         chosen.extend(row.iter().copied().filter(|&e| keep[usize::from(e)]).take(k_used));
         let counted = t >= cfg.warmup;
+        // Forced misses are the slots F leaves empty; pinned picks then hit outside the stack.
+        let forced = (k_used - chosen.len()) as u64;
+        if let Some(pinned) = pinned {
+            chosen.retain(|&e| !pinned[usize::from(e)]);
+        }
         let depth_of = |tree: &Fenwick, last: &[usize], live: i64, e: u16| {
             let le = last[usize::from(e)];
             (le != 0).then(|| (live - tree.prefix(le)) as usize)
@@ -233,7 +276,7 @@ fn lru_depths(ids: &[u16], keep: &[bool], m: usize, k_used: usize, cfg: &CurveCo
             }
         }
         if counted {
-            hist.forced += (k_used - chosen.len()) as u64;
+            hist.forced += forced;
             for d in &depths {
                 match d {
                     Some(d) => hist.depth[*d] += 1,

@@ -12,6 +12,14 @@ pub struct DeviceProfile {
     pub compute_ms: f64,
     /// SSD read bandwidths to evaluate, in GB/s (10^9 bytes per second).
     pub bandwidth_gbps: Vec<f64>,
+    /// Tier-2 to tier-1 link bandwidth in GB/s (SEMANTICS.md §10), if the device has a second
+    /// tier; see [`crate::DeployCost`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_gbps: Option<f64>,
+    /// Compute time of one engine step in ms (SEMANTICS.md §11, an assumption); `None` = one
+    /// token's `compute_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_ms_per_step: Option<f64>,
 }
 
 /// A model shape from which [`DeviceProfile::expert_mb`] is derived.
@@ -38,12 +46,26 @@ impl DeviceProfile {
     /// The reference profile of the original study: 48 layers, 512 experts, top-10,
     /// `expert_mb` 1.3824, 12 ms compute per token, 3.9 and 6.8 GB/s.
     pub fn reference() -> DeviceProfile {
-        DeviceProfile { name: "reference".into(), expert_mb: 1.3824, compute_ms: 12.0, bandwidth_gbps: vec![3.9, 6.8] }
+        DeviceProfile {
+            name: "reference".into(),
+            expert_mb: 1.3824,
+            compute_ms: 12.0,
+            bandwidth_gbps: vec![3.9, 6.8],
+            link_gbps: None,
+            compute_ms_per_step: None,
+        }
     }
 
     /// A profile whose expert size comes from a model shape.
     pub fn from_shape(name: &str, shape: ExpertShape, compute_ms: f64, bandwidth_gbps: Vec<f64>) -> DeviceProfile {
-        DeviceProfile { name: name.into(), expert_mb: shape.expert_mb(), compute_ms, bandwidth_gbps }
+        DeviceProfile {
+            name: name.into(),
+            expert_mb: shape.expert_mb(),
+            compute_ms,
+            bandwidth_gbps,
+            link_gbps: None,
+            compute_ms_per_step: None,
+        }
     }
 
     /// Named presets, see [`PRESETS`].

@@ -104,6 +104,22 @@ pub struct Block {
     /// k_used values; `null` means the trace's top-k (default `[null]`).
     #[serde(default = "null_k")]
     pub k_used: Vec<Option<usize>>,
+    /// Pin maps (SEMANTICS.md §9): keep-map JSON files, `null` = no pins (default `[null]`).
+    #[serde(default = "none_list", skip_serializing_if = "is_none_list")]
+    pub pin: Vec<Option<PathBuf>>,
+    /// Second tiers (SEMANTICS.md §10): `POLICY:CAP`, `null` = one tier (default `[null]`).
+    #[serde(default = "none_list", skip_serializing_if = "is_none_list")]
+    pub tier2: Vec<Option<String>>,
+    /// Re-batching (SEMANTICS.md §11): B, `null` = per token (default `[null]`).
+    #[serde(default = "none_list", skip_serializing_if = "is_none_list")]
+    pub batch: Vec<Option<usize>>,
+}
+
+fn none_list<T>() -> Vec<Option<T>> {
+    vec![None]
+}
+fn is_none_list<T>(v: &[Option<T>]) -> bool {
+    v.len() == 1 && v[0].is_none()
 }
 
 fn zero_f() -> Vec<f64> {
@@ -137,6 +153,9 @@ pub struct ConfigKey {
     pub layer_caps: Option<NamedCaps>,
     /// Experts used per token (resolved: never `null` here).
     pub k_used: usize,
+    /// Pins, tier 2, re-batching (SEMANTICS.md §9–§11); `None` = the plain replay of §5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy: Option<crate::DeployKey>,
 }
 
 /// Per-layer cache capacities with the name they carry in keys.
@@ -160,6 +179,7 @@ impl Ord for ConfigKey {
             .then_with(|| self.cap.cmp(&o.cap))
             .then_with(|| self.k_used.cmp(&o.k_used))
             .then_with(|| self.layer_caps.cmp(&o.layer_caps))
+            .then_with(|| self.deploy.cmp(&o.deploy))
     }
 }
 
@@ -173,11 +193,19 @@ impl fmt::Display for ConfigKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.layer_caps {
             None => {
-                write!(f, "{}/{}/{}/{}/{}/{}", self.variant, self.policy, self.lambda, self.j, self.cap, self.k_used)
+                write!(f, "{}/{}/{}/{}/{}/{}", self.variant, self.policy, self.lambda, self.j, self.cap, self.k_used)?;
             }
             Some(c) => {
-                write!(f, "{}/{}/{}/{}/caps:{}/{}", self.variant, self.policy, self.lambda, self.j, c.name, self.k_used)
+                write!(
+                    f,
+                    "{}/{}/{}/{}/caps:{}/{}",
+                    self.variant, self.policy, self.lambda, self.j, c.name, self.k_used
+                )?;
             }
+        }
+        match &self.deploy {
+            Some(d) => f.write_str(&d.suffix()),
+            None => Ok(()),
         }
     }
 }
@@ -208,6 +236,7 @@ impl Grid {
         resolve(&mut g.traces.out_of_sample);
         for b in &mut g.blocks {
             b.layer_caps.iter_mut().for_each(&resolve);
+            b.pin.iter_mut().flatten().for_each(&resolve);
         }
         for v in &mut g.variants {
             if let Some(rest) = v.strip_prefix("file:") {
@@ -231,6 +260,7 @@ impl Grid {
         g.traces.out_of_sample = rel(&g.traces.out_of_sample);
         for b in &mut g.blocks {
             b.layer_caps.iter_mut().for_each(|p| *p = rel(p));
+            b.pin.iter_mut().flatten().for_each(|p| *p = rel(p));
         }
         for v in &mut g.variants {
             if let Some(rest) = v.strip_prefix("file:") {
@@ -246,8 +276,9 @@ impl Grid {
     pub fn files(&self) -> Vec<PathBuf> {
         let maps = self.variants.iter().filter_map(|v| v.strip_prefix("file:")).map(PathBuf::from);
         let caps = self.blocks.iter().flat_map(|b| b.layer_caps.iter().cloned());
+        let pins = self.blocks.iter().flat_map(|b| b.pin.iter().flatten().cloned());
         let mut files: Vec<PathBuf> = Vec::new();
-        for f in maps.chain(caps) {
+        for f in maps.chain(caps).chain(pins) {
             if !files.contains(&f) {
                 files.push(f);
             }
@@ -371,6 +402,7 @@ impl Grid {
                 })?;
                 caps.push((named.caps.iter().copied().max().unwrap_or(0), Some(named)));
             }
+            let deploys = crate::deploy_axes::expand_axes(&b.pin, &b.tier2, &b.batch, bi)?;
             let specs: Vec<&String> = match &b.variants {
                 Some(v) => v.iter().collect(),
                 None => self.variants.iter().collect(),
@@ -388,7 +420,7 @@ impl Grid {
                     for &lambda in &b.lambda {
                         for &j in &b.j {
                             for (cap, layer_caps) in &caps {
-                                for &k in &b.k_used {
+                                for (&k, deploy) in b.k_used.iter().flat_map(|k| deploys.iter().map(move |d| (k, d))) {
                                     out.push(ConfigKey {
                                         variant: label.clone(),
                                         policy,
@@ -397,6 +429,7 @@ impl Grid {
                                         cap: *cap,
                                         k_used: k.unwrap_or(top_k),
                                         layer_caps: layer_caps.clone(),
+                                        deploy: deploy.clone(),
                                     });
                                 }
                             }

@@ -14,6 +14,8 @@
 //! sweep prints nothing: progress is reported through a callback.
 
 mod cost;
+mod deploy_axes;
+mod deploy_cost;
 mod grid;
 mod merge;
 mod output;
@@ -22,6 +24,8 @@ mod run;
 mod summary;
 
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
+pub use deploy_axes::{DeployFigures, DeployKey, NamedPins};
+pub use deploy_cost::DeployCost;
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
 pub use output::{
     BestOf, InputRef, KeepRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, keep_map_sha256,

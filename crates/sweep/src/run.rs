@@ -96,6 +96,10 @@ pub struct Row {
     pub misses_per_token: f64,
     /// One entry per profile and bandwidth, in grid order.
     pub cost: Vec<Cost>,
+    /// Pinned hits, tier-2 hits, storage reads, steps, rows (SEMANTICS.md §9–§11): the rows of
+    /// configurations with a deployment only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy: Option<crate::DeployFigures>,
 }
 
 /// What [`Prepared::calibrate`] found.
@@ -187,6 +191,12 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
     let labels: Vec<(String, String)> = variants.iter().map(|v| (v.spec.clone(), v.label.clone())).collect();
     let configs = grid.expand(&labels, a.top_k as usize)?;
     let profiles = grid.device_profiles()?;
+    let shape = in_sample.view.shape();
+    let keeps = variants
+        .iter()
+        .map(|v| Keep::from_layers(&shape, &v.keep.layers))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|source| SweepError::Config { key: "variants".into(), source })?;
     for key in &configs {
         for (input, which) in [(in_sample, "in-sample"), (out_of_sample, "out-of-sample")] {
             let v = &input.view;
@@ -209,17 +219,21 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
                      use cap <= {e}"
                 )));
             }
-            cachesim::validate(&v.shape(), v.parts().scores.is_some(), &replay_config(grid, key)).map_err(
-                |source| SweepError::Config { key: format!("{key} on the {which} trace {}", input.source), source },
-            )?;
+            let cfg = replay_config(grid, key);
+            let checked = match &key.deploy {
+                None => cachesim::validate(&v.shape(), v.parts().scores.is_some(), &cfg),
+                Some(d) => {
+                    let keep =
+                        &keeps[variants.iter().position(|x| x.label == key.variant).expect("keys come from variants")];
+                    d.deployment(&v.shape()).and_then(|dep| cachesim::deploy::validate(v, keep, &cfg, &dep))
+                }
+            };
+            checked.map_err(|source| SweepError::Config {
+                key: format!("{key} on the {which} trace {}", input.source),
+                source,
+            })?;
         }
     }
-    let shape = in_sample.view.shape();
-    let keeps = variants
-        .iter()
-        .map(|v| Keep::from_layers(&shape, &v.keep.layers))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|source| SweepError::Config { key: "variants".into(), source })?;
     Ok(Prepared { grid: grid.clone(), stats, variants, configs, profiles, keeps })
 }
 
@@ -361,8 +375,14 @@ impl Prepared {
         out_of_sample: &TraceView<'_>,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Vec<Row> {
-        let runs: Vec<(&Keep, ReplayConfig)> = self
-            .configs
+        // Plain configurations share work in one queue; deployed ones replay one by one (each
+        // with its layers in parallel).
+        let (deployed, plain): (Vec<&ConfigKey>, Vec<&ConfigKey>) =
+            self.configs.iter().partition(|k| k.deploy.is_some());
+        let keep_of = |key: &ConfigKey| {
+            &self.keeps[self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants")]
+        };
+        let runs: Vec<(&Keep, ReplayConfig)> = plain
             .iter()
             .map(|key| {
                 let vi = self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
@@ -376,12 +396,25 @@ impl Prepared {
             cachesim::replay_many_traces(&[*in_sample, *out_of_sample], &runs, &|tokens| progress(tokens as u64))
                 .expect("every configuration was validated by prepare");
         let (oos, ins) = (counts.pop().expect("two traces"), counts.pop().expect("two traces"));
-        // Configurations are sorted by key: rows in that order, in-sample first.
-        self.configs
+        let mut rows: Vec<Row> = plain
             .iter()
             .zip(ins.into_iter().zip(oos))
             .flat_map(|(key, (i, o))| [self.row(key, Sample::InSample, i), self.row(key, Sample::OutOfSample, o)])
-            .collect()
+            .collect();
+        for key in deployed {
+            let (keep, cfg, d) = (keep_of(key), replay_config(&self.grid, key), key.deploy.as_ref().expect("deployed"));
+            for (view, sample) in [(in_sample, Sample::InSample), (out_of_sample, Sample::OutOfSample)] {
+                let c = crate::deploy_axes::replay(view, keep, &cfg, d);
+                progress((view.shape().layers * view.shape().tokens) as u64);
+                let mut row = self.row(key, sample, c.counts.clone());
+                row.cost = crate::deploy_axes::costs(&self.profiles, &c, d);
+                row.deploy = Some(crate::DeployFigures::of(&c));
+                rows.push(row);
+            }
+        }
+        // Configurations are sorted by key: rows in that order, in-sample first.
+        rows.sort_by(|a, b| a.config.cmp(&b.config).then(a.sample.cmp(&b.sample)));
+        rows
     }
 
     /// Builds a row from counts: derived fields follow SEMANTICS.md §5 and §6.
@@ -407,6 +440,7 @@ impl Prepared {
             misses_per_token: mpt,
             counts,
             cost,
+            deploy: None,
         }
     }
 }

@@ -275,6 +275,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Ve
                 && r.config.variant == b.config.variant
                 && r.config.cap == b.config.cap
                 && r.config.layer_caps == b.config.layer_caps
+                && r.config.deploy == b.config.deploy
                 && r.config.k_used == b.config.k_used
         }) {
             pairs += 1;
@@ -355,6 +356,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Ve
                 && r.config.policy == c0.policy
                 && r.config.cap == c0.cap
                 && r.config.layer_caps == c0.layer_caps
+                && r.config.deploy == c0.deploy
                 && r.config.k_used == c0.k_used
         }) {
             rs.push(zero);
@@ -422,6 +424,9 @@ fn refusals(grid: &Grid, ins: &TraceInput<'_>, oos: &TraceInput<'_>) -> Check {
         cap: vec![cap],
         layer_caps: Vec::new(),
         k_used: vec![k_used],
+        pin: vec![None],
+        tier2: vec![None],
+        batch: vec![None],
     };
     let cases: Vec<(&str, &str, Grid)> = vec![
         ("cap < k_used", "is below k_used", Grid { blocks: vec![block("lru", 0.0, k - 1, None)], ..grid.clone() }),

@@ -5,6 +5,7 @@ mod import;
 mod inspect;
 mod plan;
 mod replay;
+mod replay_deploy;
 mod replay_prefetch;
 mod report;
 mod saliency;

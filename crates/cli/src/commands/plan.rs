@@ -38,6 +38,10 @@ pub struct MrcArgs {
     /// Compute a curve above the limit of work (see the announcement the command prints).
     #[arg(long)]
     pub yes: bool,
+    /// Pin map (a keep-map JSON, SEMANTICS.md §9): the curve of the unpinned stream, pinned picks
+    /// counted as hits; memory per layer = pins + cap. lru only (one pass).
+    #[arg(long)]
+    pub pin: Option<PathBuf>,
     /// Output JSON; a CSV (layer_id, cap, misses, misses_per_token) is written beside it.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -120,13 +124,31 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     super::require_tokens(v.shape(), &a.trace)?;
     let keep = open_keep(a.keep.as_ref(), &v)?;
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, reset_at_sequence: false };
+    if a.pin.is_some() && a.policy != Policy::Lru {
+        bail!(
+            "--pin gives the one-pass lru curve of the unpinned stream; for {} replay each cap with `replay --pin`",
+            a.policy
+        );
+    }
     let (steps, what) = curve_work(&v, a.policy, a.k_used, a.caps);
     crate::progress::status!("mrc: {what}");
     bound_curves(steps, a.yes)?;
     let working = crate::progress::working("mrc");
-    let c = sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?;
+    let (c, pins) = match &a.pin {
+        None => (sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?, None),
+        Some(p) => {
+            let pins = open_keep(Some(p), &v).with_context(|| format!("--pin {}", p.display()))?;
+            let full = cachesim::mrc::lru_curve_pinned(&v, &keep, Some(&pins), &base)?;
+            let per_layer: Vec<usize> = (0..pins.layers()).map(|l| pins.kept_count(l)).collect();
+            (slice_caps(full, a.caps)?, Some(per_layer))
+        }
+    };
     working.finish();
-    let json = serde_json::to_vec_pretty(&c)?;
+    let mut value = serde_json::to_value(&c)?;
+    if let (Some(obj), Some(pins)) = (value.as_object_mut(), &pins) {
+        obj.insert("layer_pins".into(), serde_json::json!(pins));
+    }
+    let json = serde_json::to_vec_pretty(&value)?;
     trace_io::write_atomic(&a.output, |w| w.write_all(&json))
         .with_context(|| format!("writing {}", a.output.display()))?;
     let mut w = csv::Writer::from_writer(Vec::new());
@@ -154,6 +176,19 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     Ok(())
+}
+
+/// The caps `lo..=hi` of a curve computed from k_used to E.
+fn slice_caps(mut c: cachesim::mrc::MissCurve, caps: Option<(usize, usize)>) -> Result<cachesim::mrc::MissCurve> {
+    let Some((lo, hi)) = caps else { return Ok(c) };
+    if lo < c.min_cap || hi > c.max_cap {
+        bail!("--caps {lo}..{hi}: the curve covers k_used..E = {}..{}", c.min_cap, c.max_cap);
+    }
+    for l in &mut c.layers {
+        l.misses = l.misses[lo - c.min_cap..=hi - c.min_cap].to_vec();
+    }
+    (c.min_cap, c.max_cap) = (lo, hi);
+    Ok(c)
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +233,11 @@ pub struct PlanArgs {
     /// Compute the curves above the limit of work (see the announcement the command prints).
     #[arg(long)]
     pub yes: bool,
+    /// Also plan pinned experts (SEMANTICS.md §9): per layer one of these pinned counts (0 is
+    /// always tried) plus a cache, within the same slots; printed as llama.cpp's
+    /// `--moe-hot-count` list. lru only.
+    #[arg(long, value_delimiter = ',')]
+    pub pin_counts: Option<Vec<usize>>,
     /// Output plan JSON (`-` for stdout; the table then goes to stderr).
     #[arg(short, long)]
     pub output: PathBuf,
@@ -251,8 +291,11 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     crate::progress::status!("plan: {} variants x 2 traces, each a {what}; {steps} steps in all", a.variants.len());
     bound_curves(steps, a.yes)?;
     let working = crate::progress::working("plan");
-    let PlanOutcome { slots, candidates, chosen, uniform_best } = sweep::plan::search(&req)?;
+    let outcome = sweep::plan::search(&req)?;
+    let pinned =
+        a.pin_counts.as_deref().map(|counts| sweep::plan::search_pinned(&req, &outcome, counts)).transpose()?;
     working.finish();
+    let PlanOutcome { slots, candidates, chosen, uniform_best } = outcome;
     let (replayed_in, replayed_out) = chosen.replayed;
     let report = serde_json::json!({
         "kind": "moe-offload-plan",
@@ -271,6 +314,10 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         "uniform_best": uniform_best.as_ref().map(|(v, e)| serde_json::json!({ "variant": v, "plan": e })),
         "candidates": candidates,
     });
+    let mut report = report;
+    if let (Some(obj), Some(p)) = (report.as_object_mut(), &pinned) {
+        obj.insert("pinned".into(), serde_json::json!({ "plan": p, "moe_hot_count": p.hot_count_list() }));
+    }
     let bytes = serde_json::to_vec_pretty(&report)?;
     super::write_output(&a.output, &bytes)?;
     let mut out = super::human(&a.output);
@@ -328,5 +375,13 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         out,
         "verified by replay with these caps: {replayed_in:.4} misses/token in sample, {replayed_out:.4} out of sample (equal to the prediction)"
     )?;
+    if let Some(p) = &pinned {
+        writeln!(
+            out,
+            "with pins: {} pinned {:?} + caps {:?} in {} slots: {:.4} misses/token in sample, {:.4} out of sample (verified by replay)",
+            p.variant, p.pin_counts, p.caps, p.slots, p.in_sample_misses_per_token, p.out_of_sample_misses_per_token
+        )?;
+        writeln!(out, "llama.cpp: --moe-hot-count {}", p.hot_count_list())?;
+    }
     Ok(())
 }

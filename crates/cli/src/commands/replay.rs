@@ -59,6 +59,9 @@ pub struct ReplayArgs {
     /// Prefetch, timeline and shuffled-order control (`replay_prefetch`).
     #[command(flatten)]
     pub extra: super::replay_prefetch::PrefetchArgs,
+    /// Deployments: pins, a second tier, served steps, re-batching (SEMANTICS.md §9-§11).
+    #[command(flatten)]
+    pub deploy: super::replay_deploy::DeployArgs,
 }
 
 /// Runs `replay`.
@@ -102,14 +105,32 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         layer_caps: layer_caps.clone(),
         ..ReplayConfig::new(a.policy, cap)
     };
-    let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
+    let dep = super::replay_deploy::deployment(&a.deploy, f.meta(), &shape, read_keep)?;
+    let plain = dep.is_plain(&cfg);
     if a.extra.active() {
+        if !plain {
+            bail!(
+                "prefetch, the timeline and the shuffled order (SEMANTICS.md §12-§13) are replayed per token with one \
+                 tier and no pins: drop --pin, --tier2, --served, --batch and --cap 0, or the prefetch flags"
+            );
+        }
+        let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
         return super::replay_prefetch::run(a, &v, &keep, &cfg);
     }
+    let reads = if plain {
+        cachesim::replay_reads(&shape, &keep, &cfg)
+    } else {
+        cachesim::deploy::deploy_reads(&shape, &keep, &cfg)
+    };
+    let v = f.view_for(reads)?;
     let working = crate::progress::working("replay");
-    let c = cachesim::replay(&v, &keep, &cfg);
+    let replayed = if plain {
+        cachesim::replay(&v, &keep, &cfg).map(cachesim::deploy::DeployCounts::from_plain)
+    } else {
+        cachesim::deploy::replay(&v, &keep, &cfg, &dep)
+    };
     working.finish();
-    let c = c.map_err(|e| match e {
+    let dc = replayed.map_err(|e| match e {
         cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
             anyhow::anyhow!("{e}: use --k-used {candidates} or less")
         }
@@ -118,6 +139,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         e => e.into(),
     })?;
+    let c = &dc.counts;
     if a.reset_at_sequence && v.seq_offsets().is_none_or(|s| s.len() <= 1) {
         writeln!(
             std::io::stderr().lock(),
@@ -127,11 +149,16 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     }
     let mut out = std::io::stdout().lock();
     if a.json {
-        let j = serde_json::json!({
+        let mut j = serde_json::json!({
             "tokens": c.tokens, "picks": c.picks, "hits": c.hits, "misses": c.misses,
             "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
             "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,
         });
+        if let (Some(j), serde_json::Value::Object(extra)) =
+            (j.as_object_mut(), super::replay_deploy::json_extras(&a.deploy, &v, &dep, &dc)?)
+        {
+            j.extend(extra);
+        }
         writeln!(out, "{j}")?;
     } else {
         let mut t = comfy_table::Table::new();
@@ -147,6 +174,9 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         ]);
         super::align_numbers(&mut t);
         writeln!(out, "{t}")?;
+        if !plain {
+            writeln!(out, "{}", super::replay_deploy::summary_line(&dc, &dep))?;
+        }
     }
     Ok(())
 }

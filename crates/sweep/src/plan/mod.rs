@@ -12,9 +12,11 @@
 //! [`search`] is the whole `moe-offload plan`: curves of every candidate variant, the allocation,
 //! the uniform baseline, the choice and its verification by replay, behind a [`PlanRequest`].
 
+mod pins;
 mod search;
 
 use cachesim::mrc::MissCurve;
+pub use pins::{PinnedPlan, search_pinned};
 pub use search::{Candidate, Chosen, Evaluated, PlanOutcome, PlanRequest, miss_curve, search};
 
 /// One layer allocation and its cost.

@@ -5,6 +5,7 @@
 //! [`inputs`] finds and reads the files, [`sections`] builds each section from one model of the
 //! rows, [`svg`] draws the plots (one colour per policy everywhere), [`html`] lays out the page.
 
+mod deploy;
 mod html;
 mod inputs;
 mod sections;
@@ -93,6 +94,7 @@ fn render(sweep: &SweepOutput, retention: &[RetentionFile], mrc: &[MrcCurve], lo
         ("capacity", "Miss ratio, tok/s and hit rate vs cache size", sections::capacity(&m, mrc)?),
         ("lambda", "Misses per token vs λ", sections::lambda(&m)?),
         ("shift", "In-sample vs out-of-sample", sections::shift(&m)?),
+        ("deployments", "Deployments: pins, tier 2, batches", deploy::section(sweep)?),
         ("retention", "Retention vs K", retention_html),
         ("provenance", "Provenance", sections::provenance(sweep)),
     ];

@@ -33,9 +33,9 @@ fn variants(rows: &[&Row]) -> Vec<String> {
     seen
 }
 
-/// Rows of the plain configurations (λ = 0) of one sample.
+/// Rows of the plain configurations (λ = 0, no pins, tier 2 or batches) of one sample.
 fn plain(rows: &[Row], sample: Sample) -> Vec<&Row> {
-    rows.iter().filter(|r| r.sample == sample && r.config.lambda == 0.0).collect()
+    rows.iter().filter(|r| r.sample == sample && r.config.lambda == 0.0 && r.config.deploy.is_none()).collect()
 }
 
 /// (variant, policy, cap, k_used) groups of a set of rows, used as lookup keys.
@@ -154,7 +154,7 @@ pub(super) fn policies_section(m: &Model<'_>) -> Result<String> {
             .collect();
         html += &figure(
             &format!("cap {cap} experts per layer, k_used {k_used}"),
-            &bar_plot(&m.vars, &series, &colors, "misses per token")?,
+            &bar_plot(&m.vars, &series, &colors, "variant", "misses per token")?,
             &swatches(&m.pols, &colors),
             "Each bar is one configuration replayed on the held-out trace.",
         );

@@ -273,6 +273,7 @@ pub(super) fn bar_plot(
     categories: &[String],
     series: &[(String, Vec<Option<f64>>)],
     colors: &[RGBColor],
+    x: &str,
     y: &str,
 ) -> Result<String> {
     let n = categories.len();
@@ -295,7 +296,7 @@ pub(super) fn bar_plot(
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_desc("variant")
+            .x_desc(x)
             .y_desc(y)
             .axis_desc_style(("sans-serif", 16))
             .label_style(("sans-serif", 14))

@@ -1,0 +1,284 @@
+//! The step loop of one layer (SEMANTICS.md §11 steps 1–4 with the pins of §9), and tier 2 over
+//! its misses (§10). Every buffer is allocated before the loops.
+
+use trace_io::TraceView;
+
+use super::level::Level;
+use super::prio::{Belady, Fifo, InvRouter, Lfu, Lru, NearPick, NearPickEma, Prio, StepSets};
+use super::steps::StepPlan;
+use super::{Deployment, LayerExtra};
+use crate::{Keep, LayerCounts, Policy, ReplayConfig};
+
+/// One layer's inputs, resolved.
+struct Input<'a> {
+    ids: &'a [u16],
+    scores: Option<&'a [f32]>,
+    keep: &'a [bool],
+    pinned: &'a [bool],
+    plan: &'a StepPlan,
+    m: usize,
+    k: usize,
+    num_experts: usize,
+    warmup: usize,
+    lambda: f64,
+    j: usize,
+}
+
+/// The tier-2 request stream of a layer: per step, the tier-1 misses that are not forced, in
+/// miss order (a [`StepSets`]), and whether the step is counted.
+struct Stream {
+    sets: StepSets,
+    counted: Vec<bool>,
+}
+
+/// Replays layer `l` (validated configuration).
+pub(crate) fn replay_layer(
+    trace: &TraceView<'_>,
+    keep: &Keep,
+    cfg: &ReplayConfig,
+    dep: &Deployment,
+    plan: &StepPlan,
+    l: usize,
+) -> (LayerCounts, LayerExtra) {
+    let shape = trace.shape();
+    let no_pins = vec![false; shape.num_experts];
+    let input = Input {
+        ids: trace.layer_ids(l),
+        scores: trace.layer_scores(l),
+        keep: keep.layer_mask(l),
+        pinned: dep.pins.as_ref().map_or(&no_pins[..], |p| p.layer_mask(l)),
+        plan,
+        m: shape.candidates,
+        k: cfg.k_used_or(shape.top_k),
+        num_experts: shape.num_experts,
+        warmup: cfg.warmup,
+        lambda: cfg.lambda,
+        j: cfg.j,
+    };
+    let e_n = shape.num_experts;
+    let level = Level::new(e_n, cfg.cap_of(l));
+    let record = dep.tier2.is_some();
+    let (counts, extra, stream) = match cfg.policy {
+        Policy::Lru => tier1(&input, level, Lru::new(e_n), record),
+        Policy::Fifo => tier1(&input, level, Fifo::new(e_n), record),
+        Policy::Lfu => tier1(&input, level, Lfu::new(e_n), record),
+        Policy::Belady => tier1(&input, level, Belady::new(e_n, lambda0_sets(&input)), record),
+        Policy::NearPick => tier1(&input, level, NearPick::new(e_n, cfg.near_pick_n), record),
+        Policy::NearPickEma => tier1(&input, level, NearPickEma::new(e_n, cfg.decay, cfg.near_pick_n), record),
+        Policy::InvRouter => tier1(&input, level, InvRouter::new(e_n, cfg.decay, shape.candidates), record),
+    };
+    let mut extra = extra;
+    match dep.tier2 {
+        None => extra.storage_reads = counts.misses - counts.forced_misses,
+        Some(t2) => {
+            let level = Level::new(e_n, t2.cap);
+            let (hits, misses) = match t2.policy {
+                Policy::Fifo => tier2(&stream, e_n, level, Fifo::new(e_n)),
+                Policy::Lfu => tier2(&stream, e_n, level, Lfu::new(e_n)),
+                Policy::Belady => {
+                    let sets = StepSets { ids: stream.sets.ids.clone(), starts: stream.sets.starts.clone() };
+                    tier2(&stream, e_n, level, Belady::new(e_n, sets))
+                }
+                // validate() admits only lru, fifo, lfu and belady at tier 2.
+                _ => tier2(&stream, e_n, level, Lru::new(e_n)),
+            };
+            extra.t2_hits = hits;
+            extra.storage_reads = misses;
+        }
+    }
+    (counts, extra)
+}
+
+/// F of `row` (its kept candidates, in order) into `f`; returns |F|.
+#[inline(always)]
+fn build_f(row: &[u16], keep: &[bool], f: &mut [u16]) -> usize {
+    let mut len = 0;
+    for &e in row {
+        f[len] = e;
+        len += usize::from(keep[usize::from(e)]);
+    }
+    len
+}
+
+/// The step sets at λ = 0 (the distinct F[0..n] of the step's rows), for belady's next uses.
+fn lambda0_sets(inp: &Input<'_>) -> StepSets {
+    let plan = inp.plan;
+    let mut f = vec![0u16; inp.m];
+    let mut mark = vec![usize::MAX; inp.num_experts];
+    let mut sets = StepSets { ids: Vec::new(), starts: vec![0] };
+    for s in 0..plan.steps() {
+        for p in plan.starts[s]..plan.starts[s + 1] {
+            let t = plan.token(p);
+            let len = build_f(&inp.ids[t * inp.m..(t + 1) * inp.m], inp.keep, &mut f);
+            for &e in &f[..inp.k.min(len)] {
+                if mark[usize::from(e)] != s {
+                    mark[usize::from(e)] = s;
+                    sets.ids.push(e);
+                }
+            }
+        }
+        sets.starts.push(sets.ids.len());
+    }
+    sets
+}
+
+/// The selection of §5 step 2 for λ > 0: the first n of F by (z + bonus if rank < j or
+/// resident, else z; desc), rank asc), into `chosen`.
+#[expect(clippy::too_many_arguments, reason = "a helper of the step loop")]
+#[inline(never)]
+fn select_cache_aware(
+    f: &[u16],
+    z_of: &[f32],
+    n: usize,
+    lambda: f64,
+    j: usize,
+    resident: impl Fn(usize) -> bool,
+    taken: &mut [bool],
+    chosen: &mut Vec<u16>,
+) {
+    // z of F's entries: F holds experts; their row scores are in `z_of` by F rank.
+    let z = |r: usize| f64::from(z_of[r]);
+    let delta = if n <= 1 { 0.0 } else { z(0) - z(n - 1) };
+    let score = |r: usize| if r < j || resident(usize::from(f[r])) { z(r) + lambda * delta } else { z(r) };
+    taken[..f.len()].fill(false);
+    for _ in 0..n {
+        let mut best: Option<(f64, usize)> = None;
+        for (r, _) in taken[..f.len()].iter().enumerate().filter(|&(_, &t)| !t) {
+            let s = score(r);
+            if best.is_none_or(|(b, _)| s > b) {
+                best = Some((s, r));
+            }
+        }
+        let (_, r) = best.expect("n <= |F|");
+        taken[r] = true;
+        chosen.push(f[r]);
+    }
+}
+
+/// Tier 1 of one layer with policy `prio`; with `record`, the tier-2 request stream.
+#[inline(never)]
+fn tier1<P: Prio>(inp: &Input<'_>, mut level: Level, mut prio: P, record: bool) -> (LayerCounts, LayerExtra, Stream) {
+    let (m, k, plan) = (inp.m, inp.k, inp.plan);
+    let steps = plan.steps();
+    let max_rows = (0..steps).map(|s| plan.starts[s + 1] - plan.starts[s]).max().unwrap_or(0);
+    let rows_total = plan.starts[steps];
+    let mut counts = LayerCounts::default();
+    let mut extra = LayerExtra::default();
+    let mut stream = Stream {
+        sets: StepSets {
+            ids: Vec::with_capacity(if record { rows_total * k } else { 0 }),
+            starts: Vec::with_capacity(if record { steps + 1 } else { 0 }),
+        },
+        counted: Vec::with_capacity(if record { steps } else { 0 }),
+    };
+    if record {
+        stream.sets.starts.push(0);
+    }
+    let mut f = vec![0u16; m];
+    let mut f_z = vec![0f32; m];
+    let mut taken = vec![false; m];
+    let mut chosen: Vec<u16> = Vec::with_capacity(k);
+    let mut set: Vec<u16> = Vec::with_capacity((max_rows * k).min(inp.num_experts));
+    let mut set_count = vec![0u32; inp.num_experts];
+    let mut set_mark = vec![usize::MAX; inp.num_experts];
+
+    for s in 0..steps {
+        let rows = plan.starts[s]..plan.starts[s + 1];
+        let counted = plan.starts[s] >= inp.warmup;
+        prio.begin_step(s);
+        set.clear();
+        // Step 1–2 per row, against the cache at the start of the step.
+        for p in rows.clone() {
+            let t = plan.token(p);
+            let row = &inp.ids[t * m..(t + 1) * m];
+            let len = build_f(row, inp.keep, &mut f);
+            let n = k.min(len);
+            chosen.clear();
+            match inp.scores {
+                Some(z) if inp.lambda > 0.0 && n > 0 => {
+                    let z_row = &z[t * m..(t + 1) * m];
+                    let mut r = 0;
+                    for (i, &e) in row.iter().enumerate() {
+                        if inp.keep[usize::from(e)] {
+                            f_z[r] = z_row[i];
+                            r += 1;
+                        }
+                    }
+                    let resident = |e: usize| inp.pinned[e] || level.contains(e);
+                    select_cache_aware(&f[..len], &f_z[..len], n, inp.lambda, inp.j, resident, &mut taken, &mut chosen);
+                }
+                _ => chosen.extend_from_slice(&f[..n]),
+            }
+            if counted {
+                let first = &row[..k];
+                counts.picks += k as u64;
+                counts.misses += (k - n) as u64;
+                counts.forced_misses += (k - n) as u64;
+                counts.substituted += chosen.iter().filter(|e| !first.contains(e)).count() as u64;
+                counts.pruned_slots += first.iter().filter(|&&e| !inp.keep[usize::from(e)]).count() as u64;
+            }
+            for &e in &chosen {
+                let ei = usize::from(e);
+                if set_mark[ei] != s {
+                    set_mark[ei] = s;
+                    set_count[ei] = 0;
+                    set.push(e);
+                }
+                set_count[ei] += 1;
+            }
+        }
+        // Step 2 of §11: by (rows choosing it desc, first appearance); a stable insertion sort.
+        for i in 1..set.len() {
+            let mut j = i;
+            while j > 0 && set_count[usize::from(set[j - 1])] < set_count[usize::from(set[j])] {
+                set.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        // Step 3.
+        let ids = &mut stream.sets.ids;
+        let out = level.step(&mut prio, &set, inp.pinned, |e| {
+            if record {
+                ids.push(e);
+            }
+        });
+        if record {
+            stream.sets.starts.push(stream.sets.ids.len());
+            stream.counted.push(counted);
+        }
+        if counted {
+            counts.hits += out.hits;
+            counts.misses += out.misses;
+            extra.pinned_hits += out.pinned_hits;
+        }
+        // Step 4: credits, once per step, every row's own in row order.
+        if P::CREDITS {
+            prio.begin_credits();
+            for p in rows {
+                let t = plan.token(p);
+                let row = &inp.ids[t * m..(t + 1) * m];
+                let len = build_f(row, inp.keep, &mut f);
+                prio.credit_row(s, &f[..len], row, inp.scores.map(|z| &z[t * m..(t + 1) * m]));
+            }
+            prio.end_credits();
+        }
+    }
+    (counts, extra, stream)
+}
+
+/// Tier 2 over a layer's request stream: (hits, misses) of the counted steps.
+#[inline(never)]
+fn tier2<P: Prio>(stream: &Stream, num_experts: usize, mut level: Level, mut prio: P) -> (u64, u64) {
+    let no_pins = vec![false; num_experts];
+    let (mut hits, mut misses) = (0, 0);
+    for s in 0..stream.counted.len() {
+        prio.begin_step(s);
+        let set = &stream.sets.ids[stream.sets.starts[s]..stream.sets.starts[s + 1]];
+        let out = level.step(&mut prio, set, &no_pins, |_| {});
+        if stream.counted[s] {
+            hits += out.hits;
+            misses += out.misses;
+        }
+    }
+    (hits, misses)
+}

@@ -1,0 +1,137 @@
+//! One tier's cache and the rule by which a step's set of experts goes through it
+//! (SEMANTICS.md §11 step 3, which is §5 step 4 with k-way protection when the set fits).
+
+use super::prio::Prio;
+
+/// Position of an expert that is not cached.
+const ABSENT: u32 = u32::MAX;
+
+/// The cached experts of one tier of one layer: at most `cap` (0 = no cache).
+pub(crate) struct Level {
+    pub cap: usize,
+    /// `[E]`: index into `members`, or [`ABSENT`].
+    pos: Vec<u32>,
+    members: Vec<u16>,
+    /// `[E]`: the stamp of the step whose set holds the expert / in which it was processed.
+    in_set: Vec<u64>,
+    done: Vec<u64>,
+    stamp: u64,
+    /// The access clock (one tick per cache access, in set order).
+    clock: u64,
+}
+
+/// What one step did at one level.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StepOutcome {
+    pub hits: u64,
+    pub pinned_hits: u64,
+    pub misses: u64,
+}
+
+impl Level {
+    pub fn new(num_experts: usize, cap: usize) -> Level {
+        Level {
+            cap,
+            pos: vec![ABSENT; num_experts],
+            members: Vec::with_capacity(cap),
+            in_set: vec![0; num_experts],
+            done: vec![0; num_experts],
+            stamp: 0,
+            clock: 0,
+        }
+    }
+
+    /// Whether `e` is cached.
+    #[inline(always)]
+    pub fn contains(&self, e: usize) -> bool {
+        self.pos[e] != ABSENT
+    }
+
+    fn remove(&mut self, e: usize) {
+        let i = self.pos[e] as usize;
+        let last = self.members.pop().expect("a cached expert");
+        if usize::from(last) != e {
+            self.members[i] = last;
+            self.pos[usize::from(last)] = i as u32;
+        }
+        self.pos[e] = ABSENT;
+    }
+
+    fn insert(&mut self, e: usize) {
+        self.pos[e] = self.members.len() as u32;
+        // At most `cap` members: never grows past its capacity.
+        self.members.push(e as u16);
+    }
+
+    /// The victim of §11 step 3: the lowest-priority cached expert not in the set; if every
+    /// cached expert is in it, the lowest-priority one already processed in this step; if none
+    /// is, the lowest-priority cached expert (ties: lowest id everywhere).
+    fn victim<P: Prio>(&self, prio: &P) -> usize {
+        let (mut outside, mut done, mut any) = (None::<(u128, u16)>, None::<(u128, u16)>, None::<(u128, u16)>);
+        let lower = |best: Option<(u128, u16)>, cand: (u128, u16)| best.is_none_or(|b| cand < b);
+        for &c in &self.members {
+            let cand = (prio.key(usize::from(c)), c);
+            let ci = usize::from(c);
+            if self.in_set[ci] != self.stamp {
+                if lower(outside, cand) {
+                    outside = Some(cand);
+                }
+            } else if self.done[ci] == self.stamp && lower(done, cand) {
+                done = Some(cand);
+            }
+            if lower(any, cand) {
+                any = Some(cand);
+            }
+        }
+        usize::from(outside.or(done).or(any).expect("a full cache holds an expert").1)
+    }
+
+    /// Runs one step's set `set` (distinct experts, in processing order) through this level:
+    /// a pinned expert (`pinned[e]`) is a hit that touches nothing; a cached one a hit; any
+    /// other a miss, handed to `on_miss` in order, and inserted (evicting [`Level::victim`] when
+    /// full) unless the level has no cache.
+    #[inline(always)]
+    pub fn step<P: Prio>(
+        &mut self,
+        prio: &mut P,
+        set: &[u16],
+        pinned: &[bool],
+        mut on_miss: impl FnMut(u16),
+    ) -> StepOutcome {
+        self.stamp += 1;
+        let stamp = self.stamp;
+        for &e in set {
+            self.in_set[usize::from(e)] = stamp;
+        }
+        let mut out = StepOutcome::default();
+        for &e16 in set {
+            let e = usize::from(e16);
+            if pinned[e] {
+                out.hits += 1;
+                out.pinned_hits += 1;
+                continue;
+            }
+            if self.cap == 0 {
+                out.misses += 1;
+                on_miss(e16);
+                continue;
+            }
+            self.clock += 1;
+            let hit = self.contains(e);
+            if hit {
+                out.hits += 1;
+            } else {
+                out.misses += 1;
+                on_miss(e16);
+                if self.members.len() >= self.cap {
+                    let v = self.victim(prio);
+                    self.remove(v);
+                }
+                self.insert(e);
+            }
+            prio.access(e, self.clock, !hit);
+            self.done[e] = stamp;
+        }
+        out
+    }
+}

@@ -1,0 +1,283 @@
+//! Priorities of the deployed replay (SEMANTICS.md §5 "Priorities", with the step as the unit of
+//! time of §11 step 4), one type per policy, each a per-expert array of E entries.
+//!
+//! A key is a `u128` (lowest evicted, ties: lowest id): the first component in the high 64 bits,
+//! the tie-breaker (time of last access) in the low 64. Decayed scores S >= 0 order as their
+//! f64 bits.
+
+use crate::policy::softmax_row;
+
+/// What a tier's cache asks of a policy.
+pub(crate) trait Prio {
+    /// Whether the policy takes credits after a step ([`Prio::credit_row`]).
+    const CREDITS: bool = false;
+    /// The priority of cached expert `e`.
+    fn key(&self, e: usize) -> u128;
+    /// Expert `e` was accessed at clock `now`; `inserted`: it was just inserted.
+    fn access(&mut self, e: usize, now: u64, inserted: bool);
+    /// Step `s` starts (belady: its set's next uses).
+    fn begin_step(&mut self, _s: usize) {}
+    /// Before the credits of a step (the lazy decays multiply M once).
+    fn begin_credits(&mut self) {}
+    /// The credits of one row of step `s`: `f` its kept candidates (F), `row` its candidates,
+    /// `scores` their router scores.
+    fn credit_row(&mut self, _s: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {}
+    /// After the credits of a step (the lazy decays rescale when M > 1e100).
+    fn end_credits(&mut self) {}
+}
+
+/// lru: time of last access.
+pub(crate) struct Lru {
+    last: Vec<u64>,
+}
+
+impl Lru {
+    pub fn new(num_experts: usize) -> Lru {
+        Lru { last: vec![0; num_experts] }
+    }
+}
+
+impl Prio for Lru {
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        u128::from(self.last[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.last[e] = now;
+    }
+}
+
+/// fifo: time of insertion.
+pub(crate) struct Fifo {
+    inserted: Vec<u64>,
+}
+
+impl Fifo {
+    pub fn new(num_experts: usize) -> Fifo {
+        Fifo { inserted: vec![0; num_experts] }
+    }
+}
+
+impl Prio for Fifo {
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        u128::from(self.inserted[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, inserted: bool) {
+        if inserted {
+            self.inserted[e] = now;
+        }
+    }
+}
+
+/// lfu: (accesses since insertion — per step, one per step in which the expert is in the
+/// step's set — , time of last access).
+pub(crate) struct Lfu {
+    count: Vec<u64>,
+    last: Vec<u64>,
+}
+
+impl Lfu {
+    pub fn new(num_experts: usize) -> Lfu {
+        Lfu { count: vec![0; num_experts], last: vec![0; num_experts] }
+    }
+}
+
+impl Prio for Lfu {
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        (u128::from(self.count[e]) << 64) | u128::from(self.last[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, inserted: bool) {
+        self.count[e] = if inserted { 1 } else { self.count[e] + 1 };
+        self.last[e] = now;
+    }
+}
+
+/// Sets of experts per step, flattened: `ids[starts[s]..starts[s + 1]]` is step s's set.
+pub(crate) struct StepSets {
+    pub ids: Vec<u16>,
+    pub starts: Vec<usize>,
+}
+
+/// belady: the next step whose set holds the expert, negated (never: evicted first). The next
+/// uses of a step's set are set when the step starts, for the whole step (§11 step 4).
+pub(crate) struct Belady {
+    sets: StepSets,
+    /// Per entry of `sets.ids`: the next step after its own whose set holds the expert
+    /// (`u64::MAX`: never).
+    next_after: Vec<u64>,
+    next: Vec<u64>,
+}
+
+impl Belady {
+    pub fn new(num_experts: usize, sets: StepSets) -> Belady {
+        let mut next_after = vec![u64::MAX; sets.ids.len()];
+        let mut upcoming = vec![u64::MAX; num_experts];
+        for s in (0..sets.starts.len() - 1).rev() {
+            let range = sets.starts[s]..sets.starts[s + 1];
+            for i in range.clone() {
+                next_after[i] = upcoming[usize::from(sets.ids[i])];
+            }
+            for i in range {
+                upcoming[usize::from(sets.ids[i])] = s as u64;
+            }
+        }
+        Belady { sets, next_after, next: vec![u64::MAX; num_experts] }
+    }
+}
+
+impl Prio for Belady {
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        u128::from(u64::MAX - self.next[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, _e: usize, _now: u64, _inserted: bool) {}
+    fn begin_step(&mut self, s: usize) {
+        for i in self.sets.starts[s]..self.sets.starts[s + 1] {
+            self.next[usize::from(self.sets.ids[i])] = self.next_after[i];
+        }
+    }
+}
+
+/// near_pick: (last step at which the expert stood in F at rank < N, time of last access); never:
+/// lowest.
+pub(crate) struct NearPick {
+    near_n: usize,
+    /// Step + 1, 0 = never.
+    near: Vec<u64>,
+    last: Vec<u64>,
+}
+
+impl NearPick {
+    pub fn new(num_experts: usize, near_n: usize) -> NearPick {
+        NearPick { near_n, near: vec![0; num_experts], last: vec![0; num_experts] }
+    }
+}
+
+impl Prio for NearPick {
+    const CREDITS: bool = true;
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        (u128::from(self.near[e]) << 64) | u128::from(self.last[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.last[e] = now;
+    }
+    fn credit_row(&mut self, s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+        for &e in f.iter().take(self.near_n) {
+            self.near[usize::from(e)] = s as u64 + 1;
+        }
+    }
+}
+
+/// The lazy decay of §5: multiplier M, stored scores S, 1/d computed once; M is multiplied once
+/// per step.
+pub(crate) struct Lazy {
+    multiplier: f64,
+    inverse_decay: f64,
+    score: Vec<f64>,
+    last: Vec<u64>,
+}
+
+impl Lazy {
+    fn new(num_experts: usize, decay: f64) -> Lazy {
+        Lazy { multiplier: 1.0, inverse_decay: 1.0 / decay, score: vec![0.0; num_experts], last: vec![0; num_experts] }
+    }
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        (u128::from(self.score[e].to_bits()) << 64) | u128::from(self.last[e])
+    }
+    fn begin(&mut self) {
+        self.multiplier *= self.inverse_decay;
+    }
+    fn end(&mut self) {
+        if self.multiplier > 1e100 {
+            for s in self.score.iter_mut() {
+                *s /= self.multiplier;
+            }
+            self.multiplier = 1.0;
+        }
+    }
+}
+
+/// near_pick_ema: (s, time of last access), s ← d·s + [rank < N in F] per row, once per step.
+pub(crate) struct NearPickEma {
+    near_n: usize,
+    lazy: Lazy,
+}
+
+impl NearPickEma {
+    pub fn new(num_experts: usize, decay: f64, near_n: usize) -> NearPickEma {
+        NearPickEma { near_n, lazy: Lazy::new(num_experts, decay) }
+    }
+}
+
+impl Prio for NearPickEma {
+    const CREDITS: bool = true;
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.lazy.last[e] = now;
+    }
+    fn begin_credits(&mut self) {
+        self.lazy.begin();
+    }
+    fn credit_row(&mut self, _s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+        let m = self.lazy.multiplier;
+        for &e in f.iter().take(self.near_n) {
+            self.lazy.score[usize::from(e)] += 1.0 * m;
+        }
+    }
+    fn end_credits(&mut self) {
+        self.lazy.end();
+    }
+}
+
+/// inv_router: (s, time of last access), s ← d·s + p per row (p the softmax of the row's scores
+/// over all m candidates), once per step.
+pub(crate) struct InvRouter {
+    lazy: Lazy,
+    probs: Vec<f64>,
+}
+
+impl InvRouter {
+    pub fn new(num_experts: usize, decay: f64, m: usize) -> InvRouter {
+        InvRouter { lazy: Lazy::new(num_experts, decay), probs: vec![0.0; m] }
+    }
+}
+
+impl Prio for InvRouter {
+    const CREDITS: bool = true;
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.lazy.last[e] = now;
+    }
+    fn begin_credits(&mut self) {
+        self.lazy.begin();
+    }
+    fn credit_row(&mut self, _s: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
+        // validate() guarantees scores for inv_router.
+        let Some(z) = scores else { return };
+        softmax_row(z, &mut self.probs);
+        let m = self.lazy.multiplier;
+        for (&e, &p) in row.iter().zip(&self.probs) {
+            self.lazy.score[usize::from(e)] += p * m;
+        }
+    }
+    fn end_credits(&mut self) {
+        self.lazy.end();
+    }
+}

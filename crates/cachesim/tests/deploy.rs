@@ -1,0 +1,333 @@
+//! Deployed replay (SEMANTICS.md §9–§11): hand-computed cases, the deployed path against the
+//! plain replayer where the spec says they agree, and against the plain reference of §9–§11
+//! (`reference_deploy`) over a matrix of policies, pins, tier 2, served steps and re-batching on
+//! seeded random traces.
+
+mod common;
+
+use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
+use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference_deploy};
+use common::{Synth, one_layer, random_keep, synth};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use trace_io::{TraceData, TraceView};
+
+/// Both deployed replayers, asserted equal; the counts.
+fn both(view: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Deployment) -> DeployCounts {
+    let fast = cachesim::deploy::replay(view, keep, cfg, dep).expect("valid deployment");
+    let slow = reference_deploy::replay(view, keep, cfg, dep).expect("valid deployment");
+    assert_eq!(fast, slow, "fast and reference disagree on {cfg:?}, {dep:?}");
+    fast
+}
+
+fn cfg0(policy: Policy, cap: usize) -> ReplayConfig {
+    ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, cap) }
+}
+
+fn pins(view: &TraceView<'_>, layers: &[Vec<u16>]) -> Keep {
+    Keep::from_layers(&view.shape(), layers).expect("valid pin map")
+}
+
+/// The same trace with `step_offsets` added.
+fn with_steps(trace: TraceData, steps: Vec<u64>) -> TraceData {
+    let (meta, tokens, m, mut parts) = trace.into_parts();
+    parts.step_offsets = Some(steps);
+    TraceData::new(meta, tokens, m, parts).expect("valid steps")
+}
+
+/// Seeded random step boundaries: steps of 1 to `max` rows.
+fn random_steps(seed: u64, tokens: usize, max: usize) -> Vec<u64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut offs = vec![0u64];
+    loop {
+        let next = offs.last().expect("non-empty") + rng.random_range(1..=max as u64);
+        if next as usize >= tokens {
+            return offs;
+        }
+        offs.push(next);
+    }
+}
+
+/// (hits, misses, pinned_hits) of a one-layer, k = 1 trace (`rows`, E = 4) with pins and a cap.
+#[test]
+fn pins_by_hand() {
+    // Requests 0 1 1 0, expert 0 pinned. cap 1: 0 pinned hit, 1 miss, 1 hit, 0 pinned hit.
+    // cap 0: no cache, 1 misses twice.
+    let trace = one_layer(4, 1, &[&[0], &[1], &[1], &[0]], None);
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let pin = pins(&view, &[vec![0]]);
+    for (cap, expect) in [(1, (3, 1, 2)), (0, (2, 2, 2))] {
+        let dep = Deployment { pins: Some(pin.clone()), ..Deployment::default() };
+        let c = both(&view, &keep, &cfg0(Policy::Lru, cap), &dep);
+        assert_eq!((c.counts.hits, c.counts.misses, c.pinned_hits), expect, "cap {cap}");
+        assert_eq!((c.layer_pins.clone(), c.storage_reads), (vec![1], expect.1));
+    }
+    // cap 0 without pins: pure streaming, every pick a miss.
+    let c = both(&view, &keep, &cfg0(Policy::Lru, 0), &Deployment::default());
+    assert_eq!((c.counts.hits, c.counts.misses), (0, 4));
+    // Pinned experts never take a slot: requests 0 1 0 1 with 0 pinned, fifo cap 1: 1 misses
+    // once and then hits.
+    let trace = one_layer(4, 1, &[&[0], &[1], &[0], &[1]], None);
+    let view = trace.view();
+    let dep = Deployment { pins: Some(pins(&view, &[vec![0]])), ..Deployment::default() };
+    let c = both(&view, &keep, &cfg0(Policy::Fifo, 1), &dep);
+    assert_eq!((c.counts.hits, c.counts.misses, c.pinned_hits), (3, 1, 2));
+}
+
+#[test]
+fn pin_outside_keep_is_refused_naming_layer_and_expert() {
+    let trace = one_layer(4, 1, &[&[1], &[2]], None);
+    let view = trace.view();
+    let keep = Keep::from_layers(&view.shape(), &[vec![1, 2, 3]]).expect("valid keep");
+    let dep = Deployment { pins: Some(pins(&view, &[vec![2, 0]])), ..Deployment::default() };
+    let err = cachesim::deploy::replay(&view, &keep, &cfg0(Policy::Lru, 1), &dep).expect_err("pin 0 not kept");
+    assert_eq!(err, CacheSimError::PinNotKept { layer: 0, expert: 0 });
+    assert!(err.to_string().contains("expert 0 of layer index 0"), "{err}");
+}
+
+#[test]
+fn unsupported_combinations_are_refused_with_the_reason() {
+    let trace = one_layer(4, 1, &[&[1], &[2]], Some(&[&[0.0], &[0.0]]));
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let check = |cfg: ReplayConfig, dep: Deployment, needle: &str| {
+        let err = cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect_err(needle).to_string();
+        assert!(err.contains(needle), "{err}");
+        let err = reference_deploy::replay(&view, &keep, &cfg, &dep).expect_err(needle).to_string();
+        assert!(err.contains(needle), "{err}");
+    };
+    let t2 = |policy, cap| Deployment { tier2: Some(Tier2 { policy, cap }), ..Deployment::default() };
+    check(cfg0(Policy::Lru, 1), t2(Policy::InvRouter, 2), "tier 2 takes lru, fifo, lfu or belady");
+    check(cfg0(Policy::Lru, 1), t2(Policy::NearPick, 2), "credit policies");
+    check(cfg0(Policy::Lru, 1), t2(Policy::Lru, 0), "tier2 cap");
+    let served = Deployment { schedule: Schedule::Served, ..Deployment::default() };
+    check(cfg0(Policy::Lru, 1), served, "no step_offsets");
+    let batch = Deployment { schedule: Schedule::Rebatch(2), ..Deployment::default() };
+    check(cfg0(Policy::Lru, 1), batch, "no seq_offsets");
+    let zero = Deployment { schedule: Schedule::Rebatch(0), ..Deployment::default() };
+    check(cfg0(Policy::Lru, 1), zero, "batch");
+    let seq = ReplayConfig { semantics: cachesim::Semantics::Sequential, ..cfg0(Policy::Lru, 1) };
+    check(seq, Deployment::default(), "k-way only");
+    let reset = ReplayConfig { reset_at_sequence: true, ..cfg0(Policy::Lru, 1) };
+    check(reset, Deployment::default(), "reset");
+    // §5's checks still apply: a cap between 0 and k_used, belady with λ > 0.
+    let two = one_layer(4, 2, &[&[1, 2], &[2, 3]], None);
+    let v2 = two.view();
+    let err = cachesim::deploy::replay(&v2, &Keep::full(&v2.shape()), &cfg0(Policy::Lru, 1), &Deployment::default());
+    assert_eq!(err, Err(CacheSimError::CapBelowKUsed { cap: 1, k_used: 2 }));
+    let bel = ReplayConfig { lambda: 0.1, ..cfg0(Policy::Belady, 1) };
+    check(bel, Deployment::default(), "belady needs lambda = 0");
+}
+
+#[test]
+fn tier2_by_hand() {
+    // k = 1, tier 1 lru cap 1 over tier 2 lru cap 2, requests 0 1 0 2 1 (W = 0).
+    // Tier 1 holds one expert and misses every request (5). Tier 2 sees 0 1 0 2 1:
+    // 0 miss, 1 miss, 0 hit, 2 miss (evicts 1, older than 0's access), 1 miss: 1 hit, 4 reads.
+    let trace = one_layer(4, 1, &[&[0], &[1], &[0], &[2], &[1]], None);
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let check = |p2, expect: (u64, u64)| {
+        let dep = Deployment { tier2: Some(Tier2 { policy: p2, cap: 2 }), ..Deployment::default() };
+        let c = both(&view, &keep, &cfg0(Policy::Lru, 1), &dep);
+        assert_eq!(c.counts.misses, 5);
+        assert_eq!((c.t2_hits, c.storage_reads), expect, "tier 2 {p2}");
+    };
+    check(Policy::Lru, (1, 4));
+    // fifo: 2 evicts 0 (inserted first): 0 1 0(hit) 2(evict 0) 1(hit): 2 hits.
+    check(Policy::Fifo, (2, 3));
+    // lfu: at 2, counts 0:2, 1:1: evicts 1; then 1 misses: 1 hit.
+    check(Policy::Lfu, (1, 4));
+    // belady: at 2, next uses 0: never, 1: step 4: evicts 0; 1 hits: 2 hits.
+    check(Policy::Belady, (2, 3));
+}
+
+#[test]
+fn served_by_hand() {
+    // E = 4, k = 2, lru cap 2, W = 0. Step 0: rows [0,1] [1,2]: U = 1 (2 rows), 0, 2.
+    // 1 miss, 0 miss, 2 miss with every cached expert in U: evict the processed one of lowest
+    // priority, 1 (accessed first): cache {0, 2}. Step 1: row [1,3]: 1 miss evicts 0 (older
+    // than 2), 3 miss evicts 2: {1, 3}. Step 2: row [3,1]: two hits.
+    let trace = one_layer(4, 2, &[&[0, 1], &[1, 2], &[1, 3], &[3, 1]], None);
+    let trace = with_steps(trace, vec![0, 2, 3]);
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let dep = Deployment { schedule: Schedule::Served, ..Deployment::default() };
+    let c = both(&view, &keep, &cfg0(Policy::Lru, 2), &dep);
+    assert_eq!((c.counts.picks, c.counts.hits, c.counts.misses), (8, 2, 5));
+    assert_eq!((c.steps, c.rows, c.counts.tokens), (3, 4, 4));
+    assert_eq!(c.loads_per_step(), 5.0 / 3.0);
+    // With 1 pinned: step 0 U = 1 (pinned hit), 0 miss, 2 miss: {0, 2}; step 1: 1 hit, 3 miss
+    // evicts 0; step 2: hits. Memory 1 + 2.
+    let dep = Deployment { pins: Some(pins(&view, &[vec![1]])), schedule: Schedule::Served, ..Deployment::default() };
+    let c = both(&view, &keep, &cfg0(Policy::Lru, 2), &dep);
+    assert_eq!((c.counts.hits, c.counts.misses, c.pinned_hits), (4, 3, 3));
+    // The warmup counts whole steps: W = 1 skips step 0 only (it starts at 0), W = 2 also.
+    for (w, steps) in [(1, 2), (2, 2), (3, 1)] {
+        let cfg = ReplayConfig { warmup: w, ..cfg0(Policy::Lru, 2) };
+        let c = both(&view, &keep, &cfg, &Deployment { schedule: Schedule::Served, ..Deployment::default() });
+        assert_eq!(c.steps, steps, "W = {w}");
+    }
+}
+
+#[test]
+fn rebatch_by_hand() {
+    // Sequences [0, 1], [2], [3]; k = 1, tokens 0 1 2 3 request experts 0 1 0 1 (E = 4); lru
+    // cap 1. B = 2: step 0 = tokens [0, 2] (U = {0}), step 1 = tokens [1, 3] (U = {1}; slot 1's
+    // sequence ended at step 0, so it takes [3] at step 1): 2 misses, 2 steps, 4 rows.
+    let meta = common::meta(4, 1, 1);
+    let parts = trace_io::OwnedParts { ids: vec![0, 1, 0, 1], seq_offsets: Some(vec![0, 2, 3]), ..Default::default() };
+    let trace = TraceData::new(meta, 4, 1, parts).expect("valid");
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let cfg = cfg0(Policy::Lru, 1);
+    let b2 = both(&view, &keep, &cfg, &Deployment { schedule: Schedule::Rebatch(2), ..Deployment::default() });
+    assert_eq!((b2.steps, b2.rows, b2.counts.hits, b2.counts.misses), (2, 4, 0, 2));
+    // B = 1 is trace order: 0 1 0 1 at cap 1: 4 misses, as plain replay.
+    let b1 = both(&view, &keep, &cfg, &Deployment { schedule: Schedule::Rebatch(1), ..Deployment::default() });
+    assert_eq!(b1.counts, cachesim::replay(&view, &keep, &cfg).expect("valid"));
+    assert_eq!(b1.counts.misses, 4);
+}
+
+const SMALL: Synth = Synth {
+    layers: 2,
+    tokens: 150,
+    num_experts: 12,
+    top_k: 3,
+    candidates: 6,
+    reuse: 0.5,
+    sequences: 7,
+    with_scores: true,
+};
+
+fn lambdas(policy: Policy) -> &'static [f64] {
+    if policy == Policy::Belady { &[0.0] } else { &[0.0, 0.09] }
+}
+
+/// Per token with one tier and no pins, the deployed path gives the plain replayer's counts;
+/// so do served replay with one row per step and re-batching with B = 1.
+#[test]
+fn plain_deployments_equal_plain_replay() {
+    for seed in [1, 2] {
+        let trace = synth(seed, SMALL);
+        let tokens = trace.view().shape().tokens;
+        let trace = with_steps(trace, (0..tokens as u64).collect());
+        let view = trace.view();
+        let shape = view.shape();
+        let pruned = Keep::from_layers(&shape, &random_keep(seed, 2, 12, 0.4, 2)).expect("valid keep");
+        for keep in [Keep::full(&shape), pruned] {
+            for policy in Policy::ALL {
+                for &lambda in lambdas(policy) {
+                    let cfg = ReplayConfig { lambda, warmup: 10, ..ReplayConfig::new(policy, 4) };
+                    let plain = cachesim::replay(&view, &keep, &cfg).expect("valid");
+                    for schedule in [Schedule::PerToken, Schedule::Served, Schedule::Rebatch(1)] {
+                        let dep = Deployment { schedule, ..Deployment::default() };
+                        let c = both(&view, &keep, &cfg, &dep);
+                        assert_eq!(c.counts, plain, "{schedule:?}, {cfg:?}");
+                        assert_eq!((c.steps, c.rows), (plain.tokens, plain.tokens));
+                        assert_eq!(
+                            (c.pinned_hits, c.t2_hits, c.storage_reads),
+                            (0, 0, plain.misses - plain.forced_misses)
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every policy with pins, cap 0, tier 2 (each tier-2 policy), served steps of up to 12 rows
+/// (whose union often exceeds the cap) and re-batching: fast = reference.
+#[test]
+fn deployed_matrix_fast_equals_reference() {
+    let mut union_over_cap = false;
+    let mut runs = 0;
+    for seed in [3, 4] {
+        let trace = synth(seed, SMALL);
+        let tokens = trace.view().shape().tokens;
+        let trace = with_steps(trace, random_steps(seed, tokens, 12));
+        let view = trace.view();
+        let shape = view.shape();
+        let keep_ids = random_keep(seed, 2, 12, 0.6, 5);
+        let keep = Keep::from_layers(&shape, &keep_ids).expect("valid keep");
+        // Pins: the first 2 kept experts of layer 0, 1 of layer 1 (per-layer sizes).
+        let pin = Keep::from_layers(&shape, &[keep_ids[0][..2].to_vec(), keep_ids[1][..1].to_vec()]).expect("pins");
+        for policy in Policy::ALL {
+            for &lambda in lambdas(policy) {
+                for cap in [0, 3, 5] {
+                    let cfg = ReplayConfig { lambda, warmup: 7, ..ReplayConfig::new(policy, cap) };
+                    for schedule in [Schedule::PerToken, Schedule::Served, Schedule::Rebatch(3)] {
+                        for pinned in [None, Some(pin.clone())] {
+                            for tier2 in [None, Some(Tier2 { policy: Policy::ALL[runs % 4], cap: 4 })] {
+                                let dep = Deployment { pins: pinned.clone(), tier2, schedule };
+                                let c = both(&view, &keep, &cfg, &dep);
+                                if let Some(t2) = tier2 {
+                                    // Every tier-1 miss that is not forced goes to tier 2.
+                                    assert_eq!(
+                                        c.t2_hits + c.storage_reads,
+                                        c.counts.misses - c.counts.forced_misses,
+                                        "{t2:?}"
+                                    );
+                                }
+                                if schedule == Schedule::Served && cap > 0 && c.counts.picks > 0 {
+                                    union_over_cap |= c.counts.hits + c.counts.misses < c.counts.picks;
+                                }
+                                runs += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Belady at both tiers bounds lru at both tiers.
+        for schedule in [Schedule::PerToken, Schedule::Served] {
+            let t2 = |p| Some(Tier2 { policy: p, cap: 4 });
+            let opt = both(
+                &view,
+                &keep,
+                &cfg0(Policy::Belady, 3),
+                &Deployment { tier2: t2(Policy::Belady), schedule, ..Default::default() },
+            );
+            let lru = both(
+                &view,
+                &keep,
+                &cfg0(Policy::Lru, 3),
+                &Deployment { tier2: t2(Policy::Lru), schedule, ..Default::default() },
+            );
+            assert!(opt.counts.misses <= lru.counts.misses);
+        }
+    }
+    assert!(union_over_cap, "no served step shared a load");
+    assert!(runs > 500);
+}
+
+/// The one-pass LRU curve of the unpinned stream equals a deployed replay with the pins at every
+/// cap from k_used to E.
+#[test]
+fn pinned_lru_curve_equals_deployed_replay_at_every_cap() {
+    use cachesim::mrc::{CurveConfig, lru_curve_pinned};
+    let trace = synth(9, SMALL);
+    let view = trace.view();
+    let shape = view.shape();
+    let keep_ids = random_keep(9, 2, 12, 0.6, 5);
+    for keep in [Keep::full(&shape), Keep::from_layers(&shape, &keep_ids).expect("valid keep")] {
+        let pin = Keep::from_layers(&shape, &[keep_ids[0][..2].to_vec(), keep_ids[1][..3].to_vec()]).expect("pins");
+        for k_used in [3, 2] {
+            let cc = CurveConfig { k_used: Some(k_used), warmup: 11, ..CurveConfig::default() };
+            let curve = lru_curve_pinned(&view, &keep, Some(&pin), &cc).expect("valid");
+            let dep = Deployment { pins: Some(pin.clone()), ..Deployment::default() };
+            for cap in k_used..=12 {
+                let cfg = ReplayConfig { k_used: Some(k_used), warmup: 11, ..ReplayConfig::new(Policy::Lru, cap) };
+                let c = both(&view, &keep, &cfg, &dep);
+                for l in 0..2 {
+                    assert_eq!(curve.layer_misses(l, cap), c.counts.layer_misses[l], "cap {cap}, layer {l}");
+                }
+            }
+        }
+    }
+    // Sequential semantics has no pinned curve here.
+    let cc = CurveConfig { semantics: cachesim::Semantics::Sequential, ..CurveConfig::default() };
+    let pin = Keep::from_layers(&shape, &[vec![0], vec![0]]).expect("pins");
+    assert!(lru_curve_pinned(&view, &Keep::full(&shape), Some(&pin), &cc).is_err());
+}

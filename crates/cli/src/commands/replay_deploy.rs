@@ -1,0 +1,133 @@
+//! The deployment flags of `moe-offload replay` (SEMANTICS.md §9–§11): `--pin`, `--tier2`,
+//! `--served`, `--batch`, and the cost flags; what they add to the output.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
+use cachesim::{Keep, Policy};
+use clap::Args;
+use saliency::KeepMap;
+use sweep::{DeployCost, DeviceProfile};
+use trace_io::{Shape, TraceMeta, TraceView};
+
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// Pin map: a keep-map JSON (as `keep --metric frequency --k 8` writes; per-layer sizes
+    /// allowed) of experts held resident outside the cache (SEMANTICS.md §9). Memory per layer
+    /// = pins + cap; `--cap 0` streams every unpinned expert.
+    #[arg(long)]
+    pub pin: Option<PathBuf>,
+    /// A second memory tier under the cache, POLICY:CAP (lru, fifo, lfu or belady; CAP >=
+    /// k_used), e.g. `lru:32` (SEMANTICS.md §10).
+    #[arg(long)]
+    pub tier2: Option<String>,
+    /// Served replay on the trace's engine steps (`step_offsets`, SEMANTICS.md §11).
+    #[arg(long, conflicts_with = "batch")]
+    pub served: bool,
+    /// Re-batching: serve B of the trace's sequences at once (`seq_offsets`, SEMANTICS.md §11).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Device profile of the cost figures (reference, dsv2-lite-bf16, qwen15-moe-bf16,
+    /// mixtral-8x7b-q4); default: the trace's model's, else reference.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Tier-2 to tier-1 link bandwidth in GB/s for the cost (needs --tier2).
+    #[arg(long)]
+    pub link_gbps: Option<f64>,
+    /// Compute per engine step in ms for the served cost (needs --served or --batch; default:
+    /// the profile's compute_ms).
+    #[arg(long)]
+    pub compute_ms_per_step: Option<f64>,
+}
+
+impl DeployArgs {
+    /// Whether the replay is served (recorded or re-batched steps).
+    pub fn served(&self) -> bool {
+        self.served || self.batch.is_some()
+    }
+}
+
+/// `POLICY:CAP`.
+fn parse_tier2(s: &str) -> Result<Tier2> {
+    let (p, c) = s.split_once(':').with_context(|| format!("--tier2 {s:?}: expected POLICY:CAP, e.g. lru:32"))?;
+    let policy: Policy = p.parse().with_context(|| format!("--tier2 {s:?}"))?;
+    let cap = c.parse().with_context(|| format!("--tier2 {s:?}: {c:?} is not a whole number of experts"))?;
+    Ok(Tier2 { policy, cap })
+}
+
+/// The deployment the flags ask for, with the pin map read and checked against the trace.
+pub fn deployment(
+    a: &DeployArgs,
+    meta: &TraceMeta,
+    shape: &Shape,
+    read_keep: impl Fn(&Path) -> Result<KeepMap>,
+) -> Result<Deployment> {
+    if a.link_gbps.is_some() && a.tier2.is_none() {
+        bail!("--link-gbps is the bandwidth from tier 2 to tier 1: it applies only with --tier2");
+    }
+    if a.compute_ms_per_step.is_some() && !a.served() {
+        bail!("--compute-ms-per-step is the compute of an engine step: it applies only with --served or --batch");
+    }
+    if let Some(g) = a.link_gbps.filter(|g| !(g.is_finite() && *g > 0.0)) {
+        bail!("--link-gbps {g}: must be a positive bandwidth in GB/s");
+    }
+    let pins = match &a.pin {
+        Some(p) => {
+            let map = read_keep(p).with_context(|| format!("--pin {} is not a keep map", p.display()))?;
+            super::replay::check_map_fits(&map, meta, p)?;
+            Some(Keep::from_layers(shape, &map.layers).with_context(|| format!("pin map {}", p.display()))?)
+        }
+        None => None,
+    };
+    let schedule = match (a.served, a.batch) {
+        (true, _) => Schedule::Served,
+        (false, Some(b)) => Schedule::Rebatch(b),
+        (false, None) => Schedule::PerToken,
+    };
+    Ok(Deployment { pins, tier2: a.tier2.as_deref().map(parse_tier2).transpose()?, schedule })
+}
+
+/// The cost profile: `--profile`, else the trace model's preset, else the reference; with the
+/// link and step flags.
+fn profile(a: &DeployArgs, v: &TraceView<'_>) -> Result<DeviceProfile> {
+    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
+    let name = a.profile.as_deref().or(inferred).unwrap_or("reference");
+    let mut p =
+        DeviceProfile::preset(name).with_context(|| format!("unknown profile {name:?}; see docs/grid-format.md"))?;
+    p.link_gbps = a.link_gbps.or(p.link_gbps);
+    p.compute_ms_per_step = a.compute_ms_per_step.or(p.compute_ms_per_step);
+    Ok(p)
+}
+
+/// The fields `--json` adds to the §5 ones, and the cost at each of the profile's bandwidths.
+pub fn json_extras(a: &DeployArgs, v: &TraceView<'_>, dep: &Deployment, c: &DeployCounts) -> Result<serde_json::Value> {
+    let p = profile(a, v)?;
+    let costs: Vec<DeployCost> =
+        p.bandwidth_gbps.iter().map(|&bw| DeployCost::of(&p, c, dep.tier2.is_some(), a.served(), bw)).collect();
+    let schedule = match dep.schedule {
+        Schedule::PerToken => "per_token".to_string(),
+        Schedule::Served => "served".to_string(),
+        Schedule::Rebatch(b) => format!("batch:{b}"),
+    };
+    Ok(serde_json::json!({
+        "pinned_hits": c.pinned_hits, "t2_hits": c.t2_hits, "storage_reads": c.storage_reads,
+        "steps": c.steps, "rows": c.rows, "loads_per_step": c.loads_per_step(),
+        "layer_pins": c.layer_pins, "schedule": schedule,
+        "tier2": dep.tier2.map(|t| format!("{}:{}", t.policy, t.cap)),
+        "cost": { "profile": p.name, "expert_mb": p.expert_mb, "compute_ms": p.compute_ms,
+                  "link_gbps": p.link_gbps, "compute_ms_per_step": p.compute_ms_per_step, "at": costs },
+    }))
+}
+
+/// One line for the table output, when the deployment is not plain.
+pub fn summary_line(c: &DeployCounts, dep: &Deployment) -> String {
+    let mut s = format!("steps {}, rows {}, loads/step {:.3}", c.steps, c.rows, c.loads_per_step());
+    if dep.pins.is_some() {
+        s += &format!(", pinned hits {} (pins per layer {:?})", c.pinned_hits, c.layer_pins);
+    }
+    if dep.tier2.is_some() {
+        s += &format!(", tier-2 hits {}, storage reads {}", c.t2_hits, c.storage_reads);
+    }
+    s
+}

@@ -9,7 +9,7 @@
 //! and ends c later. Forced misses load nothing.
 //!
 //! Every time on the timeline is a sum of compute steps and loads, so it is kept exactly as the
-//! pair (i, j) meaning i · c + j · τ (two integers; [`Time`]), compared by value. The figures
+//! pair (i, j) meaning i · c + j · τ (two integers; `Time`), compared by value. The figures
 //! come from the pairs: stall per token = (J · τ + I · c) / tokens with (I, J) the counted
 //! tokens' total minus their compute, so that without prefetch (I = 0, J = the demand misses)
 //! `tok_s` is §6's additive figure to the last bit (when no miss is forced: forced misses load

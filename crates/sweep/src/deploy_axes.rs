@@ -51,7 +51,7 @@ impl DeployKey {
     }
 
     /// The deployment of this key on a trace of `shape` (the pin map was checked by
-    /// [`read_pins`] against the grid's traces).
+    /// `read_pins` against the grid's traces).
     ///
     /// # Errors
     /// cachesim's, for a pin map that does not fit the trace.

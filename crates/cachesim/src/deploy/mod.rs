@@ -3,14 +3,14 @@
 //! a trace's sequences).
 //!
 //! This is a replay path of its own, chosen once per replay, outside any loop: the plain replay
-//! of §5 ([`crate::replay`]) is untouched and keeps its speed. Inside, the same rules as there:
+//! of §5 (`crate::replay`) is untouched and keeps its speed. Inside, the same rules as there:
 //! every buffer allocated before the step loop, no `Result`, no dynamic dispatch; one
-//! monomorphized step loop per tier-1 policy ([`layer`]) and one per tier-2 policy.
+//! monomorphized step loop per tier-1 policy (`layer`) and one per tier-2 policy.
 //!
 //! Map:
-//! - [`Deployment`], [`Schedule`], [`Tier2`]: what to replay beyond a [`ReplayConfig`].
-//! - [`validate`]: refuses every configuration this path does not support, with the reason.
-//! - [`replay`]: the counts ([`DeployCounts`]), layers in parallel.
+//! - `Deployment`, `Schedule`, [`Tier2`]: what to replay beyond a `ReplayConfig`.
+//! - `validate`: refuses every configuration this path does not support, with the reason.
+//! - `replay`: the counts (`DeployCounts`), layers in parallel.
 //! - `steps`: the engine steps (per token, recorded `step_offsets`, or re-batched).
 //! - `level`: one tier's cache and the step rule of §11 step 3 (which is §5 step 4 when a
 //!   step's set fits in the cache).
@@ -29,7 +29,7 @@
 //!   in the new order, so a step counts when its first position is >= W.
 //! - Forced misses are counted in `misses` (as in §5) but request nothing from tier 2 and are
 //!   not storage reads.
-//! - Not supported here (refused by [`validate`]): sequential semantics and resets at sequence
+//! - Not supported here (refused by `validate`): sequential semantics and resets at sequence
 //!   starts with any deployment feature; served replay together with re-batching.
 
 mod layer;

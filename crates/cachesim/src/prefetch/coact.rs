@@ -1,7 +1,7 @@
 //! `coact`: a co-activation table learned from a calibration trace (SEMANTICS.md §12).
 //!
-//! Q_l[a][b] = the calibration tokens that chose a at the previous recorded layer and b at l
-//! (a = b counted too); the score of b at (t, l) is Σ Q_l[a][b] over the experts a chosen at
+//! `Q_l[a][b]` = the calibration tokens that chose a at the previous recorded layer and b at l
+//! (a = b counted too); the score of b at (t, l) is Σ `Q_l[a][b]` over the experts a chosen at
 //! (t, l − 1) in this replay; the proposals are the top B by (score desc, id asc) with
 //! score > 0. The first recorded layer uses `prev_token` instead (chosen outside the loop).
 
@@ -48,7 +48,7 @@ impl CoactTable {
         Ok(CoactTable { layer_ids: calib.meta().layer_ids.clone(), num_experts: e_n, q })
     }
 
-    /// Q_l[a][b] (layer index `l`, experts `a` at l − 1 and `b` at l).
+    /// `Q_l[a][b]` (layer index `l`, experts `a` at l − 1 and `b` at l).
     pub fn get(&self, l: usize, a: usize, b: usize) -> u32 {
         let e_n = self.num_experts;
         self.q[(l * e_n + a) * e_n + b]

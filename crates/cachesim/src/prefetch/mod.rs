@@ -2,12 +2,12 @@
 //! proposes up to B experts (the budget) and the ones not resident are loaded; then the token
 //! replays as in §5. Counts the prefetch loads, the useful ones (first accessed by a demand hit
 //! before eviction) and the wasted ones, and records for the timeline of §13
-//! ([`crate::timeline`]) what each (t, l) loads.
+//! (`crate::timeline`) what each (t, l) loads.
 //!
-//! Map: [`predict`] (the narrow trait of a predictor), one file per predictor ([`prev_token`],
-//! [`coact`], [`lookahead`], [`oracle`]), [`token_loop`] (the loop, generic over the policy and
+//! Map: `predict` (the narrow trait of a predictor), one file per predictor (`prev_token`,
+//! `coact`, `lookahead`, `oracle`), `token_loop` (the loop, generic over the policy and
 //! the predictor, both chosen outside it), this file (configuration, validation, the driver).
-//! A replay without prefetch and without timeline is [`crate::replay`], untouched.
+//! A replay without prefetch and without timeline is `crate::replay`, untouched.
 //!
 //! Readings of §12 where the text leaves room:
 //! - A proposal naming an expert the keep set prunes is dropped (a pruned expert does not exist

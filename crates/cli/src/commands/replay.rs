@@ -107,7 +107,10 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     };
     let dep = super::replay_deploy::deployment(&a.deploy, f.meta(), &shape, read_keep)?;
     let plain = dep.is_plain(&cfg);
-    if a.extra.active() {
+    // With a deployment, `--profile` prices the deployed replay (below); the other prefetch
+    // flags do not apply to it.
+    let prefetch_on = if plain { a.extra.active() } else { a.extra.active() && !only_profile(&a.extra) };
+    if prefetch_on {
         if !plain {
             bail!(
                 "prefetch, the timeline and the shuffled order (SEMANTICS.md §12-§13) are replayed per token with one \
@@ -154,9 +157,10 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
             "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,
         });
-        if let (Some(j), serde_json::Value::Object(extra)) =
-            (j.as_object_mut(), super::replay_deploy::json_extras(&a.deploy, &v, &dep, &dc)?)
-        {
+        if let (Some(j), serde_json::Value::Object(extra)) = (
+            j.as_object_mut(),
+            super::replay_deploy::json_extras(&a.deploy, a.extra.profile.as_deref(), &v, &dep, &dc)?,
+        ) {
             j.extend(extra);
         }
         writeln!(out, "{j}")?;
@@ -179,6 +183,16 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `--profile` is the only prefetch-section flag given.
+fn only_profile(e: &super::replay_prefetch::PrefetchArgs) -> bool {
+    e.profile.is_some()
+        && e.prefetch.is_none()
+        && !e.timeline
+        && e.shuffle.is_none()
+        && e.calib.is_none()
+        && e.bandwidth.is_none()
 }
 
 /// Refuses a keep map made for another model shape.

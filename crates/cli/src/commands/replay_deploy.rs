@@ -28,10 +28,6 @@ pub struct DeployArgs {
     /// Re-batching: serve B of the trace's sequences at once (`seq_offsets`, SEMANTICS.md §11).
     #[arg(long)]
     pub batch: Option<usize>,
-    /// Device profile of the cost figures (reference, dsv2-lite-bf16, qwen15-moe-bf16,
-    /// mixtral-8x7b-q4); default: the trace's model's, else reference.
-    #[arg(long)]
-    pub profile: Option<String>,
     /// Tier-2 to tier-1 link bandwidth in GB/s for the cost (needs --tier2).
     #[arg(long)]
     pub link_gbps: Option<f64>,
@@ -88,11 +84,11 @@ pub fn deployment(
     Ok(Deployment { pins, tier2: a.tier2.as_deref().map(parse_tier2).transpose()?, schedule })
 }
 
-/// The cost profile: `--profile`, else the trace model's preset, else the reference; with the
-/// link and step flags.
-fn profile(a: &DeployArgs, v: &TraceView<'_>) -> Result<DeviceProfile> {
-    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
-    let name = a.profile.as_deref().or(inferred).unwrap_or("reference");
+/// The cost profile: `name` (replay's `--profile`), else the trace model's preset, else the
+/// reference; with the link and step flags.
+fn profile(a: &DeployArgs, name: Option<&str>, v: &TraceView<'_>) -> Result<DeviceProfile> {
+    let inferred = name.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
+    let name = name.or(inferred).unwrap_or("reference");
     let mut p =
         DeviceProfile::preset(name).with_context(|| format!("unknown profile {name:?}; see docs/grid-format.md"))?;
     p.link_gbps = a.link_gbps.or(p.link_gbps);
@@ -101,8 +97,14 @@ fn profile(a: &DeployArgs, v: &TraceView<'_>) -> Result<DeviceProfile> {
 }
 
 /// The fields `--json` adds to the §5 ones, and the cost at each of the profile's bandwidths.
-pub fn json_extras(a: &DeployArgs, v: &TraceView<'_>, dep: &Deployment, c: &DeployCounts) -> Result<serde_json::Value> {
-    let p = profile(a, v)?;
+pub fn json_extras(
+    a: &DeployArgs,
+    profile_name: Option<&str>,
+    v: &TraceView<'_>,
+    dep: &Deployment,
+    c: &DeployCounts,
+) -> Result<serde_json::Value> {
+    let p = profile(a, profile_name, v)?;
     let costs: Vec<DeployCost> =
         p.bandwidth_gbps.iter().map(|&bw| DeployCost::of(&p, c, dep.tier2.is_some(), a.served(), bw)).collect();
     let schedule = match dep.schedule {

@@ -89,8 +89,8 @@ impl Stats {
     /// [`crate::SaliencyError::Invalid`] naming the file, line or key, layer and expert for a
     /// layout not recognized, a count that is not a whole number >= 0, layers of different
     /// lengths, a layer twice, a (layer, expert) pair twice, an expert id `>= num_experts`,
-    /// `--layer-ids` of the wrong length or for keys that are not indices, no k, a layer whose
-    /// counts are not a multiple of k or one expert counted more often than the layer has tokens; a validation error of [`Stats::validate`].
+    /// `--layer-ids` of the wrong length or for keys that are not indices, no k, or a layer whose
+    /// counts are not a multiple of k; a validation error of [`Stats::validate`].
     pub fn from_counts_file(path: &Path, opts: &CountsOptions) -> Result<Stats> {
         let bytes = jsonio::read_bytes(path)?;
         let format = CountsFormat::detect(path, &bytes);
@@ -150,19 +150,8 @@ impl Stats {
                     ),
                 ));
             }
-            // A token chooses k distinct experts: no expert is counted more often than there are tokens.
-            let tokens = sum / u64::from(top_k);
-            if let Some((x, &c)) = count.iter().enumerate().find(|&(_, &c)| c > tokens) {
-                return Err(invalid(
-                    format!("{}: layer {id} expert {x}", path.display()),
-                    format!(
-                        "count {c} is more than the layer's {tokens} tokens (sum {sum} / top-k {top_k}): top-{top_k} \
-                         routing chooses an expert at most once per token; check --top-k"
-                    ),
-                ));
-            }
             layers.push(LayerStats {
-                tokens,
+                tokens: sum / u64::from(top_k),
                 count,
                 gate_sum: None,
                 ean_sum: None,

@@ -228,29 +228,21 @@ impl SweepOutput {
         // Flexible: rows read back from a results.json whose cost lists differ in length (an edited
         // file the audit is checking) are written as they are instead of panicking.
         let mut w = csv::WriterBuilder::new().flexible(true).from_writer(Vec::new());
-        let mut header: Vec<String> = [
-            "key",
-            "sample",
-            "variant",
-            "policy",
-            "lambda",
-            "j",
-            "cap",
-            "layer_caps",
-            "k_used",
-            "tokens",
-            "picks",
-            "hits",
-            "misses",
-            "forced_misses",
-            "substituted",
-            "pruned_slots",
-            "hit_rate",
-            "misses_per_token",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut header: Vec<String> = KEY_COLUMNS
+            .iter()
+            .chain(&[
+                "tokens",
+                "picks",
+                "hits",
+                "misses",
+                "forced_misses",
+                "substituted",
+                "pruned_slots",
+                "hit_rate",
+                "misses_per_token",
+            ])
+            .map(|s| s.to_string())
+            .collect();
         // Costs come grouped by profile, bandwidths in order: the SSD column opens each group.
         let opens_profile = |cost: &[Cost], i: usize| i == 0 || cost[i - 1].profile != cost[i].profile;
         if let Some(r) = self.rows.first() {
@@ -264,16 +256,8 @@ impl SweepOutput {
         w.write_record(&header).expect("writing to a Vec cannot fail");
         for r in &self.rows {
             let c = &r.counts;
-            let mut rec = vec![
-                r.key.clone(),
-                r.sample.as_str().to_string(),
-                r.config.variant.clone(),
-                r.config.policy.to_string(),
-                r.config.lambda.to_string(),
-                r.config.j.to_string(),
-                r.config.cap.to_string(),
-                r.config.layer_caps.as_ref().map_or_else(String::new, |c| c.name.clone()),
-                r.config.k_used.to_string(),
+            let mut rec = key_fields(r).to_vec();
+            rec.extend([
                 c.tokens.to_string(),
                 c.picks.to_string(),
                 c.hits.to_string(),
@@ -283,7 +267,7 @@ impl SweepOutput {
                 c.pruned_slots.to_string(),
                 r.hit_rate.to_string(),
                 r.misses_per_token.to_string(),
-            ];
+            ]);
             for (i, cost) in r.cost.iter().enumerate() {
                 if opens_profile(&r.cost, i) {
                     rec.push(cost.ssd_mb_per_token.to_string());
@@ -300,46 +284,41 @@ impl SweepOutput {
     /// (the same figures as the `@` columns of [`SweepOutput::csv`]).
     pub fn costs_csv(&self) -> Vec<u8> {
         let mut w = csv::Writer::from_writer(Vec::new());
-        let header = [
-            "key",
-            "sample",
-            "variant",
-            "policy",
-            "lambda",
-            "j",
-            "cap",
-            "layer_caps",
-            "k_used",
-            "misses_per_token",
-            "profile",
-            "bandwidth_gbps",
-            "ssd_mb_per_token",
-            "tok_s",
-        ];
+        let header =
+            KEY_COLUMNS.iter().chain(&["misses_per_token", "profile", "bandwidth_gbps", "ssd_mb_per_token", "tok_s"]);
         w.write_record(header).expect("writing to a Vec cannot fail");
         for r in &self.rows {
             for cost in &r.cost {
-                w.write_record([
-                    r.key.clone(),
-                    r.sample.as_str().to_string(),
-                    r.config.variant.clone(),
-                    r.config.policy.to_string(),
-                    r.config.lambda.to_string(),
-                    r.config.j.to_string(),
-                    r.config.cap.to_string(),
-                    r.config.layer_caps.as_ref().map_or_else(String::new, |c| c.name.clone()),
-                    r.config.k_used.to_string(),
+                w.write_record(key_fields(r).into_iter().chain([
                     r.misses_per_token.to_string(),
                     cost.profile.clone(),
                     cost.bandwidth_gbps.to_string(),
                     cost.ssd_mb_per_token.to_string(),
                     cost.tok_s.to_string(),
-                ])
+                ]))
                 .expect("writing to a Vec cannot fail");
             }
         }
         w.into_inner().expect("flushing a Vec cannot fail")
     }
+}
+
+/// The columns that identify a row in both CSVs ([`SweepOutput::csv`], [`SweepOutput::costs_csv`]).
+const KEY_COLUMNS: [&str; 9] = ["key", "sample", "variant", "policy", "lambda", "j", "cap", "layer_caps", "k_used"];
+
+/// A row's values of [`KEY_COLUMNS`].
+fn key_fields(r: &Row) -> [String; 9] {
+    [
+        r.key.clone(),
+        r.sample.as_str().to_string(),
+        r.config.variant.clone(),
+        r.config.policy.to_string(),
+        r.config.lambda.to_string(),
+        r.config.j.to_string(),
+        r.config.cap.to_string(),
+        r.config.layer_caps.as_ref().map_or_else(String::new, |c| c.name.clone()),
+        r.config.k_used.to_string(),
+    ]
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, renamed into place

@@ -1,15 +1,16 @@
 //! Content validation (SEMANTICS.md §1): what a command reads ([`Reads`]), checked before it
 //! reads it.
 //!
-//! The fast path checks whole rows without a branch per element: ids by a vectorized maximum
-//! (range) and a stamp array (repeats), scores, gates and norms by vectorized comparisons
+//! The fast path checks whole rows without a branch per element: ids by pairwise vector
+//! compares when the prefix read is short (at most 16 of rows of at least 31), else by a
+//! vectorized maximum (range) and a stamp array (repeats), scores, gates and norms by vectorized comparisons
 //! reduced to one flag per block of rows. Blocks run in parallel on the rayon pool; the first
 //! failing block (in the order of the old sequential scan: tensor by tensor, in storage order)
 //! is scanned a second time, element by element, only to name the first violation, so the
 //! error is the one a plain scan finds, whatever the thread count.
 
 use rayon::prelude::*;
-use wide::f32x8;
+use wide::{f32x8, u16x8};
 
 use crate::error::ValueProblem;
 use crate::view::{Shape, TraceParts};
@@ -166,8 +167,13 @@ fn check_blocks<T: Sync>(
 fn check_ids(ids: &[u16], m: usize, ranks: usize, num_experts: usize, namer: &Namer<'_>) -> Result<()> {
     let r = ranks.min(m);
     let len = BLOCK_ROWS * m;
-    let first =
-        ids.par_chunks(len).map_init(Seen::new, |seen, b| ids_ok(b, m, r, num_experts, seen)).position_first(|ok| !ok);
+    let first = match ShortPrefix::new(m, r, num_experts) {
+        Some(short) => ids.par_chunks(len).position_first(|b| !short.block_ok(b, m)),
+        None => ids
+            .par_chunks(len)
+            .map_init(Seen::new, |seen, b| ids_ok(b, m, r, num_experts, seen))
+            .position_first(|ok| !ok),
+    };
     let Some(i) = first else { return Ok(()) };
     let block = &ids[i * len..((i + 1) * len).min(ids.len())];
     Err(name_ids(block, m, r, num_experts, i * BLOCK_ROWS, namer))
@@ -212,6 +218,67 @@ fn ids_ok(block: &[u16], m: usize, r: usize, num_experts: usize, seen: &mut Seen
         bad |= (usize::from(max) >= num_experts) | repeated;
     }
     !bad
+}
+
+/// Lanes of [`ShortPrefix`]: one row's first ids in two SSE2 vectors.
+const LANES: usize = 16;
+
+/// The id check of short prefixes (what a λ = 0 replay reads: r <= 16 ids of rows of m >= 31)
+/// without a store per id: for each distance s = 1..r, the row's first 16 ids compared with
+/// the 16 that start s further (both loaded from the row itself), masked to the pairs inside
+/// the prefix (i + s < r); and the first r ids compared with E. The same verdict per block as
+/// [`ids_ok`] (unit test `short_prefix_agrees_with_stamps`).
+#[derive(Clone, Copy)]
+struct ShortPrefix {
+    /// r: the prefix length.
+    r: usize,
+    /// `pairs[s]`, lanes 0..8 and 8..16: all ones in lane i when i + s < r (lane i and lane
+    /// i + s are both in the prefix).
+    pairs: [[u16x8; 2]; LANES],
+    /// All ones in the lanes below r, lanes 0..8 and 8..16.
+    keep: [u16x8; 2],
+    /// E in every lane, at most 65,535 here (an id is a u16, so E = 65,536 needs no range check).
+    limit: u16x8,
+}
+
+impl ShortPrefix {
+    /// The check for prefixes of `r` ids of rows of `m`, when it applies.
+    fn new(m: usize, r: usize, num_experts: usize) -> Option<ShortPrefix> {
+        if m < 2 * LANES - 1 || r > LANES {
+            return None;
+        }
+        let limit = u16x8::splat(u16::try_from(num_experts).ok()?);
+        let lanes = |on: &dyn Fn(usize) -> bool| -> [u16x8; 2] {
+            let bits: [u16; LANES] = std::array::from_fn(|i| if on(i) { u16::MAX } else { 0 });
+            [u16s(&bits[..8]), u16s(&bits[8..])]
+        };
+        let pairs = std::array::from_fn(|s| lanes(&|i| s > 0 && i + s < r));
+        Some(ShortPrefix { r, pairs, keep: lanes(&|i| i < r), limit })
+    }
+
+    /// Whether every row of `block` (rows of `m`) has its first r ids below E and distinct:
+    /// lane masks or-ed over the whole block, one test at the end.
+    fn block_ok(&self, block: &[u16], m: usize) -> bool {
+        let mut bad = u16x8::splat(0);
+        for row in block.chunks_exact(m) {
+            let (lo, hi) = (u16s(&row[..8]), u16s(&row[8..LANES]));
+            bad |= (lo & self.keep[0]).simd_ge(self.limit) | (hi & self.keep[1]).simd_ge(self.limit);
+            // Pairs (i, i + s) with i >= 8 exist only for s < r - 8.
+            for s in 1..self.r.saturating_sub(8) {
+                bad |= hi.simd_eq(u16s(&row[s + 8..s + LANES])) & self.pairs[s][1];
+            }
+            for s in 1..self.r {
+                bad |= lo.simd_eq(u16s(&row[s..s + 8])) & self.pairs[s][0];
+            }
+        }
+        bad.to_bitmask() == 0
+    }
+}
+
+/// Eight ids as a vector (`c` has eight).
+#[inline(always)]
+fn u16s(c: &[u16]) -> u16x8 {
+    u16x8::from(<[u16; 8]>::try_from(c).unwrap_or_default())
 }
 
 /// The first violation of a block that [`ids_ok`] refused (plain scan).
@@ -331,4 +398,66 @@ pub(crate) fn check_offsets(tensor: &'static str, offs: &[u64], tokens: usize) -
         return Err(TraceError::Offsets { tensor, index: i, value: v, reason });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block of `rows` rows of `m` ids from `seed`: mostly distinct ids below `e`, with
+    /// repeats, ids >= E and values near `u16::MAX` planted at random positions.
+    fn block(rows: usize, m: usize, e: usize, seed: u64) -> Vec<u16> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut ids = Vec::with_capacity(rows * m);
+        for _ in 0..rows {
+            let start = next() as usize % e;
+            ids.extend((0..m).map(|j| ((start + j) % e) as u16));
+        }
+        for _ in 0..(next() % 3) {
+            let at = next() as usize % ids.len();
+            ids[at] = match next() % 3 {
+                0 => ids[at - at % m + (next() as usize % m)],
+                1 => (e + (next() as usize % 4)).min(0xFFFF) as u16,
+                _ => 0xFFF0 + (next() % 16) as u16,
+            };
+        }
+        ids
+    }
+
+    /// The short-prefix check and the stamp check give the same verdict on every block, for
+    /// every prefix length it serves and E up to its limit.
+    #[test]
+    fn short_prefix_agrees_with_stamps() {
+        let mut seen = Seen::new();
+        let (mut refused, mut cases) = (0, 0);
+        for (m, e) in [(31, 31), (31, 40), (40, 512), (64, 512), (64, 65_535)] {
+            for r in 1..=LANES {
+                for seed in 0..40 {
+                    let b = block(50, m, e, seed * 131 + r as u64);
+                    let short = ShortPrefix::new(m, r, e).expect("the short form applies");
+                    let want = ids_ok(&b, m, r, e, &mut seen);
+                    assert_eq!(short.block_ok(&b, m), want, "m {m}, E {e}, r {r}, seed {seed}");
+                    refused += usize::from(!want);
+                    cases += 1;
+                }
+            }
+        }
+        assert!(refused > cases / 10 && refused < cases, "both verdicts occur ({refused} of {cases})");
+    }
+
+    /// Where the short form does not apply: rows below 31 ids, prefixes above 16, E = 65,536.
+    #[test]
+    fn short_prefix_applies_only_where_exact() {
+        for (m, r, e, applies) in
+            [(31, 16, 65_535, true), (30, 8, 64, false), (64, 17, 512, false), (64, 10, 65_536, false)]
+        {
+            assert_eq!(ShortPrefix::new(m, r, e).is_some(), applies, "m {m}, r {r}, E {e}");
+        }
+    }
 }

@@ -53,7 +53,7 @@ pub struct ReplayArgs {
     /// Empty every cache at each sequence start.
     #[arg(long)]
     pub reset_at_sequence: bool,
-    /// Print one JSON object instead of a table.
+    /// Print one JSON object (kind `moe-offload-replay`) instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Prefetch, timeline and shuffled-order control (`replay_prefetch`).
@@ -153,6 +153,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if a.json {
         let mut j = serde_json::json!({
+            "kind": super::json::REPLAY,
             "tokens": c.tokens, "picks": c.picks, "hits": c.hits, "misses": c.misses,
             "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
             "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,

@@ -16,9 +16,10 @@ fn stats_json(p: &Path) -> serde_json::Value {
 fn count_files_feed_frequency_keep_maps_and_retention() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // Layers are indices 0, 1 in the file; the model's ids are 3 and 7. Top-2.
+    // Layers are indices 0, 1 in the file; the model's ids are 3 and 7. Top-2: 4 tokens a layer, no
+    // expert counted more often.
     let counts = d.join("counts.json");
-    std::fs::write(&counts, r#"{"0": [5, 1, 0, 2], "1": [0, 4, 2, 2]}"#).unwrap();
+    std::fs::write(&counts, r#"{"0": [4, 0, 1, 3], "1": [0, 4, 2, 2]}"#).unwrap();
     let st = d.join("stats.json");
     let err = fails(&["import", "counts", s(&counts), "-o", s(&st)]);
     assert!(err.contains("counts.json") && err.contains("pass --top-k"), "{err}");
@@ -42,12 +43,17 @@ fn count_files_feed_frequency_keep_maps_and_retention() {
 
     // The same counts as CSV rows give the same statistics (but for the source).
     let csv = d.join("counts.csv");
-    std::fs::write(&csv, "layer,expert,count\n0,0,5\n0,1,1\n0,3,2\n1,1,4\n1,2,2\n1,3,2\n").unwrap();
+    std::fs::write(&csv, "layer,expert,count\n0,0,4\n0,2,1\n0,3,3\n1,1,4\n1,2,2\n1,3,2\n").unwrap();
     let st2 = d.join("stats2.json");
     ok(&["import", "counts", s(&csv), "--top-k", "2", "--layer-ids", "3,7", "-o", s(&st2)]);
     assert_eq!(stats_json(&st2)["layers"], j["layers"]);
     let err = fails(&["import", "counts", s(&csv), "--top-k", "3", "-o", s(&st2)]);
     assert!(err.contains("counts sum to 8, not a multiple of top-k 3"), "{err}");
+    // Read as top-1, layer 3 has 8 tokens; as top-4, 2 tokens, and expert 0 was counted 4 times.
+    let err = fails(&["import", "counts", s(&csv), "--top-k", "4", "--layer-ids", "3,7", "-o", s(&st2)]);
+    assert!(err.contains("counts.csv: layer 3 expert 0: count 4 is more than the layer's 2 tokens"), "{err}");
+    let err = fails(&["import", "counts", s(&csv), "--top-k", "5", "-o", s(&st2)]);
+    assert!(err.contains("top-k") && err.contains("5 is more than the 4 experts per layer"), "{err}");
 }
 
 #[test]

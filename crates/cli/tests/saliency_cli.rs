@@ -161,8 +161,11 @@ fn reap_aggregate_stats() {
     assert!(out.contains("top-k 2"), "inferred from the counts: {out}");
     // A --top-k the counts contradict (they sum to 4 = 2 tokens x 2 in both layers) would write
     // statistics that the audit rejects: refused; the one they imply is accepted.
+    // (3, not more: a top-k above the 3 experts is refused as such.)
+    let err = fails(&["stats", "--reap-agg", s(&agg), "--corpus", "a", "--top-k", "3", "-o", s(&a)]);
+    assert!(err.contains("--top-k 3 disagrees") && err.contains("pass 2"), "{err}");
     let err = fails(&["stats", "--reap-agg", s(&agg), "--corpus", "a", "--top-k", "4", "-o", s(&a)]);
-    assert!(err.contains("--top-k 4 disagrees") && err.contains("pass 2"), "{err}");
+    assert!(err.contains("4 is more than the 3 experts"), "{err}");
     ok(&["stats", "--reap-agg", s(&agg), "--corpus", "a", "--top-k", "2", "-o", s(&a)]);
     let b = dir.path().join("b.json");
     let out = ok(&["stats", "--reap-agg", s(&agg), "--corpus", "b", "-o", s(&b)]);

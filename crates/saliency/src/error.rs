@@ -111,6 +111,25 @@ pub enum SaliencyError {
         /// Why.
         reason: String,
     },
+    /// A count file whose counts no top-k routing gives: an expert counted more often than its
+    /// layer has tokens (a token chooses k distinct experts, so each expert at most once).
+    #[error(
+        "{path}: layer {layer_id} expert {expert}: count {count} is more than the layer's {tokens} tokens ({tokens_from}): top-k routing chooses an expert at most once per token; check --top-k, or whether the file counts something else"
+    )]
+    CountAboveTokens {
+        /// The count file.
+        path: PathBuf,
+        /// The layer's id (the model's id when `--layer-ids` was given).
+        layer_id: u32,
+        /// The expert counted too often.
+        expert: u32,
+        /// Its count.
+        count: u64,
+        /// The layer's tokens.
+        tokens: u64,
+        /// Where the tokens come from (`sum of counts 10 / top-k 2`, `its total_tokens`).
+        tokens_from: String,
+    },
     /// A file that parsed but failed validation ([`crate::KeepMap::read_json`],
     /// [`crate::Stats::read_json`]): the validation error, with the file it came from.
     #[error("{path}: {source}")]

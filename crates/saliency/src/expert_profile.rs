@@ -58,7 +58,8 @@ impl Stats {
     /// not an object, an absent or malformed field, vectors of different lengths, a count that is
     /// not a whole number, a mean that is negative or not finite, experts beyond `num_experts`
     /// that were routed to, a top-k the counts contradict or that cannot be inferred, or bad
-    /// `layer_ids`; a validation error of [`Stats::validate`].
+    /// `layer_ids`; [`crate::SaliencyError::CountAboveTokens`] for an expert counted more often
+    /// than its layer's `total_tokens`; a validation error of [`Stats::validate`].
     pub fn from_llama_expert_stats(path: &Path, opts: &ExpertStatsOptions) -> Result<Stats> {
         let bytes = jsonio::read_bytes(path)?;
         let value: Value = serde_json::from_slice(&bytes)
@@ -172,6 +173,9 @@ impl Stats {
             note: None,
         };
         let ids = crate::counts::layer_ids(path, &raw, opts.layer_ids.as_deref())?;
+        for ((_, l, _), &id) in layers.iter().zip(&ids) {
+            crate::counts::counts_within_tokens(path, id, &l.count, l.tokens, || "its total_tokens".into())?;
+        }
         let mut stats = Stats {
             meta: StatsMeta {
                 model: String::new(),

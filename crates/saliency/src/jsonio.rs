@@ -11,8 +11,10 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SaliencyErro
     move |source| SaliencyError::Io { path: path.to_path_buf(), source }
 }
 
+/// The bytes of an input file; a FIFO, device or directory is refused before it is opened (a FIFO
+/// would block: [`trace_io::read_regular`]).
 pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(io_err(path))
+    trace_io::read_regular(path).map_err(io_err(path))
 }
 
 /// The tool's JSON files that [`read`] reads.

@@ -164,7 +164,7 @@ impl Stats {
         trace_io::sha256_hex(&bytes)
     }
 
-    /// Checks the structure and content: 1 <= E <= 65536, k >= 1, one layer per layer id, every per-expert vector
+    /// Checks the structure and content: 1 <= E <= 65536, 1 <= k <= E, one layer per layer id, every per-expert vector
     /// of length E, each optional statistic present in all layers or in none, every value finite
     /// and >= 0, every sum 0 where the count is 0, and `reap_missing` (when not empty) strictly
     /// ascending ids `< E` of a layer that has `reap_sum`, each with `reap_sum` 0.
@@ -179,6 +179,12 @@ impl Stats {
         }
         if self.meta.top_k == 0 {
             return Err(invalid("top_k", "must be at least 1"));
+        }
+        if self.meta.top_k as usize > e {
+            return Err(invalid(
+                "top_k",
+                format!("{} is more than the {e} experts: top-k routing chooses k distinct experts", self.meta.top_k),
+            ));
         }
         if self.layers.len() != self.meta.layer_ids.len() {
             return Err(mismatch(

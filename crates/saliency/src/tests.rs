@@ -312,6 +312,11 @@ fn json_round_trips_and_validation() {
     let mut short = s.clone();
     short.layers[0].count.pop();
     assert!(matches!(short.validate(), Err(SaliencyError::Mismatch { .. })));
+    // top-k above E: no routing chooses more distinct experts than there are
+    let mut wide = s.clone();
+    wide.meta.top_k = wide.meta.num_experts + 1;
+    let err = wide.validate().unwrap_err().to_string();
+    assert!(err.contains("top_k") && err.contains("is more than the"), "{err}");
     // missing file
     assert!(matches!(Stats::read_json(dir.path().join("nope.json")), Err(SaliencyError::Io { .. })));
 

@@ -124,8 +124,9 @@ fn npy(descr: &str, fortran: bool, shape: &str, data: &[u8]) -> Vec<u8> {
 #[test]
 fn count_files_of_every_layout_give_the_same_statistics() {
     let dir = tempfile::tempdir().unwrap();
-    // Two layers x 3 experts, top-2: layer 0 counts [3, 1, 0] (2 tokens), layer 1 [1, 2, 3] (3 tokens).
-    let counts = [[3u64, 1, 0], [1, 2, 3]];
+    // Two layers x 3 experts, top-2: layer 0 counts [2, 2, 0] (2 tokens), layer 1 [1, 2, 3] (3 tokens);
+    // no expert is counted more often than its layer has tokens.
+    let counts = [[2u64, 2, 0], [1, 2, 3]];
     let c_i64: Vec<u8> = counts.iter().flatten().flat_map(|&c| (c as i64).to_le_bytes()).collect();
     let f_f64: Vec<u8> =
         (0..3).flat_map(|x| (0..2).map(move |l| counts[l][x])).flat_map(|c| (c as f64).to_le_bytes()).collect();
@@ -133,25 +134,25 @@ fn count_files_of_every_layout_give_the_same_statistics() {
     let ids = |v: &[u32]| CountsOptions { top_k: Some(2), layer_ids: Some(v.to_vec()), ..Default::default() };
     // (file name, bytes, options, layer ids expected).
     let cases: Vec<(&str, Vec<u8>, CountsOptions, [u32; 2])> = vec![
-        ("dict.json", br#"{"4": [3, 1, 0], "9": [1, 2, 3.0]}"#.to_vec(), k2.clone(), [4, 9]),
+        ("dict.json", br#"{"4": [2, 2, 0], "9": [1, 2, 3.0]}"#.to_vec(), k2.clone(), [4, 9]),
         (
             "names.json",
-            br#"{"model.layers.9.mlp": [1, 2, 3], "model.layers.4.mlp": [3, 1, 0]}"#.to_vec(),
+            br#"{"model.layers.9.mlp": [1, 2, 3], "model.layers.4.mlp": [2, 2, 0]}"#.to_vec(),
             k2.clone(),
             [4, 9],
         ),
-        ("index.json", br#"{"0": [3, 1, 0], "1": [1, 2, 3]}"#.to_vec(), ids(&[4, 9]), [4, 9]),
+        ("index.json", br#"{"0": [2, 2, 0], "1": [1, 2, 3]}"#.to_vec(), ids(&[4, 9]), [4, 9]),
         (
             "arrays.json",
-            br#"{"layers": [4, 9], "counts": [[3, 1, 0], [1, 2, 3]], "top_k": 2}"#.to_vec(),
+            br#"{"layers": [4, 9], "counts": [[2, 2, 0], [1, 2, 3]], "top_k": 2}"#.to_vec(),
             CountsOptions::default(),
             [4, 9],
         ),
-        ("rows.json", br#"{"counts": [[3, 1, 0], [1, 2, 3]]}"#.to_vec(), k2.clone(), [0, 1]),
-        ("header.csv", b"expert,layer,count\n0,4,3\n1,4,1\n0,9,1\n1,9,2\n2,9,3\n".to_vec(), k2.clone(), [4, 9]),
+        ("rows.json", br#"{"counts": [[2, 2, 0], [1, 2, 3]]}"#.to_vec(), k2.clone(), [0, 1]),
+        ("header.csv", b"expert,layer,count\n0,4,2\n1,4,2\n0,9,1\n1,9,2\n2,9,3\n".to_vec(), k2.clone(), [4, 9]),
         (
             "plain.tsv",
-            b"# layer expert count\n4\t0\t3\n4\t1\t1\n4\t2\t0\n9\t0\t1\n9\t1\t2\n9\t2\t3\n".to_vec(),
+            b"# layer expert count\n4\t0\t2\n4\t1\t2\n4\t2\t0\n9\t0\t1\n9\t1\t2\n9\t2\t3\n".to_vec(),
             k2.clone(),
             [4, 9],
         ),
@@ -164,7 +165,7 @@ fn count_files_of_every_layout_give_the_same_statistics() {
         assert_eq!(s.meta.layer_ids, want_ids, "{name}");
         assert_eq!((s.meta.num_experts, s.meta.top_k), (3, 2), "{name}");
         let got: Vec<(u64, Vec<u64>)> = s.layers.iter().map(|l| (l.tokens, l.count.clone())).collect();
-        assert_eq!(got, [(2, vec![3, 1, 0]), (3, vec![1, 2, 3])], "{name}");
+        assert_eq!(got, [(2, vec![2, 2, 0]), (3, vec![1, 2, 3])], "{name}");
         assert_eq!(s.present_statistics(), ["count"], "{name}");
     }
 
@@ -189,7 +190,7 @@ fn count_files_of_every_layout_give_the_same_statistics() {
 fn count_file_refusals_name_the_place_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let k2 = CountsOptions { top_k: Some(2), ..Default::default() };
-    let cases: [(&str, &[u8], CountsOptions, &[&str]); 10] = [
+    let cases: [(&str, &[u8], CountsOptions, &[&str]); 13] = [
         (
             "a.json",
             br#"{"0": [3, 1, 0]}"#,
@@ -212,13 +213,13 @@ fn count_file_refusals_name_the_place_and_the_fix() {
         ("e.json", br#"{"router": [3, 1]}"#, k2.clone(), &["e.json: key `router`", "is not a layer"]),
         (
             "f.json",
-            br#"{"4": [3, 1], "9": [1, 1]}"#,
+            br#"{"4": [1, 1], "9": [1, 1]}"#,
             CountsOptions { layer_ids: Some(vec![1, 2]), ..k2.clone() },
             &["not the indices 0..2", "drop --layer-ids"],
         ),
         (
             "g.json",
-            br#"{"0": [3, 1], "1": [1, 1]}"#,
+            br#"{"0": [1, 1], "1": [1, 1]}"#,
             CountsOptions { layer_ids: Some(vec![1]), ..k2.clone() },
             &["1 ids given", "has 2 layers"],
         ),
@@ -235,6 +236,27 @@ fn count_file_refusals_name_the_place_and_the_fix() {
             &["i.csv:3: field `expert`", "`x` is not a whole number"],
         ),
         ("j.npy", &[0x93, b'N', b'U'], k2.clone(), &["j.npy", "not a readable .npy file"]),
+        // 10 picks of top-2 routing are 5 tokens: expert 0 cannot be chosen 10 times.
+        (
+            "n.json",
+            br#"{"0": [10, 0, 0, 0]}"#,
+            k2.clone(),
+            &["n.json: layer 0 expert 0: count 10 is more than the layer's 5 tokens (sum of counts 10 / top-k 2)"],
+        ),
+        // The same in a CSV whose layer ids are given: the message names the model's id.
+        (
+            "n.csv",
+            b"layer,expert,count\n0,0,1\n0,1,1\n1,0,1\n1,2,3\n",
+            CountsOptions { layer_ids: Some(vec![5, 7]), ..k2.clone() },
+            &["n.csv: layer 7 expert 2: count 3 is more than the layer's 2 tokens"],
+        ),
+        // Top-5 of 4 experts: no routing chooses 5 distinct experts of 4.
+        (
+            "o.json",
+            br#"{"0": [5, 5, 5, 5]}"#,
+            CountsOptions { top_k: Some(5), ..Default::default() },
+            &["o.json: top-k", "5 is more than the 4 experts per layer"],
+        ),
     ];
     for (name, bytes, opts, want) in cases {
         let p = write(dir.path(), name, bytes);
@@ -243,6 +265,13 @@ fn count_file_refusals_name_the_place_and_the_fix() {
             assert!(e.contains(w), "{name}: want {w:?} in {e}");
         }
     }
+    // The refusal is typed, with the place and the value as fields.
+    let p = dir.path().join("n.json");
+    let e = Stats::from_counts_file(&p, &k2).unwrap_err();
+    assert!(
+        matches!(&e, SaliencyError::CountAboveTokens { path, layer_id: 0, expert: 0, count: 10, tokens: 5, .. } if *path == p),
+        "{e:?}"
+    );
     let p = write(dir.path(), "k.csv", b"layer,hits\n0,1\n");
     let e = Stats::from_counts_file(&p, &k2).unwrap_err().to_string();
     assert!(e.contains("k.csv:1") && e.contains("expected columns named layer, expert and count"), "{e}");
@@ -256,12 +285,13 @@ fn count_file_refusals_name_the_place_and_the_fix() {
 
 /// An `expert_stats.json` as llama.cpp's `llama-expert-profile` writes it: layers keyed by index,
 /// means per expert, 0 where an expert was never routed to. Two layers, E = 4 (the last expert
-/// unused: the profiler's --n-experts above the model's 3), top-2, 3 tokens each.
+/// unused: the profiler's --n-experts above the model's 3), top-2, 3 tokens each (no expert
+/// counted more often than that).
 const EXPERT_STATS: &str = r#"{
   "1": {
     "total_tokens": 3,
-    "activation_counts": [2, 0, 4, 0],
-    "activation_frequency": [0.666667, 0, 1.33333, 0],
+    "activation_counts": [3, 0, 3, 0],
+    "activation_frequency": [1, 0, 1, 0],
     "avg_gate_weight": [0.25, 0, 0.5, 0],
     "ean_mean": [2, 0, 1.5, 0],
     "reap": [0.5, 0, 0.75, 0],
@@ -286,10 +316,10 @@ fn llama_expert_stats_give_all_four_sums() {
     let s = Stats::from_llama_expert_stats(&p, &ExpertStatsOptions::default()).unwrap();
     assert_eq!((s.meta.layer_ids.clone(), s.meta.num_experts, s.meta.top_k), (vec![1, 2], 4, 2));
     let l = &s.layers[0];
-    assert_eq!((l.tokens, l.count.clone()), (3, vec![2, 0, 4, 0]));
-    assert_eq!(l.gate_sum.as_deref(), Some(&[0.5, 0.0, 2.0, 0.0][..]));
-    assert_eq!(l.ean_sum.as_deref(), Some(&[4.0, 0.0, 6.0, 0.0][..]));
-    assert_eq!(l.reap_sum.as_deref(), Some(&[1.0, 0.0, 3.0, 0.0][..]));
+    assert_eq!((l.tokens, l.count.clone()), (3, vec![3, 0, 3, 0]));
+    assert_eq!(l.gate_sum.as_deref(), Some(&[0.75, 0.0, 1.5, 0.0][..]));
+    assert_eq!(l.ean_sum.as_deref(), Some(&[6.0, 0.0, 4.5, 0.0][..]));
+    assert_eq!(l.reap_sum.as_deref(), Some(&[1.5, 0.0, 2.25, 0.0][..]));
     assert_eq!(s.layers[1].reap_sum.as_deref(), Some(&[2.0, 0.5, 0.75, 0.0][..]));
     assert_eq!(s.present_statistics(), ["count", "gate_sum", "ean_sum", "reap_sum"]);
     // REAP (the mean) ranks as the file's `reap` column: layer 2 keeps experts 0 and 1 (2, 0.25 vs 0.25: id order).
@@ -309,7 +339,7 @@ fn llama_expert_stats_give_all_four_sums() {
     let cases: [(ExpertStatsOptions, &str); 3] = [
         (
             ExpertStatsOptions { num_experts: Some(2), ..Default::default() },
-            "layer `1` expert 2: routed to 4 times, but --num-experts is 2",
+            "layer `1` expert 2: routed to 3 times, but --num-experts is 2",
         ),
         (ExpertStatsOptions { top_k: Some(3), ..Default::default() }, "--top-k: 3 disagrees with"),
         (ExpertStatsOptions { layer_ids: Some(vec![5, 6]), ..Default::default() }, "not the indices 0..2"),
@@ -333,6 +363,19 @@ fn llama_expert_stats_give_all_four_sums() {
     );
     let e = Stats::from_llama_expert_stats(&uneven, &ExpertStatsOptions::default()).unwrap_err().to_string();
     assert!(e.contains("cannot infer top-k") && e.contains("pass --top-k"), "{e}");
+    // An expert routed to more often than the layer has tokens: no top-k routing gives that.
+    let over = write(
+        dir.path(),
+        "over.json",
+        EXPERT_STATS.replace("\"activation_counts\": [1, 2, 3, 0]", "\"activation_counts\": [0, 2, 4, 0]").as_bytes(),
+    );
+    let e = Stats::from_llama_expert_stats(&over, &ExpertStatsOptions::default()).unwrap_err();
+    assert!(matches!(e, SaliencyError::CountAboveTokens { layer_id: 2, expert: 2, count: 4, tokens: 3, .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains("over.json: layer 2 expert 2: count 4 is more than the layer's 3 tokens (its total_tokens)"),
+        "{e}"
+    );
 }
 
 #[test]

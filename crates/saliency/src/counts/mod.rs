@@ -89,8 +89,10 @@ impl Stats {
     /// [`crate::SaliencyError::Invalid`] naming the file, line or key, layer and expert for a
     /// layout not recognized, a count that is not a whole number >= 0, layers of different
     /// lengths, a layer twice, a (layer, expert) pair twice, an expert id `>= num_experts`,
-    /// `--layer-ids` of the wrong length or for keys that are not indices, no k, or a layer whose
-    /// counts are not a multiple of k; a validation error of [`Stats::validate`].
+    /// `--layer-ids` of the wrong length or for keys that are not indices, no k, k above E, or a
+    /// layer whose counts are not a multiple of k; [`crate::SaliencyError::CountAboveTokens`] for
+    /// an expert counted more often than its layer has tokens; a validation error of
+    /// [`Stats::validate`].
     pub fn from_counts_file(path: &Path, opts: &CountsOptions) -> Result<Stats> {
         let bytes = jsonio::read_bytes(path)?;
         let format = CountsFormat::detect(path, &bytes);
@@ -133,6 +135,16 @@ impl Stats {
         }
         let ids = layer_ids(path, &raw, opts.layer_ids.as_deref())?;
         let e = raw.layers.first().map_or(0, |(_, c)| c.len());
+        let e_model = opts.num_experts.map_or(e, |n| e.max(n as usize));
+        if top_k as usize > e_model {
+            return Err(invalid(
+                format!("{}: top-k", path.display()),
+                format!(
+                    "{top_k} is more than the {e_model} experts per layer: top-{top_k} routing chooses {top_k} distinct \
+                     experts; check --top-k (or --num-experts)"
+                ),
+            ));
+        }
         let mut layers = Vec::with_capacity(raw.layers.len());
         for ((_, mut count), &id) in raw.layers.into_iter().zip(&ids) {
             if let Some(n) = opts.num_experts
@@ -150,8 +162,10 @@ impl Stats {
                     ),
                 ));
             }
+            let tokens = sum / u64::from(top_k);
+            counts_within_tokens(path, id, &count, tokens, || format!("sum of counts {sum} / top-k {top_k}"))?;
             layers.push(LayerStats {
-                tokens: sum / u64::from(top_k),
+                tokens,
                 count,
                 gate_sum: None,
                 ean_sum: None,
@@ -160,7 +174,7 @@ impl Stats {
                 reap_missing: Vec::new(),
             });
         }
-        let e = opts.num_experts.map_or(e, |n| e.max(n as usize));
+        let e = e_model;
         let what = match format {
             CountsFormat::Json => "json",
             CountsFormat::Csv => "csv",
@@ -184,6 +198,28 @@ impl Stats {
         };
         stats.validate().map_err(|e| e.in_file(path))?;
         Ok(stats)
+    }
+}
+
+/// Refuses a layer of `path` (id `layer_id`) in which an expert is counted more often than the
+/// layer has `tokens`: a token chooses k distinct experts, so each at most once.
+pub(crate) fn counts_within_tokens(
+    path: &Path,
+    layer_id: u32,
+    count: &[u64],
+    tokens: u64,
+    tokens_from: impl FnOnce() -> String,
+) -> Result<()> {
+    match count.iter().enumerate().find(|&(_, &c)| c > tokens) {
+        Some((x, &c)) => Err(crate::SaliencyError::CountAboveTokens {
+            path: path.to_path_buf(),
+            layer_id,
+            expert: x as u32,
+            count: c,
+            tokens,
+            tokens_from: tokens_from(),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -224,6 +224,104 @@ fn a_fifo_given_as_a_trace_is_refused_at_once() {
 }
 
 #[test]
+fn a_fifo_given_as_a_json_or_csv_input_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let trace = d.join("t.safetensors");
+    synth(&trace, [2, 8, 2, 4, 64], &[]);
+    let outs = ["k.json", "sweep", "c.json", "v.safetensors"].map(|n| d.join(n));
+    let out = |name: &str| outs.iter().find(|p| p.ends_with(name)).unwrap();
+    let fifo = |name: &str| {
+        let p = d.join(name);
+        assert!(Command::new("mkfifo").arg(&p).status().unwrap().success());
+        p
+    };
+    let (stats, keep, grid, counts, csv, log) = (
+        fifo("stats.json"),
+        fifo("keep.json"),
+        fifo("grid.json"),
+        fifo("counts.json"),
+        fifo("counts.csv"),
+        fifo("layer0.jsonl"),
+    );
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["keep", s(&stats), "--metric", "frequency", "--k", "2", "-o", s(out("k.json"))],
+        vec!["retention", s(&keep), "--heldout", s(&trace)],
+        vec!["replay", s(&trace), "--policy", "lru", "--cap", "2", "--keep", s(&keep)],
+        vec!["sweep", s(&grid), "-o", s(out("sweep"))],
+        vec!["import", "counts", s(&counts), "--top-k", "2", "-o", s(out("c.json"))],
+        vec!["import", "counts", s(&csv), "--top-k", "2", "-o", s(out("c.json"))],
+        vec!["import", "vllm-routelog", s(&log), "--num-experts", "4", "-o", s(out("v.safetensors"))],
+    ];
+    for args in cases {
+        let (code, err) = wait_bounded(spawn(&args), 30);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains("a FIFO (named pipe), not a regular file"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn negative_numbers_get_range_errors_naming_the_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let trace = d.join("t.safetensors");
+    synth(&trace, [2, 8, 2, 4, 64], &[]);
+    let t = s(&trace);
+    let out = d.join("out.json");
+    let o = s(&out);
+    // (arguments, words the error must hold); none may be clap's "unexpected argument".
+    let cases: Vec<(Vec<&str>, &[&str])> = vec![
+        (
+            vec!["plan", "--in-sample", t, "--out-of-sample", t, "--budget-gb", "-1", "-o", o],
+            &["'--budget-gb <BUDGET_GB>'", "-1 is negative"],
+        ),
+        (
+            vec!["plan", "--in-sample", t, "--out-of-sample", t, "--budget-gb", "1", "--pinned-gb", "-0.5", "-o", o],
+            &["--pinned-gb -0.5", "cannot be negative"],
+        ),
+        (vec!["replay", t, "--policy", "lru", "--cap", "-3"], &["'--cap <CAP>'", "--cap takes whole numbers >= 0"]),
+        (
+            vec!["replay", t, "--policy", "lru", "--cap", "2", "--bandwidth", "-2", "--timeline"],
+            &["--bandwidth", "-2 is not > 0"],
+        ),
+        (
+            vec!["keep", o, "--metric", "frequency", "--k", "-1,2", "-o", o],
+            &["'--k <K>'", "--k takes whole numbers >= 0"],
+        ),
+        (vec!["synth", "--experts", "-4", "-o", o], &["'--experts <EXPERTS>'", "whole numbers >= 0"]),
+    ];
+    for (args, want) in cases {
+        let err = fails(&args);
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+        for w in want {
+            assert!(err.contains(w), "{args:?}: want {w:?} in {err}");
+        }
+    }
+}
+
+#[test]
+fn an_output_under_a_file_is_refused_naming_the_option_and_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let trace = d.join("t.safetensors");
+    synth(&trace, [2, 8, 2, 4, 64], &[]);
+    let file = d.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let (under, out, t) = (file.join("sub/stats.json"), file.join("out"), file.join("t.safetensors"));
+    for args in
+        [vec!["stats", s(&trace), "-o", s(&under)], vec!["sweep", "-o", s(&out)], vec!["synth", "--output", s(&t)]]
+    {
+        let out = args.last().unwrap().to_string();
+        let err = fails(&args);
+        assert!(
+            err.contains(&format!("-o/--output {out}: {} is a file, not a directory", file.display())),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!d.join("a-file").is_dir());
+}
+
+#[test]
 fn a_huge_grid_is_refused_without_yes() {
     let dir = tempfile::tempdir().unwrap();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data").canonicalize().unwrap();

@@ -216,7 +216,8 @@ impl Grid {
     /// # Errors
     /// [`SweepError::Io`] or [`SweepError::Json`] naming the file.
     pub fn read(path: &Path) -> Result<Grid> {
-        let text = std::fs::read_to_string(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
+        let text =
+            trace_io::read_regular_to_string(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
         let base = path.parent().unwrap_or(Path::new(""));
         Grid::from_json(&text, base).map_err(|source| SweepError::Json { path: path.into(), source })
     }
@@ -452,7 +453,7 @@ impl Grid {
 
 /// Reads a `layer_caps` file: a JSON list of caps, or a plan written by `moe-offload plan`.
 fn read_layer_caps(path: &Path) -> std::result::Result<NamedCaps, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let bytes = trace_io::read_regular(path).map_err(|e| format!("cannot read: {e}"))?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("not JSON: {e}"))?;
     let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
     let caps: Vec<usize> = serde_json::from_value(list.clone())

@@ -231,12 +231,14 @@ impl TraceFile {
 /// comes. The file is opened non-blocking on Unix and checked again, so a path swapped in between
 /// is refused too.
 pub(crate) fn open_regular(path: &Path) -> Result<File> {
-    let refuse = |t: std::fs::FileType| -> Result<File> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{}, not a regular file: a trace must be a file on disk (it is memory-mapped)", kind_of(t)),
-        )
-        .into())
+    Ok(open_regular_io(path, "a trace must be a file on disk (it is memory-mapped)")?)
+}
+
+/// [`open_regular`] with an I/O error whose text is the kind of file found, "not a regular file",
+/// then `why` (what the input must be).
+pub(crate) fn open_regular_io(path: &Path, why: &str) -> std::io::Result<File> {
+    let refuse = |t: std::fs::FileType| -> std::io::Result<File> {
+        Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{}, not a regular file: {why}", kind_of(t))))
     };
     let before = std::fs::metadata(path)?.file_type();
     if !before.is_file() {

@@ -50,6 +50,39 @@ pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
 pub use write::write_trace;
 
+/// Opens an input file (JSON, CSV, a text log) for reading if it is a regular file (after
+/// following symbolic links). A FIFO, device, socket or directory is refused before it is opened:
+/// reading a FIFO would block until a writer comes. Every reader of the tool's inputs goes through
+/// this (or [`read_regular`]), as traces do.
+///
+/// # Errors
+/// An [`std::io::Error`] of kind `InvalidInput` saying what the path is ("a FIFO (named pipe), not
+/// a regular file: ...") for a file that is not regular; the error of opening it otherwise. The
+/// caller adds the path.
+pub fn open_regular_file(path: impl AsRef<std::path::Path>) -> std::io::Result<std::fs::File> {
+    file::open_regular_io(path.as_ref(), "give a file on disk")
+}
+
+/// The bytes of an input file, read whole after [`open_regular_file`].
+///
+/// # Errors
+/// As [`open_regular_file`], and the error of reading it.
+pub fn read_regular(path: impl AsRef<std::path::Path>) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = open_regular_file(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The text of an input file (UTF-8), read whole after [`open_regular_file`].
+///
+/// # Errors
+/// As [`read_regular`], and `InvalidData` for text that is not UTF-8.
+pub fn read_regular_to_string(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    String::from_utf8(read_regular(path)?).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Hex SHA-256 of a byte string (used for provenance of inputs and statistics).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;

@@ -215,7 +215,7 @@ pub fn check_map_fits(map: &KeepMap, m: &TraceMeta, path: &Path) -> Result<()> {
 /// A keep map file, or the chosen keep map of a plan written by `moe-offload plan`
 /// (`chosen.keep_map`).
 fn read_keep(p: &Path) -> Result<KeepMap> {
-    let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+    let bytes = trace_io::read_regular(p).with_context(|| format!("reading {}", p.display()))?;
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes)
         && let Some(m) = v.get("chosen").and_then(|c| c.get("keep_map"))
     {
@@ -246,7 +246,7 @@ struct PlanSettings {
 fn parse_layer_caps(s: &str) -> Result<(Vec<usize>, Option<PlanSettings>)> {
     if std::path::Path::new(s).is_file() {
         let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(s)?).with_context(|| format!("reading {s}"))?;
+            serde_json::from_slice(&trace_io::read_regular(s)?).with_context(|| format!("reading {s}"))?;
         let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
         let caps = serde_json::from_value(list.clone())
             .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"))?;

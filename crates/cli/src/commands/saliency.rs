@@ -325,7 +325,7 @@ fn open_heldout(path: &Path) -> Result<Heldout> {
         _ => {
             // A safetensors file starts with an 8-byte header length; a JSON file with `{`.
             let mut head = [0u8; 1];
-            let n = std::fs::File::open(path)
+            let n = trace_io::open_regular_file(path)
                 .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
                 .with_context(|| format!("reading {}", path.display()))?;
             n == 1 && (head[0] == b'{' || head[0].is_ascii_whitespace())

@@ -268,7 +268,7 @@ pub(crate) fn for_each_line(
     mut f: impl FnMut(usize, &str) -> crate::Result<std::ops::ControlFlow<()>>,
 ) -> crate::Result<()> {
     use std::io::BufRead;
-    let file = std::fs::File::open(path).map_err(|e| TraceError::Io(e).in_file(path))?;
+    let file = crate::open_regular_file(path).map_err(|e| TraceError::Io(e).in_file(path))?;
     let mut r = std::io::BufReader::with_capacity(1 << 16, file);
     let mut buf = String::new();
     let mut n = 0;

@@ -91,10 +91,16 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     }
     let k = opts.top_k as usize;
     if !dir.is_dir() {
+        let what = match std::fs::metadata(dir) {
+            Ok(m) if m.is_file() => "is a file, not a directory",
+            Ok(_) => "is not a directory",
+            Err(_) => "is missing",
+        };
         return Err(TraceError::Config {
             key: "dir",
             reason: format!(
-                "{} is missing (not a directory): give the ESFT expert_scores directory (the real data: `cargo xtask fetch-real-data`, README \"Real data\")",
+                "{} {what}: give the ESFT expert_scores directory, which holds a directory of \
+                 expert_weights_<layer>.txt files per domain (the real data: `cargo xtask fetch-real-data`, README \"Real data\")",
                 dir.display()
             ),
         });
@@ -108,6 +114,15 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     let mut seqs_per_domain = Vec::new();
     for domain in &opts.domains {
         let ddir = root.join(domain);
+        if ddir.exists() && !ddir.is_dir() {
+            return Err(TraceError::Config {
+                key: "domains",
+                reason: format!(
+                    "{} is a file, not a directory: a domain is a directory of expert_weights_<layer>.txt files",
+                    ddir.display()
+                ),
+            });
+        }
         if !ddir.is_dir() {
             return Err(TraceError::Config {
                 key: "domains",
@@ -272,7 +287,7 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     Ok(Imported { trace, report })
 }
 
-/// The subdirectories of `root` (the domains), sorted and comma-separated, or `(none)`.
+/// The subdirectories of `root` (the domains), sorted and comma-separated, or a note that it has none.
 fn domain_names(root: &Path) -> String {
     let mut names: Vec<String> = std::fs::read_dir(root)
         .map(|rd| {
@@ -283,7 +298,11 @@ fn domain_names(root: &Path) -> String {
         })
         .unwrap_or_default();
     names.sort();
-    if names.is_empty() { "(none)".into() } else { names.join(", ") }
+    if names.is_empty() {
+        "no domain directory at all (is it the ESFT expert_scores directory?)".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// Lists `expert_weights_<layer>.txt` in `dir`, sorted by layer.
@@ -315,7 +334,7 @@ fn layer_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
 /// Parses one layer file, checking every number and every row (ids `< num_experts`, no id twice
 /// in a row) so that errors name the file, the line and the field.
 fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile> {
-    let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io(e).in_file(path))?;
+    let text = crate::read_regular_to_string(path).map_err(|e| TraceError::Io(e).in_file(path))?;
     let mut rows = Vec::new();
     let mut seq_lens = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -516,5 +535,16 @@ mod tests {
             e.contains(&format!("{} is missing", gone.display())) && e.contains("cargo xtask fetch-real-data"),
             "{e}"
         );
+        // A file where the directory is expected is named as a file, not as missing; so is a
+        // domain that is a file; a directory without domains says so.
+        let file = dir.path().join("a/expert_weights_1.txt");
+        let e = import_esft(&file, &opts(&["a"])).unwrap_err().to_string();
+        assert!(e.contains(&format!("{} is a file, not a directory", file.display())), "{e}");
+        assert!(!e.contains("missing") && !e.contains("no domain"), "{e}");
+        std::fs::write(dir.path().join("b"), "").unwrap();
+        let e = import_esft(dir.path(), &opts(&["b"])).unwrap_err().to_string();
+        assert!(e.contains(&format!("{} is a file, not a directory", dir.path().join("b").display())), "{e}");
+        let e = import_esft(dir.path().join("a"), &opts(&["a"])).unwrap_err().to_string();
+        assert!(e.contains("it has: no domain directory at all"), "{e}");
     }
 }

@@ -36,7 +36,7 @@ fn vllm_routelog_import_reports_warmup_and_inspect_shows_steps() {
     assert!(msg.contains("dropped 3 tokens (6 records): warm-up batches"), "{msg}");
     assert!(msg.contains("2 layers x 3 tokens, 4 experts, top-2"), "{msg}");
     let text = ok(&["inspect", s(&out)]);
-    assert!(text.contains("2 engine steps; tokens per step: min 1, median 1, mean 1.5, max 2"), "{text}");
+    assert!(text.contains("2 engine steps; tokens per step: min 1, median 1.5, mean 1.5, max 2"), "{text}");
     assert!(text.contains("step sizes: 2 1"), "{text}");
     let j: serde_json::Value = serde_json::from_str(&ok(&["inspect", s(&out), "--json"])).unwrap();
     assert_eq!(j["meta"]["layer_ids"], serde_json::json!([2, 5]));

@@ -109,8 +109,9 @@ pub struct SizeSummary {
     pub count: usize,
     /// Smallest span, in tokens.
     pub min: u64,
-    /// Median span (the lower middle for an even count), in tokens.
-    pub median: u64,
+    /// Median span, in tokens: the middle size, or for an even count the mean of the two middle
+    /// sizes (so it can end in .5).
+    pub median: f64,
     /// Mean span, in tokens.
     pub mean: f64,
     /// Largest span, in tokens.
@@ -125,7 +126,7 @@ impl SizeSummary {
         Some(SizeSummary {
             count: s.len(),
             min: *s.first()?,
-            median: s[(s.len() - 1) / 2],
+            median: (s[(s.len() - 1) / 2] as f64 + s[s.len() / 2] as f64) / 2.0,
             mean: s.iter().sum::<u64>() as f64 / s.len() as f64,
             max: *s.last()?,
         })
@@ -180,8 +181,16 @@ mod tests {
         let sizes = span_sizes(&[0, 65, 1471, 1496], 1500);
         assert_eq!(sizes, vec![65, 1406, 25, 4]);
         let s = SizeSummary::of(&sizes).unwrap();
-        assert_eq!((s.count, s.min, s.median, s.max), (4, 4, 25, 1406));
+        assert_eq!((s.count, s.min, s.max), (4, 4, 1406));
+        // Sorted 4 25 65 1406: the mean of the two middle sizes.
+        assert_eq!(s.median, 45.0);
         assert_eq!(s.mean, 375.0);
         assert!(SizeSummary::of(&[]).is_none());
+        // (sizes, median): one, odd and even counts, an even count whose middle pair sums to an odd number.
+        for (sizes, median) in
+            [(&[7][..], 7.0), (&[3, 1, 2], 2.0), (&[1, 2], 1.5), (&[2, 1, 1, 2], 1.5), (&[5, 1, 9, 2], 3.5)]
+        {
+            assert_eq!(SizeSummary::of(sizes).unwrap().median, median, "{sizes:?}");
+        }
     }
 }

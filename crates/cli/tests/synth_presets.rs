@@ -231,3 +231,51 @@ fn synth_preset_flag_and_model_overrides() {
     assert!(err.contains("`layers` is set by its flag (--layers)"), "{err}");
     assert!(!bad.exists());
 }
+
+#[test]
+fn dead_experts_are_a_visible_option_and_e_1_can_be_made() {
+    let dir = tempfile::tempdir().unwrap();
+    // --help shows each preset's default, as the presets hold it.
+    let help = ok(&["synth", "--help"]);
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("--dead-experts <N>"), "{help}");
+    assert!(help.contains("[default: the preset's: 4 for dsv2-lite and dsv2-lite-flat, 0 for qwen15-moe]"), "{help}");
+    let dead = |p: SynthPreset| p.config().dead_experts;
+    assert_eq!(
+        SynthPreset::ALL.map(dead),
+        [4, 4, 0],
+        "the presets changed: update --dead-experts' help in crates/cli/src/commands/synth.rs"
+    );
+    // The flag sets the count recorded in the trace.
+    let config = |p: &Path| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", s(p)])).unwrap();
+        serde_json::from_str(v["meta"]["extra"]["synth_config"].as_str().unwrap()).unwrap()
+    };
+    let t = dir.path().join("d.safetensors");
+    synth(&t, [2, 8, 2, 4, 64], &["--dead-experts", "3"]);
+    assert_eq!(config(&t)["dead_experts"], 3);
+    // E = 1 (and E = k = m = 2): with no dead expert every token routes to the only experts.
+    for e in ["1", "2"] {
+        let t = dir.path().join(format!("e{e}.safetensors"));
+        let args = ["synth", "--layers", "2", "--experts", e, "--top-k", e, "--candidates", e, "--tokens", "32"];
+        let err = fails(&[&args[..], &["--sequences", "2", "-o", s(&t)]].concat());
+        assert!(
+            err.contains(&format!(
+                "--dead-experts 4 (the preset's default) over 2 layers leaves up to 2 never-routed of the {e} experts"
+            )) && err.contains("pass --dead-experts 0"),
+            "{err}"
+        );
+        assert!(!t.exists());
+        ok(&[&args[..], &["--sequences", "2", "--dead-experts", "0", "-o", s(&t)]].concat());
+        let v: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", s(&t)])).unwrap();
+        assert_eq!(
+            (v["shape"]["num_experts"].as_u64(), v["shape"]["tokens"].as_u64()),
+            (Some(e.parse().unwrap()), Some(32))
+        );
+        // Every row uses every expert, so every token reuses all of the previous token's.
+        assert_eq!(v["layers"][0]["experts_used"].as_u64(), Some(e.parse().unwrap()));
+        assert_eq!(v["mean_next_token_reuse"], 1.0);
+    }
+    let err = fails(&["synth", "--dead-experts", "1", "--model", r#"{"dead_experts": 2}"#, "-o", s(&t)]);
+    assert!(err.contains("also given as --dead-experts"), "{err}");
+}

@@ -41,6 +41,11 @@ pub struct SynthArgs {
     /// Record expert output norms (`out_norms`, needed by REAP).
     #[arg(long)]
     pub norms: bool,
+    /// (layer, expert) pairs never routed, spread evenly over the layers (the highest ids of a
+    /// layer) [default: the preset's: 4 for dsv2-lite and dsv2-lite-flat, 0 for qwen15-moe]. Each
+    /// layer must keep at least --candidates routable experts: 0 for a small E (down to E = 1).
+    #[arg(long, value_name = "N")]
+    pub dead_experts: Option<usize>,
     /// Routing parameters fitted to a real trace (docs/synth.md): dsv2-lite (DeepSeek-V2-Lite, ESFT
     /// translation; the defaults), dsv2-lite-flat (ESFT intent, law, summary) or qwen15-moe
     /// (Qwen1.5-MoE-A2.7B-Chat served by vLLM).
@@ -59,9 +64,13 @@ pub struct SynthArgs {
     pub output: PathBuf,
 }
 
-/// The preset's configuration with the fields of the `--model` JSON object (if any) replaced.
-fn routing(preset: SynthPreset, model: Option<&str>) -> Result<SynthConfig> {
-    let base = preset.config();
+/// The preset's configuration with the fields of the `--model` JSON object (if any) replaced, and
+/// `dead_experts` replaced by `--dead-experts` when given.
+fn routing(preset: SynthPreset, model: Option<&str>, dead_experts: Option<usize>) -> Result<SynthConfig> {
+    let mut base = preset.config();
+    if let Some(d) = dead_experts {
+        base.dead_experts = d;
+    }
     let Some(json) = model else { return Ok(base) };
     let over: serde_json::Value = serde_json::from_str(json).map_err(|e| anyhow!("--model: {e}"))?;
     let serde_json::Value::Object(over) = over else { bail!("--model: expected a JSON object, got {over}") };
@@ -71,6 +80,9 @@ fn routing(preset: SynthPreset, model: Option<&str>) -> Result<SynthConfig> {
     if let Some(key) = over.keys().find(|k| FLAGS.contains(&k.as_str())) {
         bail!("--model: `{key}` is set by its flag (--{}), not by --model", key.replace('_', "-"));
     }
+    if dead_experts.is_some() && over.contains_key("dead_experts") {
+        bail!("--model: `dead_experts` is also given as --dead-experts: give it once");
+    }
     let mut merged = serde_json::to_value(&base)?;
     merged.as_object_mut().expect("SynthConfig serializes to an object").extend(over);
     serde_json::from_value(merged).map_err(|e| anyhow!("--model: {e}"))
@@ -78,7 +90,7 @@ fn routing(preset: SynthPreset, model: Option<&str>) -> Result<SynthConfig> {
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<()> {
-    let base = routing(a.preset, a.model.as_deref())?;
+    let base = routing(a.preset, a.model.as_deref(), a.dead_experts)?;
     let cfg = SynthConfig {
         layers: a.layers,
         experts: a.experts,
@@ -91,6 +103,7 @@ pub fn run(a: &SynthArgs) -> Result<()> {
         norms: a.norms,
         ..base
     };
+    dead_experts_fit(&cfg, a.dead_experts.is_none() && cfg.dead_experts == a.preset.config().dead_experts)?;
     let threads = if a.threads == 0 { rayon::current_num_threads() } else { a.threads };
     let start = Instant::now();
     let done = AtomicUsize::new(0);
@@ -121,6 +134,29 @@ pub fn run(a: &SynthArgs) -> Result<()> {
         bytes as f64 / 1e6,
         start.elapsed().as_secs_f64()
     )?;
+    Ok(())
+}
+
+/// Refuses dead experts that leave a layer fewer routable experts than candidates, naming the
+/// flags (the library's check names only the configuration keys). `default`: the count is the
+/// preset's, not given.
+fn dead_experts_fit(c: &SynthConfig, default: bool) -> Result<()> {
+    if c.layers == 0 || c.dead_experts == 0 || c.candidates > c.experts {
+        return Ok(()); // the library's own checks say what is wrong
+    }
+    let per_layer = c.dead_experts.div_ceil(c.layers);
+    let live = c.experts.saturating_sub(per_layer);
+    if c.candidates > live {
+        let whose = if default { " (the preset's default)" } else { "" };
+        bail!(
+            "--dead-experts {}{whose} over {} leaves up to {per_layer} never-routed of the {} experts of a layer, {live} \
+             routable, fewer than --candidates {}: pass --dead-experts 0 (or fewer), or more --experts",
+            c.dead_experts,
+            super::layers(c.layers),
+            c.experts,
+            c.candidates
+        );
+    }
     Ok(())
 }
 

@@ -10,15 +10,14 @@
 //! prints one JSON document on stdout (status lines on stderr); every JSON document starts with
 //! its `kind` tag (`commands/json.rs`).
 
+mod args;
 mod commands;
 mod progress;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = commands::Cli::parse();
+    let cli = args::parse();
     on_interrupt_remove_temporaries();
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

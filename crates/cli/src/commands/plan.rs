@@ -210,8 +210,8 @@ pub struct PlanArgs {
     /// Candidate variants: `full`, `METRIC@K`, `file:KEEP.json` (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "full")]
     pub variants: Vec<String>,
-    /// Memory for cached experts, in GB (10^9 bytes).
-    #[arg(long)]
+    /// Memory for cached experts, in GB (10^9 bytes; >= 0).
+    #[arg(long, value_parser = crate::args::non_negative)]
     pub budget_gb: f64,
     /// Memory pinned for other things inside the budget, in GB.
     #[arg(long, default_value_t = 0.0)]
@@ -236,7 +236,7 @@ pub struct PlanArgs {
     pub warmup: usize,
     /// Quality floor for pruned variants: the largest allowed mean held-out slot replacement
     /// (fraction of used slots whose expert is pruned, SEMANTICS §4).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::fraction)]
     pub max_slot_replacement: Option<f64>,
     /// Compute the curves above the limit of work (see the announcement the command prints).
     #[arg(long)]

@@ -33,7 +33,7 @@ pub struct DeployArgs {
     pub link_gbps: Option<f64>,
     /// Compute per engine step in ms for the served cost (needs --served or --batch; default:
     /// the profile's compute_ms).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::non_negative)]
     pub compute_ms_per_step: Option<f64>,
 }
 

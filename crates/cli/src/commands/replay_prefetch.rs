@@ -35,7 +35,7 @@ pub struct PrefetchArgs {
     #[arg(long)]
     pub profile: Option<String>,
     /// I/O bandwidth of the timeline, in GB/s (default: the profile's first, 3.9).
-    #[arg(long, value_name = "GBPS")]
+    #[arg(long, value_name = "GBPS", value_parser = crate::args::positive)]
     pub bandwidth: Option<f64>,
     /// Also replay a token-shuffled copy of the trace (the permutation of SEED, the same in
     /// every layer) with the same settings: the misses without temporal locality.

@@ -70,20 +70,7 @@ impl Progress {
             .filter(|s| *s > 0.0 && s.is_finite())
             .unwrap_or(PLAIN_EVERY_SECS);
         let s = Arc::clone(&shared);
-        let ticker = std::thread::spawn(move || {
-            let mut finished = s.finished.lock().unwrap_or_else(PoisonError::into_inner);
-            loop {
-                let (f, _) = s
-                    .wake
-                    .wait_timeout(finished, Duration::from_secs_f64(every))
-                    .unwrap_or_else(PoisonError::into_inner);
-                finished = f;
-                if *finished {
-                    return;
-                }
-                status!("{}", plain_line(&s));
-            }
-        });
+        let ticker = std::thread::spawn(move || tick_until_finished(&s, Duration::from_secs_f64(every)));
         Progress { shared, bar: None, ticker: Some(ticker) }
     }
 
@@ -115,6 +102,21 @@ impl Progress {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The plain-line ticker: a line every `every` until the work is finished. The flag is checked
+/// before each wait: the work may finish (and notify) before this thread first takes the lock,
+/// and waiting then would hold the command up for a whole `every` (a failing command took 10 s
+/// to exit when stderr was a pipe).
+fn tick_until_finished(s: &Shared, every: Duration) {
+    let mut finished = s.finished.lock().unwrap_or_else(PoisonError::into_inner);
+    while !*finished {
+        let (f, wait) = s.wake.wait_timeout(finished, every).unwrap_or_else(PoisonError::into_inner);
+        finished = f;
+        if !*finished && wait.timed_out() {
+            status!("{}", plain_line(s));
+        }
     }
 }
 
@@ -165,6 +167,30 @@ pub fn working(what: &str) -> Progress {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Work that finished before the ticker first waits ends the ticker at once, not after a
+    /// whole period (the lost wake-up that held every quick command up for 10 s).
+    #[test]
+    fn a_ticker_started_after_the_work_finished_returns_at_once() {
+        let s = Arc::new(Shared {
+            done: AtomicU64::new(1),
+            total: 1,
+            what: "t".into(),
+            unit: "u",
+            start: Instant::now(),
+            finished: Mutex::new(true),
+            wake: Condvar::new(),
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = Arc::clone(&s);
+        std::thread::spawn(move || {
+            tick_until_finished(&t, Duration::from_secs(3600));
+            let _ = tx.send(());
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(60)).is_ok(), "the ticker waited for its period");
+    }
+
     #[test]
     fn durations_in_words() {
         for (s, want) in [(0.25, "250 ms"), (42.4, "42 s"), (725.0, "12 min 5 s"), (12_000.0, "3 h 20 min")] {

@@ -10,6 +10,9 @@
 # $SWEEP_THREADS, default 1). Every job's exit code and run time go to OUT/joblog (parallel's
 # --joblog). When a shard fails, the script names it and stops before merging; running the same
 # command again runs only the shards that failed or never ran (--resume-failed), then merges.
+# Prerequisites: GNU parallel (Debian/Ubuntu: apt-get install parallel; macOS: brew install
+# parallel), bash, and the moe-offload binary (`cargo build --release -p cli`, then
+# ${CARGO_TARGET_DIR:-target}/release/moe-offload, on PATH or as MOE_OFFLOAD).
 # Environment: MOE_OFFLOAD, the binary (default: `moe-offload` on PATH); PARALLEL, GNU parallel's
 # own options (for example "-j 4", or "--sshloginfile hosts --workdir ." to use several machines:
 # OUT and the traces must then be at the same paths on all of them).

@@ -15,6 +15,9 @@
 # default grid) except --shard, -o and --threads, which the script sets: task I writes OUT/shard-I
 # with `--threads $SLURM_CPUS_PER_TASK` (1 when unset). OUT must be on a file system every node
 # sees, and relative paths in SWEEP ARGS are taken from the directory `submit` ran in.
+# Prerequisites: a Slurm cluster (sbatch, squeue, sacct; sacct needs accounting, see below), bash,
+# and the moe-offload binary on a path every node sees (`cargo build --release -p cli`, then
+# ${CARGO_TARGET_DIR:-target}/release/moe-offload, on PATH or as MOE_OFFLOAD).
 # Environment: MOE_OFFLOAD, the binary (default: `moe-offload` on PATH; the path is recorded at
 # submit time); SWEEP_SBATCH_OPTS, more sbatch options for every submission (word-split, e.g.
 # "--cpus-per-task=8 --partition=cpu --time=02:00:00"); sbatch's own SBATCH_* variables apply too.

@@ -10,7 +10,10 @@
 # again, and merge into files byte-identical to those of the whole sweep (`cmp`).
 # The Slurm part is SKIPPED with a note (exit 0) where Slurm is not installed or its daemons do not
 # come up; once the cluster is up, any difference or failure exits 1.
-# The binary: $CARGO_TARGET_DIR/debug/moe-offload (default target/), built if missing.
+# The binary: $CARGO_TARGET_DIR/release/moe-offload (default target/), the release build that the
+# README's commands (and .ci/run's tests) make, built if missing or out of date.
+# Prerequisites: GNU parallel (Debian: parallel) for the first part; slurm-wlm, slurmdbd, munge and
+# mariadb-server for the second (each part is skipped with a note without them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -18,8 +21,8 @@ repo=$PWD
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 t0=$SECONDS
 target=${CARGO_TARGET_DIR:-target}
-cargo build --locked --quiet -p cli --bin moe-offload
-bin=$(realpath "$target/debug/moe-offload")
+cargo build --release --locked --quiet -p cli --bin moe-offload
+bin=$(realpath "$target/release/moe-offload")
 tmp=$(mktemp -d /tmp/moe-offload-slurm.XXXXXX)
 chmod 755 "$tmp"
 pids=() # pid files of the daemons started here, in start order

@@ -361,11 +361,11 @@ pub fn reproduce_commands(dir: &Path) -> String {
     format!(
         "\
 # the real-data tests and the real-data audit
-MOE_OFFLOAD_REAL_DATA={d} cargo test --workspace
+MOE_OFFLOAD_REAL_DATA={d} cargo test --workspace --release
 MOE_OFFLOAD_REAL_DATA={d} cargo xtask audit
 
 # README: ESFT (DeepSeek-V2-Lite), calibrate on three domains, hold out translation
-cargo build --release -p cli && export PATH=\"$PWD/target/release:$PATH\"
+cargo build --release -p cli && export PATH=\"${{CARGO_TARGET_DIR:-$PWD/target}}/release:$PATH\"
 moe-offload import esft {d}/esft-dsv2lite --domains intent,law,summary -o esft-work/calib.safetensors
 moe-offload import esft {d}/esft-dsv2lite --domains translation -o esft-work/translation.safetensors
 moe-offload sweep data/grids/esft-translation.json -o esft-work/sweep

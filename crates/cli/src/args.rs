@@ -126,7 +126,8 @@ mod tests {
     #[test]
     fn range_parsers() {
         // (input, positive, non_negative, fraction); None = refused
-        let cases: [(&str, Option<f64>, Option<f64>, Option<f64>); 7] = [
+        type Case<'a> = (&'a str, Option<f64>, Option<f64>, Option<f64>);
+        let cases: [Case<'_>; 7] = [
             ("1.5", Some(1.5), Some(1.5), None),
             ("0", None, Some(0.0), Some(0.0)),
             ("0.25", Some(0.25), Some(0.25), Some(0.25)),

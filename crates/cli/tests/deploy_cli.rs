@@ -163,6 +163,43 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
     let list = counts.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     assert_eq!(v["pinned"]["moe_hot_count"], list.as_str());
     assert!(out.contains(&format!("--moe-hot-count {list}")), "{out}");
+    // The plan replayed as its pinned plan (its pins, its caps, its keep map) gives its figure on
+    // the held-out trace; the pins are the plan's, not its keep map.
+    let keep = if p["variant"] == v["chosen"]["variant"] { s(&plan) } else { panic!("{p}") };
+    let replayed = json(&[
+        "replay",
+        s(&held),
+        "--policy",
+        "lru",
+        "--pin",
+        s(&plan),
+        "--layer-caps",
+        s(&plan),
+        "--keep",
+        keep,
+        "--json",
+    ]);
+    let pins: Vec<u64> = replayed["layer_pins"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    assert_eq!(pins, counts);
+    let mpt = replayed["misses_per_token"].as_f64().unwrap();
+    assert!((mpt - p["out_of_sample_misses_per_token"].as_f64().unwrap()).abs() < 1e-9, "{mpt} vs {p}");
+    // A plan made without --pin-counts pins nothing: refused as a pin map.
+    let unpinned = dir.path().join("unpinned.json");
+    ok(&[
+        "plan",
+        "--in-sample",
+        s(&calib),
+        "--out-of-sample",
+        s(&held),
+        "--budget-gb",
+        &budget,
+        "--profile",
+        "reference",
+        "-o",
+        s(&unpinned),
+    ]);
+    let e = fails(&["replay", s(&held), "--policy", "lru", "--cap", "4", "--pin", s(&unpinned), "--json"]);
+    assert!(e.contains("without --pin-counts pins nothing"), "{e}");
     let e = fails(&[
         "plan",
         "--in-sample",

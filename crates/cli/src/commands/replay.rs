@@ -84,10 +84,13 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         None => (None, Keep::full(&shape)),
     };
-    let (layer_caps, made_with) = match a.layer_caps.as_deref().map(parse_layer_caps).transpose()? {
-        Some((caps, made_with)) => (Some(caps), made_with),
-        None => (None, None),
-    };
+    // A plan given as both --pin and --layer-caps is replayed as its pinned plan (pins and caps).
+    let pinned_plan = |s: &str| a.deploy.pin.as_deref() == Some(Path::new(s));
+    let (layer_caps, made_with) =
+        match a.layer_caps.as_deref().map(|s| parse_layer_caps(s, pinned_plan(s))).transpose()? {
+            Some((caps, made_with)) => (Some(caps), made_with),
+            None => (None, None),
+        };
     if let (Some(plan), Some(path)) = (made_with, a.layer_caps.as_deref()) {
         check_plan_settings(path, &plan, a, shape.top_k, map.as_ref())?;
     }
@@ -241,20 +244,31 @@ struct PlanSettings {
 }
 
 /// `8,6,16` or a JSON file holding a list, or a plan JSON (`chosen.plan.caps`, with the settings
-/// the plan was made with).
-fn parse_layer_caps(s: &str) -> Result<(Vec<usize>, Option<PlanSettings>)> {
+/// the plan was made with; with `pinned`, the plan is also the `--pin` map and its pinned plan's
+/// caps and keep map are read: `pinned.plan.caps`, `pinned.plan.variant`).
+fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<PlanSettings>)> {
     if std::path::Path::new(s).is_file() {
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(s)?).with_context(|| format!("reading {s}"))?;
-        let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
+        let pinned = pinned && !v.is_array() && v.get("pinned").is_some();
+        let (list, variant) = match (v.is_array(), pinned) {
+            (true, _) => (&v, &serde_json::Value::Null),
+            (false, false) => (&v["chosen"]["plan"]["caps"], &v["chosen"]["variant"]),
+            (false, true) => (&v["pinned"]["plan"]["caps"], &v["pinned"]["plan"]["variant"]),
+        };
         let caps = serde_json::from_value(list.clone())
             .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"))?;
+        let variant = variant.as_str().unwrap_or_default().to_string();
+        // The plan records the keep map of its chosen variant only.
+        let keep_layers = (variant == v["chosen"]["variant"].as_str().unwrap_or_default())
+            .then(|| serde_json::from_value(v["chosen"]["keep_map"]["layers"].clone()).ok())
+            .flatten();
         let made_with = (!v.is_array()).then(|| PlanSettings {
             policy: v["policy"].as_str().unwrap_or_default().to_string(),
             k_used: v["k_used"].as_u64().map(|k| k as usize),
             warmup: v["warmup"].as_u64().map(|w| w as usize),
-            variant: v["chosen"]["variant"].as_str().unwrap_or_default().to_string(),
-            keep_layers: serde_json::from_value(v["chosen"]["keep_map"]["layers"].clone()).ok(),
+            variant,
+            keep_layers,
         });
         return Ok((caps, made_with));
     }

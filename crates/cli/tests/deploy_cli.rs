@@ -28,6 +28,7 @@ fn pins_tier2_and_batch_on_a_synthetic_trace() {
     assert_eq!(plain["steps"], plain["tokens"]);
     assert_eq!(plain["storage_reads"], plain["misses"]);
     // B = 1 re-batching is the plain replay.
+    assert_eq!(plain["lookup_hit_rate"], plain["hit_rate"]);
     let b1 = json(&["replay", t, "--policy", "lru", "--cap", "4", "--batch", "1", "--json"]);
     for key in ["tokens", "picks", "hits", "misses", "layer_misses"] {
         assert_eq!(b1[key], plain[key], "{key}");
@@ -62,6 +63,10 @@ fn pins_tier2_and_batch_on_a_synthetic_trace() {
     assert!(b4["steps"].as_u64().unwrap() * 4 >= b4["rows"].as_u64().unwrap());
     assert_eq!(b4["schedule"], "batch:4");
     assert_eq!(b4["cost"]["compute_ms_per_step"], 30.0);
+    // Served: hits and misses per (step, expert), picks per row.
+    let (h, m) = (b4["hits"].as_u64().unwrap(), b4["misses"].as_u64().unwrap());
+    assert!(h + m < b4["picks"].as_u64().unwrap());
+    assert_eq!(b4["lookup_hit_rate"].as_f64().unwrap(), h as f64 / (h + m) as f64);
     // mrc --pin: the lru curve of the unpinned stream, equal to replay --pin at each cap.
     let curve = dir.path().join("mrc.json");
     ok(&["mrc", t, "--pin", s(&pin), "--caps", "4..6", "-o", s(&curve)]);

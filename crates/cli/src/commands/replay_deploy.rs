@@ -143,6 +143,7 @@ pub fn json_extras(
     Ok(serde_json::json!({
         "pinned_hits": c.pinned_hits, "t2_hits": c.t2_hits, "storage_reads": c.storage_reads,
         "steps": c.steps, "rows": c.rows, "loads_per_step": c.loads_per_step(),
+        "lookup_hit_rate": c.lookup_hit_rate(),
         "layer_pins": c.layer_pins, "schedule": schedule,
         "tier2": dep.tier2.map(|t| format!("{}:{}", t.policy, t.cap)),
         "cost": { "profile": p.name, "expert_mb": p.expert_mb, "compute_ms": p.compute_ms,

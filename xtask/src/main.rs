@@ -55,7 +55,7 @@ enum Cmd {
         /// A directory of statistics, keep maps and sweep results written by moe-offload.
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// With `--dir`: also write the report as JSON here.
+        /// With `--dir`: also write the report as JSON here (kind `moe-offload-audit`).
         #[arg(long, requires = "dir")]
         json: Option<PathBuf>,
         /// With `--dir`: look here first (by file name) for the traces and files the outputs name
@@ -85,8 +85,16 @@ fn main() -> anyhow::Result<()> {
             let report = audit::dir::audit_dir(&dir, &opts)?;
             println!("{}", audit::markdown(&report));
             if let Some(path) = json {
+                // Tagged like every JSON output of the tool (docs/sweep.md, the `kind` table).
+                #[derive(serde::Serialize)]
+                struct Tagged<'a> {
+                    kind: &'static str,
+                    #[serde(flatten)]
+                    report: &'a audit::Report,
+                }
+                let tagged = Tagged { kind: "moe-offload-audit", report: &report };
                 trace_io::write_atomic(&path, |w| {
-                    serde_json::to_writer_pretty(w, &report).map_err(std::io::Error::other)
+                    serde_json::to_writer_pretty(w, &tagged).map_err(std::io::Error::other)
                 })?;
             }
             if !audit::dir::passed(&report) {

@@ -6,7 +6,9 @@
 //!
 //! Output goes through `writeln!` on locked stdout and stderr handles, never `println!` or
 //! `eprintln!` (they panic on a closed pipe, `moe-offload ... | head`): a closed stdout ends the
-//! command quietly with status 0, a closed stderr is ignored (`progress::status_line`).
+//! command quietly with status 0, a closed stderr is ignored (`progress::status_line`). `--json`
+//! prints one JSON document on stdout (status lines on stderr); every JSON document starts with
+//! its `kind` tag (`commands/json.rs`).
 
 mod commands;
 mod progress;

@@ -168,10 +168,24 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
     let list = counts.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     assert_eq!(v["pinned"]["moe_hot_count"], list.as_str());
     assert!(out.contains(&format!("--moe-hot-count {list}")), "{out}");
+    // llama.cpp's flags from this plan carry the same hot counts (the synthetic layers are 0..3,
+    // so the list of model layers is the plan's); `-ot` names the layers whose pins + cache hold
+    // every kept expert.
+    let flags = ok(&["export", "llama-cpp", s(&plan), "-o", "-"]);
+    assert_eq!(flags.lines().next(), Some(format!("--moe-hot-count {list}").as_str()), "{flags}");
+    let kept: Vec<usize> =
+        v["pinned"]["keep_map"]["layers"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().len()).collect();
+    let whole: Vec<String> = (0..3)
+        .filter(|&l| (counts[l] + caps[l]) as usize >= kept[l])
+        .map(|l| v["pinned"]["keep_map"]["layer_ids"][l].to_string())
+        .collect();
+    assert_eq!(
+        flags.lines().nth(1).map(str::to_string),
+        (!whole.is_empty())
+            .then(|| { format!("-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.=CUDA0\"", whole.join("|")) })
+    );
     // The plan replayed as its pinned plan (its pins, its caps, its keep map) gives its figure on
     // the held-out trace; the pins are the plan's, not its keep map.
-    // (Only the chosen variant's keep map is recorded; here both plans keep every expert.)
-    assert_eq!(p["variant"], v["chosen"]["variant"]);
     let replayed = json(&[
         "replay",
         s(&held),

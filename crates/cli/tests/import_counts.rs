@@ -35,8 +35,8 @@ fn count_files_feed_frequency_keep_maps_and_retention() {
     let v: serde_json::Value =
         serde_json::from_str(&ok(&["retention", s(&map), "--heldout", s(&st), "--json"])).unwrap();
     // Layer 3 keeps experts 0 and 3 (7 of 8 slots), layer 7 keeps 1 and 2 (ties to the lower id: 6 of 8).
-    assert_eq!(v[0]["per_layer"][0]["figures"]["slot_replacement"], 0.125);
-    assert_eq!(v[0]["per_layer"][1]["figures"]["slot_replacement"], 0.25);
+    assert_eq!(v["maps"][0]["per_layer"][0]["figures"]["slot_replacement"], 0.125);
+    assert_eq!(v["maps"][0]["per_layer"][1]["figures"]["slot_replacement"], 0.25);
     let err = fails(&["keep", s(&st), "--metric", "reap", "--k", "2", "-o", s(&d.join("r.json"))]);
     assert!(err.contains("reap_sum"), "{err}");
 

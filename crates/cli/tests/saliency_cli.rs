@@ -11,6 +11,13 @@ fn json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(args)).unwrap()
 }
 
+/// The rows of `retention --json` (its `maps`), after checking the document's kind.
+fn retention_json(args: &[&str]) -> serde_json::Value {
+    let mut v = json(args);
+    assert_eq!(v["kind"], "moe-offload-retention", "{args:?}");
+    v["maps"].take()
+}
+
 /// A synthetic trace (2 layers, 16 experts, top-2, gates and norms) and its statistics.
 fn synth_with_stats(dir: &Path, name: &str, seed: &str) -> (PathBuf, PathBuf) {
     let trace = dir.join(format!("{name}.safetensors"));
@@ -56,7 +63,7 @@ fn multi_k_budget_and_retention() {
     let f4 = maps.join("frequency@4.json");
     let f8 = maps.join("frequency@8.json");
     let bud = maps.join("l2_sum@budget12.json");
-    let v = json(&["retention", s(&f4), s(&f8), s(&bud), "full", "--heldout", s(&held_trace), "--json"]);
+    let v = retention_json(&["retention", s(&f4), s(&f8), s(&bud), "full", "--heldout", s(&held_trace), "--json"]);
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 4);
     let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
@@ -75,14 +82,14 @@ fn multi_k_budget_and_retention() {
     assert!(rep(&rows[1]) <= rep(&rows[0]));
 
     // the same maps on the held-out statistics: the same mass figures, no prob_retention
-    let w = json(&["retention", s(&f4), "--heldout", s(&held_stats), "--json"]);
+    let w = retention_json(&["retention", s(&f4), "--heldout", s(&held_stats), "--json"]);
     assert!(w[0]["mean"]["prob_retention"].is_null());
     assert_eq!(w[0]["mean"]["reap_retention"], rows[0]["mean"]["reap_retention"]);
     assert_eq!(w[0]["mean"]["slot_replacement"], rows[0]["mean"]["slot_replacement"]);
     // held-out statistics without a .json extension are detected by content
     let renamed = dir.path().join("held.stats");
     std::fs::copy(&held_stats, &renamed).unwrap();
-    let w2 = json(&["retention", s(&f4), "--heldout", s(&renamed), "--json"]);
+    let w2 = retention_json(&["retention", s(&f4), "--heldout", s(&renamed), "--json"]);
     assert_eq!(w2[0]["mean"], w[0]["mean"]);
 
     // the table: one row per map, REAP retention column, per-layer tables on request
@@ -164,7 +171,7 @@ fn reap_aggregate_stats() {
     let map = dir.path().join("l2.json");
     ok(&["keep", s(&a), "--metric", "l2_sum", "--k", "1", "-o", s(&map)]);
     // layer 0 keeps expert 1 (2.0 of the known 2.0), layer 1 expert 2 (3 of 5)
-    let v = json(&["retention", s(&map), "--heldout", s(&b), "--json"]);
+    let v = retention_json(&["retention", s(&map), "--heldout", s(&b), "--json"]);
     assert_eq!(v[0]["per_layer"][0]["figures"]["reap_retention"], 1.0);
     assert_eq!(v[0]["per_layer"][0]["figures"]["reap_excluded_slots"], 2);
     assert_eq!(v[0]["per_layer"][1]["figures"]["reap_retention"], 0.6);
@@ -199,7 +206,7 @@ fn real_reap_aggregate_and_esft_fold() {
     let mut args = vec!["retention"];
     args.extend(files.iter().map(String::as_str));
     args.extend(["--heldout", s(&quran), "--json"]);
-    let v = json(&args);
+    let v = retention_json(&args);
     let mean: Vec<f64> = v.as_array().unwrap().iter().map(|r| r["mean"]["reap_retention"].as_f64().unwrap()).collect();
     assert!(mean[1] > mean[0] && mean[1] > mean[2] && mean[1] > mean[3], "l2_sum retains the most: {mean:?}");
     assert_eq!(v[0]["mean"]["reap_excluded_experts"], 335);
@@ -213,7 +220,7 @@ fn real_reap_aggregate_and_esft_fold() {
     let st = d.join("cal.json");
     ok(&["stats", s(&cal), "-o", s(&st)]);
     ok(&["keep", s(&st), "--metric", "gate_sum", "--k", "32,48", "-o", s(&maps)]);
-    let v = json(&[
+    let v = retention_json(&[
         "retention",
         s(&maps.join("gate_sum@32.json")),
         s(&maps.join("gate_sum@48.json")),

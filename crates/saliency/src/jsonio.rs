@@ -61,6 +61,11 @@ fn json_kind(bytes: &[u8]) -> Option<(Option<Kind>, &'static str)> {
             .then_some((None, "a REAP aggregate file (read it with `moe-offload stats --reap-agg FILE`)"));
     };
     let has = |k: &str| top.contains_key(k);
+    match top.get("kind").and_then(|k| k.as_str()) {
+        Some(crate::STATS_KIND) => return Some((Some(Kind::Stats), "statistics JSON (from `moe-offload stats`)")),
+        Some(crate::KEEP_MAP_KIND) => return Some((Some(Kind::KeepMap), "a keep map (from `moe-offload keep`)")),
+        _ => {}
+    }
     if has("meta") && has("layers") {
         Some((Some(Kind::Stats), "statistics JSON (from `moe-offload stats`)"))
     } else if has("metric") && has("layers") && has("k") {
@@ -85,11 +90,21 @@ fn binary_kind(bytes: &[u8]) -> Option<&'static str> {
     bytes.iter().take(4096).any(|&b| b == 0).then_some("a binary file")
 }
 
-/// Writes pretty JSON through [`trace_io::write_atomic`] (temporary file in the target's
-/// directory, then rename): readers never see a partial file.
-pub(crate) fn write_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+/// A value written with its `kind` tag as the first field (ignored when reading: the structs
+/// have no `kind` field and accept unknown ones). Hashes of the values
+/// ([`crate::Stats::sha256`]) are of the untagged struct, so the tag changes no recorded digest.
+#[derive(Serialize)]
+struct Tagged<'a, T> {
+    kind: &'static str,
+    #[serde(flatten)]
+    value: &'a T,
+}
+
+/// Writes pretty JSON, with the `kind` tag first, through [`trace_io::write_atomic`] (temporary
+/// file in the target's directory, then rename): readers never see a partial file.
+pub(crate) fn write_atomic<T: Serialize>(path: &Path, kind: &'static str, value: &T) -> Result<()> {
     trace_io::write_atomic(path, |w| {
-        serde_json::to_writer_pretty(&mut *w, value).map_err(std::io::Error::other)?;
+        serde_json::to_writer_pretty(&mut *w, &Tagged { kind, value }).map_err(std::io::Error::other)?;
         w.write_all(b"\n")
     })
     .map_err(io_err(path))

@@ -8,6 +8,10 @@ use crate::error::{invalid, mismatch};
 use crate::metric::cmp_score;
 use crate::{Metric, MetricConfig, Result, SaliencyError, Stats, jsonio, metric_scores, rank_percentiles};
 
+/// The `kind` tag of a keep-map file (its first field, [`KeepMap::write_json`]); ignored when
+/// reading, so maps written before the tag (and pin maps written by hand) read alike.
+pub const KEEP_MAP_KIND: &str = "moe-offload-keep-map";
+
 /// Configuration of keep-map construction.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct KeepConfig {
@@ -514,7 +518,7 @@ impl KeepMap {
     /// A validation error, [`SaliencyError::Io`] or [`SaliencyError::Json`].
     pub fn write_json(&self, path: impl AsRef<Path>) -> Result<()> {
         self.validate()?;
-        jsonio::write_atomic(path.as_ref(), self)
+        jsonio::write_atomic(path.as_ref(), KEEP_MAP_KIND, self)
     }
 
     /// Errors unless the map's E and layer ids equal those of `stats`.

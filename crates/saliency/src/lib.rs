@@ -37,11 +37,11 @@ pub use check::{KeepCheck, LOW_HIT_THRESHOLD, check_keep_maps, check_stats};
 pub use counts::{CountsFormat, CountsOptions};
 pub use error::{Result, SaliencyError};
 pub use expert_profile::ExpertStatsOptions;
-pub use keep::{Budget, BudgetScale, KeepConfig, KeepMap};
+pub use keep::{Budget, BudgetScale, KEEP_MAP_KIND, KeepConfig, KeepMap};
 pub use metric::{Metric, MetricConfig, metric_scores, rank_percentiles};
 pub use reap_agg::{NonFiniteReap, ReapAggCorpus, ReapAggOptions};
 pub use retention::{LayerRetention, RETENTION_TOLERANCE, Retention, RetentionFigures, check_retention, retention};
-pub use stats::{LayerStats, Stats, StatsMeta};
+pub use stats::{LayerStats, STATS_KIND, Stats, StatsMeta};
 
 #[cfg(test)]
 mod tests;

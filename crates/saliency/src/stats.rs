@@ -8,6 +8,10 @@ use trace_io::TraceView;
 use crate::error::{invalid, mismatch};
 use crate::{Result, jsonio};
 
+/// The `kind` tag of a statistics file (its first field, [`Stats::write_json`]); ignored when
+/// reading, so files written before the tag read alike.
+pub const STATS_KIND: &str = "moe-offload-stats";
+
 /// Provenance and shape of a statistics file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsMeta {
@@ -301,7 +305,7 @@ impl Stats {
     /// [`crate::SaliencyError::Json`].
     pub fn write_json(&self, path: impl AsRef<Path>) -> Result<()> {
         self.validate()?;
-        jsonio::write_atomic(path.as_ref(), self)
+        jsonio::write_atomic(path.as_ref(), STATS_KIND, self)
     }
 
     /// Ok when every layer holds the optional statistic `statistic` (and, for `reap_sum`, no entry

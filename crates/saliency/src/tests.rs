@@ -269,11 +269,23 @@ fn json_round_trips_and_validation() {
     let back = Stats::read_json(&p).unwrap();
     assert_eq!(back, s);
     assert_eq!(back.sha256(), s.sha256());
+    // The `kind` tag is the file's first field; the digest is of the untagged statistics, and a
+    // file without the tag (written before it) reads to the same statistics.
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.starts_with("{\n  \"kind\": \"moe-offload-stats\",\n  \"meta\""), "{text}");
+    std::fs::write(&p, serde_json::to_vec(&s).unwrap()).unwrap();
+    assert_eq!(Stats::read_json(&p).unwrap(), s);
 
     let map = KeepMap::build(&s, Metric::Reap, 2, &KeepConfig::default()).unwrap();
     let mp = dir.path().join("map.json");
     map.write_json(&mp).unwrap();
     assert_eq!(KeepMap::read_json(&mp).unwrap(), map);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&mp).unwrap()).unwrap();
+    assert_eq!(v.as_object().unwrap().keys().next().map(String::as_str), Some("kind"));
+    assert_eq!(v["kind"], crate::KEEP_MAP_KIND);
+    // A keep map read where statistics are expected is named by its tag.
+    let err = Stats::read_json(&mp).unwrap_err().to_string();
+    assert!(err.contains("a keep map (from `moe-offload keep`)"), "{err}");
     let checks = check_keep_maps(&back, std::slice::from_ref(&map), &KeepConfig::default());
     assert!(checks.iter().all(|c| c.passed), "{checks:#?}");
 

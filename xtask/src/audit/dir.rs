@@ -58,7 +58,12 @@ fn classify(path: &Path, name: &str) -> Result<Option<Output>> {
         }
     };
     let parse = |what: &str| format!("{name} looks like {what} but does not parse");
-    if let Some(rows) = v.as_array().filter(|a| a.first().is_some_and(|r| r.get("per_layer").is_some())) {
+    // `retention --json`: tagged with its rows under `maps`, or a bare array of rows (older files).
+    let retention = match v.get("kind").and_then(Value::as_str) {
+        Some("moe-offload-retention") => v.get("maps").and_then(Value::as_array),
+        _ => v.as_array(),
+    };
+    if let Some(rows) = retention.filter(|a| a.first().is_some_and(|r| r.get("per_layer").is_some())) {
         let rows = rows
             .iter()
             .map(|r| {

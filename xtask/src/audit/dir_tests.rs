@@ -162,14 +162,24 @@ fn a_changed_retention_value_is_named() {
     let fx = fixture();
     let path = fx.path("retention.json");
     edit_json(&path, |v| {
-        let x = v[1]["per_layer"][2]["figures"]["slot_replacement"].as_f64().unwrap();
-        v[1]["per_layer"][2]["figures"]["slot_replacement"] = json!(x + 0.001);
+        let x = v["maps"][1]["per_layer"][2]["figures"]["slot_replacement"].as_f64().unwrap();
+        v["maps"][1]["per_layer"][2]["figures"]["slot_replacement"] = json!(x + 0.001);
     });
     let r = audit(&fx);
     let c = first_failure(&r).expect("the audit fails");
     assert_eq!(c.name, "retention.json: frequency@24 on heldout-stats.json");
     let detail = c.first_offending.as_deref().unwrap();
     assert!(detail.contains("slot_replacement") && detail.contains("layer"), "{detail}");
+}
+
+#[test]
+fn a_retention_table_without_its_kind_tag_is_audited_too() {
+    // `retention --json` before the tag printed the bare array of rows.
+    let fx = fixture();
+    let path = fx.path("retention.json");
+    edit_json(&path, |v| *v = v["maps"].take());
+    let r = audit(&fx);
+    assert_eq!(r.checks.iter().filter(|c| c.section == "3 retention" && c.status == Status::Pass).count(), 2);
 }
 
 #[test]

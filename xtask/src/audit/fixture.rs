@@ -155,7 +155,8 @@ pub fn write_saliency(out: &Path, stats: &Stats, held_stats: &Stats) {
         v["heldout"] = json!("heldout-stats.json");
         rows.push(v);
     }
-    std::fs::write(out.join("retention.json"), serde_json::to_vec_pretty(&rows).unwrap()).unwrap();
+    let doc = json!({ "kind": "moe-offload-retention", "heldout": "heldout-stats.json", "maps": rows });
+    std::fs::write(out.join("retention.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
 }
 
 /// What `moe-offload sweep ROOT/grid.json -o DEST` writes (`grid` read from ROOT, its paths

@@ -12,7 +12,7 @@ use trace_io::summary::{SHUFFLE_SEED, SizeSummary, layer_usage, shuffled_order, 
 pub struct InspectArgs {
     /// The trace.
     pub trace: PathBuf,
-    /// Print JSON instead of tables.
+    /// Print JSON (kind `moe-offload-inspect`) instead of tables.
     #[arg(long)]
     pub json: bool,
 }
@@ -42,6 +42,7 @@ pub fn run(a: &InspectArgs) -> Result<()> {
     let (reuse, control) = (mean(|u| u.next_token_reuse), mean(|u| u.shuffled_reuse));
     if a.json {
         let report = serde_json::json!({
+            "kind": super::json::INSPECT,
             "path": a.trace.display().to_string(),
             "bytes": f.byte_len(),
             "shape": s,

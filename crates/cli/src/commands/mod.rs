@@ -3,6 +3,7 @@
 mod export;
 mod import;
 mod inspect;
+mod json;
 mod plan;
 mod replay;
 mod replay_deploy;

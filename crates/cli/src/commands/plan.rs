@@ -45,6 +45,10 @@ pub struct MrcArgs {
     /// Output JSON; a CSV (layer_id, cap, misses, misses_per_token) is written beside it.
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Print the output JSON (kind `moe-offload-mrc`) on stdout instead of the table; status
+    /// lines go to stderr.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_caps(s: &str) -> std::result::Result<(usize, usize), String> {
@@ -144,7 +148,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
         }
     };
     working.finish();
-    let mut value = serde_json::to_value(&c)?;
+    let mut value = super::json::tagged(super::json::MRC, serde_json::to_value(&c)?);
     if let (Some(obj), Some(pins)) = (value.as_object_mut(), &pins) {
         obj.insert("layer_pins".into(), serde_json::json!(pins));
     }
@@ -162,6 +166,10 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     let bytes = w.into_inner()?;
     trace_io::write_atomic(&csv_path, |w| w.write_all(&bytes))
         .with_context(|| format!("writing {}", csv_path.display()))?;
+    if a.json {
+        super::status(format_args!("wrote {} and {}", a.output.display(), csv_path.display()));
+        return super::json::print(&value);
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "wrote {} and {}", a.output.display(), csv_path.display())?;
     let mut t = comfy_table::Table::new();
@@ -241,6 +249,10 @@ pub struct PlanArgs {
     /// Output plan JSON (`-` for stdout; the table then goes to stderr).
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Print the plan JSON (kind `moe-offload-plan`, the bytes of the output file) on stdout
+    /// instead of the table; status lines go to stderr.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `plan`.
@@ -298,7 +310,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let PlanOutcome { slots, candidates, chosen, uniform_best } = outcome;
     let (replayed_in, replayed_out) = chosen.replayed;
     let report = serde_json::json!({
-        "kind": "moe-offload-plan",
+        "kind": super::json::PLAN,
         "tool_version": super::version(),
         "budget_gb": a.budget_gb,
         "pinned_gb": a.pinned_gb,
@@ -316,10 +328,22 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     });
     let mut report = report;
     if let (Some(obj), Some(p)) = (report.as_object_mut(), &pinned) {
-        obj.insert("pinned".into(), serde_json::json!({ "plan": p, "moe_hot_count": p.hot_count_list() }));
+        obj.insert(
+            "pinned".into(),
+            serde_json::json!({ "plan": p, "keep_map": p.keep_map,
+                                "moe_hot_count": p.hot_count_list(&p.keep_map.layer_ids) }),
+        );
     }
-    let bytes = serde_json::to_vec_pretty(&report)?;
+    let mut bytes = serde_json::to_vec_pretty(&report)?;
+    bytes.push(b'\n');
     super::write_output(&a.output, &bytes)?;
+    if a.json {
+        if !super::is_stdout(&a.output) {
+            super::status(format_args!("wrote {}", a.output.display()));
+            super::write_output(std::path::Path::new("-"), &bytes)?;
+        }
+        return Ok(());
+    }
     let mut out = super::human(&a.output);
     writeln!(
         out,
@@ -381,7 +405,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             "with pins: {} pinned {:?} + caps {:?} in {} slots: {:.4} misses/token in sample, {:.4} out of sample (verified by replay)",
             p.variant, p.pin_counts, p.caps, p.slots, p.in_sample_misses_per_token, p.out_of_sample_misses_per_token
         )?;
-        writeln!(out, "llama.cpp: --moe-hot-count {}", p.hot_count_list())?;
+        writeln!(out, "llama.cpp: --moe-hot-count {}", p.hot_count_list(&p.keep_map.layer_ids))?;
     }
     Ok(())
 }

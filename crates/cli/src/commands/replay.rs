@@ -53,7 +53,7 @@ pub struct ReplayArgs {
     /// Empty every cache at each sequence start.
     #[arg(long)]
     pub reset_at_sequence: bool,
-    /// Print one JSON object instead of a table.
+    /// Print one JSON object (kind `moe-offload-replay`) instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Prefetch, timeline and shuffled-order control (`replay_prefetch`).
@@ -72,7 +72,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     super::require_tokens(shape, &a.trace)?;
     let (map, keep) = match &a.keep {
         Some(p) => {
-            let map = read_keep(p).with_context(|| {
+            let map = read_keep_of(p, a.deploy.pin.as_deref() == Some(p.as_path())).with_context(|| {
                 format!(
                     "--keep {} is not a keep map (write one with `moe-offload keep STATS --metric frequency --k K -o keep.json`)",
                     p.display()
@@ -156,6 +156,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if a.json {
         let mut j = serde_json::json!({
+            "kind": super::json::REPLAY,
             "tokens": c.tokens, "picks": c.picks, "hits": c.hits, "misses": c.misses,
             "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
             "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,
@@ -217,13 +218,23 @@ pub fn check_map_fits(map: &KeepMap, m: &TraceMeta, path: &Path) -> Result<()> {
 /// A keep map file, or the chosen keep map of a plan written by `moe-offload plan`
 /// (`chosen.keep_map`).
 fn read_keep(p: &Path) -> Result<KeepMap> {
+    read_keep_of(p, false)
+}
+
+/// [`read_keep`]; for a plan made with `--pin-counts` given as `--pin` too (`pinned`), the pinned
+/// plan's keep map (`pinned.keep_map`), which may be another variant than `chosen`'s.
+fn read_keep_of(p: &Path, pinned: bool) -> Result<KeepMap> {
     let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes)
-        && let Some(m) = v.get("chosen").and_then(|c| c.get("keep_map"))
+        && let Some(chosen) = v.get("chosen")
     {
+        let (m, name) = match v.get("pinned").filter(|_| pinned) {
+            Some(pinned) => (&pinned["keep_map"], "pinned.keep_map"),
+            None => (&chosen["keep_map"], "chosen.keep_map"),
+        };
         let map: KeepMap = serde_json::from_value(m.clone())
-            .with_context(|| format!("{}: the plan's chosen.keep_map is not a keep map", p.display()))?;
-        map.validate().with_context(|| format!("{}: chosen.keep_map", p.display()))?;
+            .with_context(|| format!("{}: the plan's {name} is not a keep map", p.display()))?;
+        map.validate().with_context(|| format!("{}: {name}", p.display()))?;
         return Ok(map);
     }
     Ok(KeepMap::read_json(p)?)
@@ -245,7 +256,7 @@ struct PlanSettings {
 
 /// `8,6,16` or a JSON file holding a list, or a plan JSON (`chosen.plan.caps`, with the settings
 /// the plan was made with; with `pinned`, the plan is also the `--pin` map and its pinned plan's
-/// caps and keep map are read: `pinned.plan.caps`, `pinned.plan.variant`).
+/// caps and keep map are read: `pinned.plan.caps`, `pinned.plan.variant`, `pinned.keep_map`).
 fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<PlanSettings>)> {
     if std::path::Path::new(s).is_file() {
         let v: serde_json::Value =
@@ -259,10 +270,8 @@ fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<PlanSet
         let caps = serde_json::from_value(list.clone())
             .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"))?;
         let variant = variant.as_str().unwrap_or_default().to_string();
-        // The plan records the keep map of its chosen variant only.
-        let keep_layers = (variant == v["chosen"]["variant"].as_str().unwrap_or_default())
-            .then(|| serde_json::from_value(v["chosen"]["keep_map"]["layers"].clone()).ok())
-            .flatten();
+        let keep_map = if pinned { &v["pinned"]["keep_map"] } else { &v["chosen"]["keep_map"] };
+        let keep_layers = serde_json::from_value(keep_map["layers"].clone()).ok();
         let made_with = (!v.is_array()).then(|| PlanSettings {
             policy: v["policy"].as_str().unwrap_or_default().to_string(),
             k_used: v["k_used"].as_u64().map(|k| k as usize),

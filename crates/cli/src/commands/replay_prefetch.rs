@@ -117,7 +117,7 @@ pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -
     let report = report(x, &main, &plain, shuffled.as_ref(), &profile, bw);
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(out, "{report}")?;
+        writeln!(out, "{}", super::json::tagged(super::json::REPLAY, report))?;
     } else {
         write_table(&mut out, &report)?;
     }

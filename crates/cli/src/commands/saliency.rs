@@ -42,6 +42,9 @@ pub struct StatsArgs {
     /// Output statistics JSON.
     #[arg(short, long, required_unless_present = "list_corpora")]
     pub output: Option<PathBuf>,
+    /// With --list-corpora: print the corpora as JSON (kind `moe-offload-reap-corpora`).
+    #[arg(long, requires = "list_corpora")]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -84,6 +87,10 @@ pub struct KeepArgs {
     /// `frequency@32.json`, `frequency@budget1536.json`.
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Print the maps written as JSON (kind `moe-offload-keep-maps`: path, label, experts kept
+    /// per layer) instead of one line each.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -95,7 +102,8 @@ pub struct RetentionArgs {
     /// `moe-offload stats` (detected by extension, else by content).
     #[arg(long)]
     pub heldout: PathBuf,
-    /// Print JSON (one object per map, with every layer) instead of a table.
+    /// Print JSON instead of a table: kind `moe-offload-retention`, the held-out input and
+    /// `maps`, one object per map with every layer.
     #[arg(long)]
     pub json: bool,
     /// In the table, also print every layer of every map.
@@ -112,6 +120,18 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     if let Some(agg) = &a.reap_agg {
         if a.list_corpora {
             let corpora = Stats::reap_agg_summary(agg)?;
+            if a.json {
+                let rows: Vec<serde_json::Value> = corpora
+                    .iter()
+                    .map(|c| {
+                        serde_json::json!({ "corpus": c.name, "tokens": c.tokens, "layers": c.layers,
+                                            "non_finite_reap": c.non_finite_reap })
+                    })
+                    .collect();
+                let doc = serde_json::json!({ "kind": super::json::REAP_CORPORA, "file": agg.display().to_string(),
+                                              "corpora": rows });
+                return super::json::print(&doc);
+            }
             let mut t = comfy_table::Table::new();
             t.set_header(["corpus", "tokens", "layers", "non-finite reap values"]);
             for c in corpora {
@@ -243,6 +263,7 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     if let Some(set) = set {
         set.commit().with_context(|| format!("writing {}", a.output.display()))?;
     }
+    let mut written = Vec::with_capacity(maps.len());
     for map in &mut maps {
         let path = if into_dir { a.output.join(format!("{}.json", map.label())) } else { a.output.clone() };
         if !into_dir {
@@ -250,6 +271,14 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
         }
         let sizes: Vec<usize> = map.layers.iter().map(Vec::len).collect();
         let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+        if a.json {
+            written.push(serde_json::json!({
+                "path": path.display().to_string(), "label": map.label(), "metric": map.metric,
+                "layer_ids": map.layer_ids, "kept_per_layer": sizes, "total_kept": map.total_kept(),
+                "short_layers": map.short_layers,
+            }));
+            continue;
+        }
         write!(out, "wrote {}: {} ({}", path.display(), map.label(), super::layers(map.layers.len()))?;
         if map.budget.is_some() {
             write!(out, ", {} experts, per-layer K {lo}..={hi}", map.total_kept())?;
@@ -258,6 +287,9 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
             write!(out, ", short layers {:?}", map.short_layers)?;
         }
         writeln!(out, ")")?;
+    }
+    if a.json {
+        return super::json::print(&serde_json::json!({ "kind": super::json::KEEP_MAPS, "maps": written }));
     }
     Ok(())
 }
@@ -346,9 +378,10 @@ pub fn retention_cmd(a: &RetentionArgs) -> Result<()> {
                 v
             })
             .collect();
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
-        return Ok(());
+        let doc = serde_json::json!({
+            "kind": super::json::RETENTION, "heldout": a.heldout.display().to_string(), "maps": rows,
+        });
+        return super::json::print(&doc);
     }
     let path = a.heldout.display().to_string();
     let source = &stats.meta.source;

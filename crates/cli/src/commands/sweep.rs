@@ -41,6 +41,10 @@ pub struct SweepArgs {
     /// Run a grid above the limits (more than 10,000 configurations, or an estimated hour or more).
     #[arg(long)]
     pub yes: bool,
+    /// Print the summary as JSON (kind `moe-offload-sweep-summary`) instead of the table; status
+    /// lines go to stderr.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Configurations a grid may expand to without `--yes`.
@@ -60,7 +64,31 @@ pub enum MergeCmd {
         /// Output directory.
         #[arg(short, long, default_value = "moe-offload-sweep")]
         output: PathBuf,
+        /// Print the summary as JSON (kind `moe-offload-sweep-summary`) instead of the table.
+        #[arg(long)]
+        json: bool,
     },
+}
+
+/// The summary of a sweep as `--json` prints it: where the results are, how many rows, and per
+/// (variant, cap, k_used) the best online configuration in and out of sample (the rows of
+/// `summary.md`), with the one of fewest misses out of sample as `best`.
+fn summary_json(output: &SweepOutput, dir: &Path) -> serde_json::Value {
+    let per = output.best_per_variant();
+    let best = per
+        .iter()
+        .min_by(|x, y| x.chosen_out_of_sample.total_cmp(&y.chosen_out_of_sample).then(x.variant.cmp(&y.variant)));
+    serde_json::json!({
+        "kind": super::json::SWEEP_SUMMARY,
+        "output": dir.display().to_string(),
+        "tool_version": output.provenance.tool_version,
+        "in_sample": output.provenance.in_sample.source,
+        "out_of_sample": output.provenance.out_of_sample.source,
+        "rows": output.rows.len(),
+        "configurations": output.rows.len() / 2,
+        "best_per_variant": per,
+        "best": best,
+    })
 }
 
 fn parse_shard(s: &str) -> std::result::Result<sweep::Shard, String> {
@@ -75,7 +103,7 @@ fn parse_shard(s: &str) -> std::result::Result<sweep::Shard, String> {
 
 /// Runs `sweep` or `sweep merge`.
 pub fn run(a: &SweepArgs) -> Result<()> {
-    if let Some(MergeCmd::Merge { shards, output }) = &a.merge {
+    if let Some(MergeCmd::Merge { shards, output, json }) = &a.merge {
         // The merged output may not replace one of the shards it is made of.
         if let Ok(out) = output.canonicalize()
             && let Some(i) = shards.iter().position(|d| d.canonicalize().is_ok_and(|d| d == out))
@@ -93,6 +121,9 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             .collect::<Result<Vec<_>, sweep::SweepError>>()?;
         let merged = SweepOutput::merge(parts)?;
         merged.write_set(set)?;
+        if *json {
+            return super::json::print(&summary_json(&merged, output));
+        }
         let mut out = std::io::stdout().lock();
         writeln!(out, "merged {} shards, {} rows; results in {}\n", shards.len(), merged.rows.len(), output.display())?;
         writeln!(out, "{}", merged.summary_markdown())?;
@@ -195,6 +226,10 @@ pub fn run(a: &SweepArgs) -> Result<()> {
         rows,
     };
     output.write_set(set)?;
+    if a.json {
+        status!("sweep: {} configurations x 2 traces; results in {}", prepared.configs.len(), a.output.display());
+        return super::json::print(&summary_json(&output, &a.output));
+    }
     let mut out = std::io::stdout().lock();
     if a.grid.is_none() {
         let shape = |v: &trace_io::TraceView<'_>| {

@@ -16,7 +16,7 @@ mod pins;
 mod search;
 
 use cachesim::mrc::MissCurve;
-pub use pins::{PinnedPlan, search_pinned};
+pub use pins::{PinnedPlan, hot_count_list, search_pinned};
 pub use search::{Candidate, Chosen, Evaluated, PlanOutcome, PlanRequest, miss_curve, search};
 
 /// One layer allocation and its cost.

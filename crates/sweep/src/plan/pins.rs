@@ -32,14 +32,30 @@ pub struct PinnedPlan {
     pub in_sample_misses_per_token: f64,
     /// Misses per token on the held-out trace with the same pins and caps.
     pub out_of_sample_misses_per_token: f64,
+    /// The keep map of `variant` (the pins are among its experts). Not serialized with the plan:
+    /// `moe-offload plan` writes it beside, as `pinned.keep_map`.
+    #[serde(skip)]
+    pub keep_map: saliency::KeepMap,
 }
 
 impl PinnedPlan {
-    /// `N1,N2,...`: the pinned count of each traced layer, as llama.cpp's `--moe-hot-count` takes
-    /// it (for the trace's layers, in order).
-    pub fn hot_count_list(&self) -> String {
-        self.pin_counts.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    /// The pinned counts as llama.cpp's `--moe-hot-count` takes them ([`hot_count_list`]);
+    /// `layer_ids` are the model's ids of the trace's layers (the keep map's `layer_ids`).
+    pub fn hot_count_list(&self, layer_ids: &[u32]) -> String {
+        hot_count_list(layer_ids, &self.pin_counts)
     }
+}
+
+/// `N0,N1,...`: llama.cpp's `--moe-hot-count` list (experts kept resident in fast memory per
+/// layer), one value per model layer from 0 to the largest of `layer_ids`: `counts[i]` at
+/// `layer_ids[i]`, 0 at a layer the trace does not have (a dense layer). Empty for no layers.
+pub fn hot_count_list(layer_ids: &[u32], counts: &[usize]) -> String {
+    let Some(&max) = layer_ids.iter().max() else { return String::new() };
+    let mut hot = vec![0usize; max as usize + 1];
+    for (&id, &n) in layer_ids.iter().zip(counts) {
+        hot[id as usize] = n;
+    }
+    hot.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// The pins of count `p` per layer: the `p` most used kept experts of each layer on `stats`.
@@ -133,6 +149,7 @@ pub fn search_pinned(req: &PlanRequest<'_>, outcome: &PlanOutcome, pin_counts: &
             slots: alloc.slots,
             in_sample_misses_per_token: 0.0,
             out_of_sample_misses_per_token: 0.0,
+            keep_map: map.clone(),
         };
         let (mut min_in, mut mout) = (0u64, 0u64);
         for (l, &m) in alloc.caps.iter().enumerate() {
@@ -172,5 +189,16 @@ pub fn search_pinned(req: &PlanRequest<'_>, outcome: &PlanOutcome, pin_counts: &
     match best {
         Some(b) => Ok(b),
         None => bad(format!("no candidate variant can be planned with pins in {} slots", outcome.slots)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hot_counts_are_listed_by_model_layer() {
+        // Layers 1..=3 traced (layer 0 dense): one value per model layer, 0 for layer 0.
+        assert_eq!(super::hot_count_list(&[1, 2, 3], &[8, 4, 0]), "0,8,4,0");
+        assert_eq!(super::hot_count_list(&[0, 2], &[3, 5]), "3,0,5");
+        assert_eq!(super::hot_count_list(&[], &[]), "");
     }
 }

@@ -5,7 +5,7 @@ mod formats;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use saliency::{KeepMap, Metric, MetricConfig, Stats};
 
@@ -120,29 +120,21 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
             let text = std::fs::read_to_string(&a.plan).with_context(|| format!("reading {}", a.plan.display()))?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).with_context(|| format!("{}: not JSON", a.plan.display()))?;
-            let chosen = &v["chosen"];
-            let (Some(map), Some(caps)) = (chosen.get("keep_map"), chosen["plan"].get("caps")) else {
-                bail!(
-                    "{}: not a plan (from `moe-offload plan`): no chosen.keep_map and chosen.plan.caps",
-                    a.plan.display()
-                );
-            };
-            let map: KeepMap = serde_json::from_value(map.clone())
-                .with_context(|| format!("{}: chosen.keep_map is not a keep map", a.plan.display()))?;
-            let caps: Vec<usize> = serde_json::from_value(caps.clone())
-                .with_context(|| format!("{}: chosen.plan.caps is not a list of cache sizes", a.plan.display()))?;
-            if caps.len() != map.layer_ids.len() {
-                bail!("{}: {} caps for {}", a.plan.display(), caps.len(), super::layers(map.layer_ids.len()));
-            }
-            let kept: Vec<usize> = map.layers.iter().map(Vec::len).collect();
-            let flags = formats::llama_cpp_flags(&map.layer_ids, &caps, &kept, &a.device);
+            let p = formats::LlamaPlan::of(&v).with_context(|| format!("{}", a.plan.display()))?;
+            let flags = formats::llama_cpp_flags(&p, &a.device);
             super::write_output(&a.output, flags.as_bytes())?;
-            let whole = caps.iter().zip(&kept).filter(|(c, k)| c >= k).count();
+            let whole = p.whole_layers().len();
             super::status(format_args!(
-                "wrote {} (llama.cpp flags): --moe-hot-count for {}, {whole} kept whole in {}",
+                "wrote {} (llama.cpp flags): --moe-hot-count for {}, {whole} kept whole in {}; {}",
                 super::shown(&a.output),
-                super::layers(caps.len()),
-                a.device
+                super::layers(p.layer_ids.len()),
+                a.device,
+                if p.pinned {
+                    "hot counts = the plan's pinned experts per layer (its caches are an LRU cache llama.cpp does not keep)"
+                } else {
+                    "the plan has no pins: hot counts = its cache size per layer, held by llama.cpp as a static hot \
+                     set (plan with --pin-counts for the figures of a hot set)"
+                }
             ));
         }
         ExportCmd::KeepSet(a) => {

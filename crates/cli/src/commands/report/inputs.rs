@@ -86,11 +86,17 @@ enum Extra {
 fn classify(path: &Path) -> Result<Extra> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return Ok(Extra::Other) };
-    if let Some(items) = v.as_array()
+    // `retention --json`: tagged, its rows under `maps`; or a bare array of rows (older files).
+    let list = if v.get("kind").and_then(|k| k.as_str()) == Some(crate::commands::json::RETENTION) {
+        v.get("maps").cloned().unwrap_or_default()
+    } else {
+        v.clone()
+    };
+    if let Some(items) = list.as_array()
         && !items.is_empty()
         && items.iter().all(|i| i.get("per_layer").is_some() && i.get("label").is_some())
     {
-        let rows: Vec<Retention> = serde_json::from_value(v.clone())
+        let rows: Vec<Retention> = serde_json::from_value(list.clone())
             .with_context(|| format!("{}: a retention table with unexpected fields", path.display()))?;
         let heldout = items[0].get("heldout").and_then(|h| h.as_str()).unwrap_or("held-out data").to_string();
         return Ok(Extra::Retention(RetentionFile { path: path.to_path_buf(), rows, heldout }));

@@ -5,6 +5,7 @@
 //! [`inputs`] finds and reads the files, [`sections`] builds each section from one model of the
 //! rows, [`svg`] draws the plots (one colour per policy everywhere), [`html`] lays out the page.
 
+mod budget;
 mod deploy;
 mod html;
 mod inputs;
@@ -92,6 +93,7 @@ fn render(sweep: &SweepOutput, retention: &[RetentionFile], mrc: &[MrcCurve], lo
         ("summary", "Summary: best online policy per variant and cache size", sections::summary(&m)),
         ("policies", "Misses per token by policy and variant", sections::policies_section(&m)?),
         ("capacity", "Miss ratio, tok/s and hit rate vs cache size", sections::capacity(&m, mrc)?),
+        ("budget", "tok/s vs memory budget, every configuration", budget::section(sweep)?),
         ("lambda", "Misses per token vs λ", sections::lambda(&m)?),
         ("shift", "In-sample vs out-of-sample", sections::shift(&m)?),
         ("deployments", "Deployments: pins, tier 2, batches", deploy::section(sweep)?),

@@ -28,6 +28,7 @@ fn pins_tier2_and_batch_on_a_synthetic_trace() {
     assert_eq!(plain["steps"], plain["tokens"]);
     assert_eq!(plain["storage_reads"], plain["misses"]);
     // B = 1 re-batching is the plain replay.
+    assert_eq!(plain["lookup_hit_rate"], plain["hit_rate"]);
     let b1 = json(&["replay", t, "--policy", "lru", "--cap", "4", "--batch", "1", "--json"]);
     for key in ["tokens", "picks", "hits", "misses", "layer_misses"] {
         assert_eq!(b1[key], plain[key], "{key}");
@@ -62,6 +63,10 @@ fn pins_tier2_and_batch_on_a_synthetic_trace() {
     assert!(b4["steps"].as_u64().unwrap() * 4 >= b4["rows"].as_u64().unwrap());
     assert_eq!(b4["schedule"], "batch:4");
     assert_eq!(b4["cost"]["compute_ms_per_step"], 30.0);
+    // Served: hits and misses per (step, expert), picks per row.
+    let (h, m) = (b4["hits"].as_u64().unwrap(), b4["misses"].as_u64().unwrap());
+    assert!(h + m < b4["picks"].as_u64().unwrap());
+    assert_eq!(b4["lookup_hit_rate"].as_f64().unwrap(), h as f64 / (h + m) as f64);
     // mrc --pin: the lru curve of the unpinned stream, equal to replay --pin at each cap.
     let curve = dir.path().join("mrc.json");
     ok(&["mrc", t, "--pin", s(&pin), "--caps", "4..6", "-o", s(&curve)]);
@@ -179,6 +184,42 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
         (!whole.is_empty())
             .then(|| { format!("-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.=CUDA0\"", whole.join("|")) })
     );
+    // The plan replayed as its pinned plan (its pins, its caps, its keep map) gives its figure on
+    // the held-out trace; the pins are the plan's, not its keep map.
+    let replayed = json(&[
+        "replay",
+        s(&held),
+        "--policy",
+        "lru",
+        "--pin",
+        s(&plan),
+        "--layer-caps",
+        s(&plan),
+        "--keep",
+        s(&plan),
+        "--json",
+    ]);
+    let pins: Vec<u64> = replayed["layer_pins"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    assert_eq!(pins, counts);
+    let mpt = replayed["misses_per_token"].as_f64().unwrap();
+    assert!((mpt - p["out_of_sample_misses_per_token"].as_f64().unwrap()).abs() < 1e-9, "{mpt} vs {p}");
+    // A plan made without --pin-counts pins nothing: refused as a pin map.
+    let unpinned = dir.path().join("unpinned.json");
+    ok(&[
+        "plan",
+        "--in-sample",
+        s(&calib),
+        "--out-of-sample",
+        s(&held),
+        "--budget-gb",
+        &budget,
+        "--profile",
+        "reference",
+        "-o",
+        s(&unpinned),
+    ]);
+    let e = fails(&["replay", s(&held), "--policy", "lru", "--cap", "4", "--pin", s(&unpinned), "--json"]);
+    assert!(e.contains("without --pin-counts pins nothing"), "{e}");
     let e = fails(&[
         "plan",
         "--in-sample",

@@ -129,6 +129,16 @@ impl DeployCounts {
         }
     }
 
+    /// hits / (hits + misses): the share of expert lookups served from fast memory, a lookup being
+    /// a (row, slot) per token (§5, where hits + misses = picks, so this is `hit_rate`) and a
+    /// (step, expert) plus each forced slot in served replay (§11, where hits count per (step,
+    /// expert) and picks per row, so §5's `hit_rate` = hits / picks falls with the rows per step
+    /// although fewer loads are made). 0 when nothing was looked up.
+    pub fn lookup_hit_rate(&self) -> f64 {
+        let lookups = self.counts.hits + self.counts.misses;
+        if lookups == 0 { 0.0 } else { self.counts.hits as f64 / lookups as f64 }
+    }
+
     /// misses / steps counted: expert loads per engine step, 0 when no step counted.
     pub fn loads_per_step(&self) -> f64 {
         if self.steps == 0 { 0.0 } else { self.counts.misses as f64 / self.steps as f64 }

@@ -72,7 +72,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     super::require_tokens(shape, &a.trace)?;
     let (map, keep) = match &a.keep {
         Some(p) => {
-            let map = read_keep(p).with_context(|| {
+            let map = read_keep_of(p, a.deploy.pin.as_deref() == Some(p.as_path())).with_context(|| {
                 format!(
                     "--keep {} is not a keep map (write one with `moe-offload keep STATS --metric frequency --k K -o keep.json`)",
                     p.display()
@@ -84,10 +84,13 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         None => (None, Keep::full(&shape)),
     };
-    let (layer_caps, made_with) = match a.layer_caps.as_deref().map(parse_layer_caps).transpose()? {
-        Some((caps, made_with)) => (Some(caps), made_with),
-        None => (None, None),
-    };
+    // A plan given as both --pin and --layer-caps is replayed as its pinned plan (pins and caps).
+    let pinned_plan = |s: &str| a.deploy.pin.as_deref() == Some(Path::new(s));
+    let (layer_caps, made_with) =
+        match a.layer_caps.as_deref().map(|s| parse_layer_caps(s, pinned_plan(s))).transpose()? {
+            Some((caps, made_with)) => (Some(caps), made_with),
+            None => (None, None),
+        };
     if let (Some(plan), Some(path)) = (made_with, a.layer_caps.as_deref()) {
         check_plan_settings(path, &plan, a, shape.top_k, map.as_ref())?;
     }
@@ -215,13 +218,23 @@ pub fn check_map_fits(map: &KeepMap, m: &TraceMeta, path: &Path) -> Result<()> {
 /// A keep map file, or the chosen keep map of a plan written by `moe-offload plan`
 /// (`chosen.keep_map`).
 fn read_keep(p: &Path) -> Result<KeepMap> {
+    read_keep_of(p, false)
+}
+
+/// [`read_keep`]; for a plan made with `--pin-counts` given as `--pin` too (`pinned`), the pinned
+/// plan's keep map (`pinned.keep_map`), which may be another variant than `chosen`'s.
+fn read_keep_of(p: &Path, pinned: bool) -> Result<KeepMap> {
     let bytes = trace_io::read_regular(p).with_context(|| format!("reading {}", p.display()))?;
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes)
-        && let Some(m) = v.get("chosen").and_then(|c| c.get("keep_map"))
+        && let Some(chosen) = v.get("chosen")
     {
+        let (m, name) = match v.get("pinned").filter(|_| pinned) {
+            Some(pinned) => (&pinned["keep_map"], "pinned.keep_map"),
+            None => (&chosen["keep_map"], "chosen.keep_map"),
+        };
         let map: KeepMap = serde_json::from_value(m.clone())
-            .with_context(|| format!("{}: the plan's chosen.keep_map is not a keep map", p.display()))?;
-        map.validate().with_context(|| format!("{}: chosen.keep_map", p.display()))?;
+            .with_context(|| format!("{}: the plan's {name} is not a keep map", p.display()))?;
+        map.validate().with_context(|| format!("{}: {name}", p.display()))?;
         return Ok(map);
     }
     Ok(KeepMap::read_json(p)?)
@@ -242,20 +255,29 @@ struct PlanSettings {
 }
 
 /// `8,6,16` or a JSON file holding a list, or a plan JSON (`chosen.plan.caps`, with the settings
-/// the plan was made with).
-fn parse_layer_caps(s: &str) -> Result<(Vec<usize>, Option<PlanSettings>)> {
+/// the plan was made with; with `pinned`, the plan is also the `--pin` map and its pinned plan's
+/// caps and keep map are read: `pinned.plan.caps`, `pinned.plan.variant`, `pinned.keep_map`).
+fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<PlanSettings>)> {
     if std::path::Path::new(s).is_file() {
         let v: serde_json::Value =
             serde_json::from_slice(&trace_io::read_regular(s)?).with_context(|| format!("reading {s}"))?;
-        let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
+        let pinned = pinned && !v.is_array() && v.get("pinned").is_some();
+        let (list, variant) = match (v.is_array(), pinned) {
+            (true, _) => (&v, &serde_json::Value::Null),
+            (false, false) => (&v["chosen"]["plan"]["caps"], &v["chosen"]["variant"]),
+            (false, true) => (&v["pinned"]["plan"]["caps"], &v["pinned"]["plan"]["variant"]),
+        };
         let caps = serde_json::from_value(list.clone())
             .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"))?;
+        let variant = variant.as_str().unwrap_or_default().to_string();
+        let keep_map = if pinned { &v["pinned"]["keep_map"] } else { &v["chosen"]["keep_map"] };
+        let keep_layers = serde_json::from_value(keep_map["layers"].clone()).ok();
         let made_with = (!v.is_array()).then(|| PlanSettings {
             policy: v["policy"].as_str().unwrap_or_default().to_string(),
             k_used: v["k_used"].as_u64().map(|k| k as usize),
             warmup: v["warmup"].as_u64().map(|w| w as usize),
-            variant: v["chosen"]["variant"].as_str().unwrap_or_default().to_string(),
-            keep_layers: serde_json::from_value(v["chosen"]["keep_map"]["layers"].clone()).ok(),
+            variant,
+            keep_layers,
         });
         return Ok((caps, made_with));
     }

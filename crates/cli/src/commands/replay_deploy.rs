@@ -70,9 +70,15 @@ pub fn deployment(
     }
     let pins = match &a.pin {
         Some(p) => {
-            let map = read_keep(p).with_context(|| format!("--pin {} is not a keep map", p.display()))?;
-            super::replay::check_map_fits(&map, meta, p)?;
-            Some(Keep::from_layers(shape, &map.layers).with_context(|| format!("pin map {}", p.display()))?)
+            let layers = match plan_pins(p)? {
+                Some(layers) => layers,
+                None => {
+                    let map = read_keep(p).with_context(|| format!("--pin {} is not a keep map", p.display()))?;
+                    super::replay::check_map_fits(&map, meta, p)?;
+                    map.layers
+                }
+            };
+            Some(Keep::from_layers(shape, &layers).with_context(|| format!("pin map {}", p.display()))?)
         }
         None => None,
     };
@@ -82,6 +88,28 @@ pub fn deployment(
         (false, None) => Schedule::PerToken,
     };
     Ok(Deployment { pins, tier2: a.tier2.as_deref().map(parse_tier2).transpose()?, schedule })
+}
+
+/// The pins of a plan file (`moe-offload plan --pin-counts`: `pinned.plan.pins`, per layer), or
+/// `None` when `path` is not a plan. A plan made without `--pin-counts` pins nothing and is
+/// refused: its `chosen.keep_map` is the set of experts kept, not a hot set.
+fn plan_pins(path: &Path) -> Result<Option<Vec<Vec<u16>>>> {
+    let Ok(bytes) = trace_io::read_regular(path) else { return Ok(None) };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return Ok(None) };
+    if v.get("chosen").is_none() {
+        return Ok(None);
+    }
+    let Some(pins) = v.get("pinned").map(|p| &p["plan"]["pins"]) else {
+        bail!(
+            "--pin {}: a plan made without --pin-counts pins nothing (its chosen.keep_map is the keep map, give it \
+             to --keep); plan with --pin-counts, or give a pin map",
+            path.display()
+        )
+    };
+    let layers = serde_json::from_value(pins.clone()).with_context(|| {
+        format!("--pin {}: the plan's pinned.plan.pins is not a list of expert ids per layer", path.display())
+    })?;
+    Ok(Some(layers))
 }
 
 /// The cost profile: `name` (replay's `--profile`), else the trace model's preset, else the
@@ -115,6 +143,7 @@ pub fn json_extras(
     Ok(serde_json::json!({
         "pinned_hits": c.pinned_hits, "t2_hits": c.t2_hits, "storage_reads": c.storage_reads,
         "steps": c.steps, "rows": c.rows, "loads_per_step": c.loads_per_step(),
+        "lookup_hit_rate": c.lookup_hit_rate(),
         "layer_pins": c.layer_pins, "schedule": schedule,
         "tier2": dep.tier2.map(|t| format!("{}:{}", t.policy, t.cap)),
         "cost": { "profile": p.name, "expert_mb": p.expert_mb, "compute_ms": p.compute_ms,

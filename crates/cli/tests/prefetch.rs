@@ -85,6 +85,14 @@ fn oracle_at_k_moves_every_miss_ahead() {
     assert_eq!(r["prefetch_loads"], plain["misses"]);
     assert_eq!(r["wasted"], 0);
     assert_eq!(r["loads_per_miss_saved"], 1.0);
+    assert_eq!((r["precision"].as_f64(), r["coverage"].as_f64()), (Some(1.0), Some(1.0)));
+    // A budget of 0 prefetches nothing: the ratios are 0/0, null, and the counts are plain.
+    let mut args = base.to_vec();
+    args.extend(["--prefetch", "oracle:0"]);
+    let r = json(&args);
+    assert_eq!((r["prefetch_loads"].as_u64(), r["misses"].clone()), (Some(0), plain["misses"].clone()));
+    assert!(r["precision"].is_null() && r["loads_per_miss_saved"].is_null(), "{r}");
+    assert_eq!(r["coverage"].as_f64(), Some(0.0));
 }
 
 /// coact learns from --calib; the refusals name the flag or file at fault.

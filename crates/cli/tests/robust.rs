@@ -528,3 +528,35 @@ fn a_killed_synth_leaves_a_visible_temporary_that_the_next_run_removes() {
     synth(&out, [2, 8, 2, 2, 100], &["--sequences", "1"]);
     assert_eq!(temporaries(dir.path()), Vec::<String>::new());
 }
+
+/// `-o -` where the output cannot go to standard output (a trace, several files, statistics
+/// written as a file): refused with the reason, no file named `-` left behind; where it can
+/// (`plan`, `export`, `report`), it goes to stdout (tests of those commands).
+#[test]
+fn dash_output_is_refused_where_stdout_cannot_take_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    synth(&trace, [2, 8, 2, 4, 60], &[]);
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&trace), "-o", s(&stats)]);
+    let log = dir.path().join("r.jsonl");
+    std::fs::write(&log, "{}\n").unwrap();
+    let t = s(&trace);
+    let synth_args = ["synth", "--layers", "2", "--experts", "8", "--top-k", "2", "--candidates", "4", "--tokens", "9"];
+    let cases: [(&[&str], &str); 6] = [
+        (&synth_args, "memory-mapped"),
+        (&["stats", t], "written to a file"),
+        (&["keep", s(&stats), "--metric", "frequency", "--k", "4"], "--json lists them"),
+        (&["mrc", t], "--json prints the JSON"),
+        (&["import", "counts", s(&stats), "--top-k", "2"], "written to a file"),
+        (&["import", "mixtral-jsonl", s(&log)], "memory-mapped"),
+    ];
+    for (args, why) in cases {
+        let mut a = args.to_vec();
+        a.extend(["-o", "-"]);
+        let out = Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(&a).current_dir(dir.path()).output().unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && e.contains("-o -:") && e.contains(why), "{a:?}: {e}");
+        assert!(!dir.path().join("-").exists(), "{a:?} wrote a file named -");
+    }
+}

@@ -91,6 +91,15 @@ fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> Res
     Ok(())
 }
 
+/// Refuses `-o -` (standard output) for a command whose output cannot go there: a trace (every
+/// command memory-maps it), or several files; `instead` says what to do.
+fn refuse_stdout(output: &Path, instead: &str) -> Result<()> {
+    if is_stdout(output) {
+        bail!("-o -: this command's output cannot go to standard output ({instead})");
+    }
+    Ok(())
+}
+
 /// Refuses an output path that is one of the command's inputs: the atomic write would replace
 /// the input with the output (a trace with its statistics, say).
 fn refuse_overwrite<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a Path>) -> Result<()> {

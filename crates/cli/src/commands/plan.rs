@@ -113,6 +113,10 @@ fn bound_curves(steps: u64, yes: bool) -> Result<()> {
 
 /// Runs `mrc`.
 pub fn mrc(a: &MrcArgs) -> Result<()> {
+    super::refuse_stdout(
+        &a.output,
+        "it writes a JSON file and a CSV beside it: give -o mrc.json; --json prints the JSON",
+    )?;
     let csv_path = a.output.with_extension("csv");
     if csv_path == a.output {
         bail!(

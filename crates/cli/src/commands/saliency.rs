@@ -114,6 +114,7 @@ pub struct RetentionArgs {
 /// Runs `stats`.
 pub fn stats(a: &StatsArgs) -> Result<()> {
     if let Some(o) = &a.output {
+        super::refuse_stdout(o, "statistics are written to a file: give -o stats.json")?;
         super::refuse_overwrite(o, a.trace.iter().chain(&a.reap_agg).map(PathBuf::as_path))?;
     }
     let mut out = std::io::stdout().lock();
@@ -214,6 +215,7 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
 
 /// Runs `keep`.
 pub fn keep(a: &KeepArgs) -> Result<()> {
+    super::refuse_stdout(&a.output, "keep maps are written to files: give -o keep.json or -o DIR/; --json lists them")?;
     super::refuse_overwrite(&a.output, [a.stats.as_path()])?;
     let stats = Stats::read_json(&a.stats)?;
     let cfg = KeepConfig {

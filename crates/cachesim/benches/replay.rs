@@ -157,8 +157,9 @@ fn continuous_trace() -> trace_io::TraceData {
 
 /// Prefetch replays (SEMANTICS.md §12) on the benchmark trace, lru at λ = 0 with cap 128: each
 /// predictor at B = k (coact calibrated on a second trace of the same shape; lookahead from a
-/// synthetic `lookahead_ids` of 16 ids per row, the row's own first 16), and prev_token with the
-/// timeline of §13. `replay/lru/lambda0` in the same run is the plain baseline.
+/// synthetic `lookahead_ids` of 16 ids per row, the row's own first 16), prev_token with the
+/// timeline of §13, coact at B = 4, and coact at λ = 0.12 (layers in order, each reading the
+/// layer below's recorded choice). `replay/lru/lambda0` in the same run is the plain baseline.
 fn bench_prefetch(c: &mut Criterion) {
     let s = common::BENCH_TRACE;
     let trace = common::synth(common::BENCH_SEED, s);
@@ -192,7 +193,18 @@ fn bench_prefetch(c: &mut Criterion) {
         format!("lru/prev_token:{}/timeline", s.top_k),
         cachesim::PrefetchOptions { prefetch: prev, coact: None, timeline: Some(dev) },
     ));
-    for (name, opts) in cases {
+    let coact4 = Some(cachesim::Prefetch { predictor: cachesim::Predictor::Coact, budget: 4 });
+    cases.push(("lru/coact:4".into(), cachesim::PrefetchOptions { prefetch: coact4, coact: Some(&table), timeline: None }));
+    let mut cases: Vec<(String, cachesim::PrefetchOptions<'_>, ReplayConfig)> =
+        cases.into_iter().map(|(n, o)| (n, o, cfg.clone())).collect();
+    // coact at λ > 0 follows the layer below's cache-dependent choice: layers in order.
+    let coact10 = Some(cachesim::Prefetch { predictor: cachesim::Predictor::Coact, budget: s.top_k });
+    cases.push((
+        format!("lru/lambda0.12/coact:{}", s.top_k),
+        cachesim::PrefetchOptions { prefetch: coact10, coact: Some(&table), timeline: None },
+        ReplayConfig { lambda: 0.12, ..cfg.clone() },
+    ));
+    for (name, opts, cfg) in cases {
         group.bench_function(name, |b| {
             b.iter(|| pool.install(|| cachesim::replay_prefetch(&view, &keep, &cfg, &opts).expect("valid config")))
         });

@@ -248,14 +248,37 @@ pub fn replay_prefetch(
     cfg: &ReplayConfig,
     opts: &PrefetchOptions<'_>,
 ) -> Result<PrefetchReplay> {
+    let (counts, mut timelines) = replay_prefetch_on(trace, keep, cfg, opts, &[])?;
+    Ok(PrefetchReplay { counts, timeline: timelines.pop() })
+}
+
+/// [`replay_prefetch`] played on the timeline of every device of `devices` (and of
+/// `opts.timeline`, which comes last when set): the counts once, and one [`Timeline`] per
+/// device in that order. What a sweep needs for its profiles and bandwidths: the replay's
+/// events are recorded once and played per device.
+///
+/// # Errors
+/// As [`replay_prefetch`]; [`CacheSimError::InvalidParameter`] for a device number out of its
+/// domain.
+pub fn replay_prefetch_on(
+    trace: &TraceView<'_>,
+    keep: &Keep,
+    cfg: &ReplayConfig,
+    opts: &PrefetchOptions<'_>,
+    devices: &[TimelineDevice],
+) -> Result<(PrefetchCounts, Vec<Timeline>)> {
     let shape = trace.shape();
     crate::validate(&shape, trace.parts().scores.is_some(), cfg)?;
     keep.check_shape(&shape)?;
     validate_prefetch(trace, cfg, opts)?;
+    for dev in devices {
+        dev.validate()?;
+    }
+    let devices: Vec<TimelineDevice> = devices.iter().copied().chain(opts.timeline).collect();
     // Prefetch reads nothing of the ids the replay does not (oracle: F[0..n]; coact at λ = 0: the
     // layer below's F[0..n]); lookahead_ids are validated whole when the trace is opened.
     crate::require(trace, crate::replay_reads(&shape, keep, cfg))?;
-    let record = opts.timeline.is_some();
+    let record = !devices.is_empty();
     let chain = opts.prefetch.is_some_and(|p| p.predictor == Predictor::Coact) && cfg.lambda > 0.0;
     let layers: Vec<(PfLayerCounts, Vec<LayerEvent>)> = if chain {
         let k_used = cfg.k_used_or(shape.top_k);
@@ -287,11 +310,9 @@ pub fn replay_prefetch(
     let prefetch_loads = layers.iter().map(|(c, _)| c.prefetch_loads).sum();
     let useful = layers.iter().map(|(c, _)| c.useful).sum();
     let counts = PrefetchCounts { replay, prefetch_loads, useful, wasted: prefetch_loads - useful };
-    let timeline = opts.timeline.map(|dev| {
-        let events: Vec<Vec<LayerEvent>> = layers.into_iter().map(|(_, e)| e).collect();
-        crate::timeline::play(&events, cfg.warmup, &dev)
-    });
-    Ok(PrefetchReplay { counts, timeline })
+    let events: Vec<Vec<LayerEvent>> = layers.into_iter().map(|(_, e)| e).collect();
+    let timelines = devices.iter().map(|dev| crate::timeline::play(&events, cfg.warmup, dev)).collect();
+    Ok((counts, timelines))
 }
 
 /// Replays layer `l`: its counts and, when `record`, its events `[T]`. `source`: where coact
@@ -329,7 +350,7 @@ fn replay_layer<'a>(
                 (Predictor::PrevToken, _) | (Predictor::Coact, None) => Choice::PrevToken(PrevToken::new(k_used, b)),
                 (Predictor::Coact, Some(prev)) => {
                     let table = opts.coact.expect("validate_prefetch() requires a table for coact");
-                    Choice::Coact(Coact::new(table.layer(l), shape.num_experts, prev, b))
+                    Choice::Coact(Coact::new(table.layer(l), prev, b))
                 }
                 (Predictor::Lookahead, _) => {
                     let la = trace.lookahead().expect("validate_prefetch() requires lookahead_ids");

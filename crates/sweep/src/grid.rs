@@ -33,6 +33,10 @@ pub struct Grid {
     /// Device profiles: preset names (`"reference"`, `"dsv2-lite-bf16"`, ...) or full profiles.
     #[serde(default = "default_profiles")]
     pub profiles: Vec<ProfileSpec>,
+    /// The calibration trace the `coact` predictor learns from (SEMANTICS.md §12); default
+    /// `traces.in_sample`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coact_calibration: Option<PathBuf>,
 }
 
 fn default_warmup() -> usize {
@@ -113,6 +117,14 @@ pub struct Block {
     /// Re-batching (SEMANTICS.md §11): B, `null` = per token (default `[null]`).
     #[serde(default = "none_list", skip_serializing_if = "is_none_list")]
     pub batch: Vec<Option<usize>>,
+    /// Prefetch (SEMANTICS.md §12): `PRED:B` (`"coact:4"`), `"none"` or `null` = no prefetch
+    /// (default `[null]`).
+    #[serde(default = "none_list", skip_serializing_if = "is_none_list")]
+    pub prefetch: Vec<Option<String>>,
+    /// The locality control of SEMANTICS.md §12: seeds of a token-shuffled replay, `null` = the
+    /// real order (default `[null]`).
+    #[serde(default = "none_list", skip_serializing_if = "is_none_list")]
+    pub shuffle: Vec<Option<u64>>,
 }
 
 fn none_list<T>() -> Vec<Option<T>> {
@@ -156,6 +168,9 @@ pub struct ConfigKey {
     /// Pins, tier 2, re-batching (SEMANTICS.md §9–§11); `None` = the plain replay of §5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy: Option<crate::DeployKey>,
+    /// Prefetch and the shuffled order (SEMANTICS.md §12); `None` = the plain replay of §5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<crate::PrefetchKey>,
 }
 
 /// Per-layer cache capacities with the name they carry in keys.
@@ -180,6 +195,7 @@ impl Ord for ConfigKey {
             .then_with(|| self.k_used.cmp(&o.k_used))
             .then_with(|| self.layer_caps.cmp(&o.layer_caps))
             .then_with(|| self.deploy.cmp(&o.deploy))
+            .then_with(|| self.prefetch.cmp(&o.prefetch))
     }
 }
 
@@ -203,8 +219,11 @@ impl fmt::Display for ConfigKey {
                 )?;
             }
         }
-        match &self.deploy {
-            Some(d) => f.write_str(&d.suffix()),
+        if let Some(d) = &self.deploy {
+            f.write_str(&d.suffix())?;
+        }
+        match &self.prefetch {
+            Some(p) => f.write_str(&p.suffix()),
             None => Ok(()),
         }
     }
@@ -235,6 +254,7 @@ impl Grid {
         };
         resolve(&mut g.traces.in_sample);
         resolve(&mut g.traces.out_of_sample);
+        g.coact_calibration.iter_mut().for_each(&resolve);
         for b in &mut g.blocks {
             b.layer_caps.iter_mut().for_each(&resolve);
             b.pin.iter_mut().flatten().for_each(&resolve);
@@ -259,6 +279,7 @@ impl Grid {
         let mut g = self.clone();
         g.traces.in_sample = rel(&g.traces.in_sample);
         g.traces.out_of_sample = rel(&g.traces.out_of_sample);
+        g.coact_calibration = g.coact_calibration.as_deref().map(rel);
         for b in &mut g.blocks {
             b.layer_caps.iter_mut().for_each(|p| *p = rel(p));
             b.pin.iter_mut().flatten().for_each(|p| *p = rel(p));
@@ -272,14 +293,15 @@ impl Grid {
     }
 
     /// The files the grid names besides its traces, in grid order without repeats: the keep maps
-    /// of `file:PATH` variants, then every block's `layer_caps` files. Their SHA-256 go into a
+    /// of `file:PATH` variants, then every block's `layer_caps` files, then the pin maps, then
+    /// the `coact_calibration` trace. Their SHA-256 go into a
     /// sweep's provenance, so that `sweep merge` refuses shards that read different copies.
     pub fn files(&self) -> Vec<PathBuf> {
         let maps = self.variants.iter().filter_map(|v| v.strip_prefix("file:")).map(PathBuf::from);
         let caps = self.blocks.iter().flat_map(|b| b.layer_caps.iter().cloned());
         let pins = self.blocks.iter().flat_map(|b| b.pin.iter().flatten().cloned());
         let mut files: Vec<PathBuf> = Vec::new();
-        for f in maps.chain(caps).chain(pins) {
+        for f in maps.chain(caps).chain(pins).chain(self.coact_calibration.iter().cloned()) {
             if !files.contains(&f) {
                 files.push(f);
             }
@@ -371,6 +393,8 @@ impl Grid {
                     b.j.len(),
                     b.cap.len() + b.layer_caps.len(),
                     b.k_used.len(),
+                    b.prefetch.len(),
+                    b.shuffle.len(),
                 ]
                 .into_iter()
                 .fold(1u64, |a, n| a.saturating_mul(n as u64))
@@ -404,6 +428,10 @@ impl Grid {
                 caps.push((named.caps.iter().copied().max().unwrap_or(0), Some(named)));
             }
             let deploys = crate::deploy_axes::expand_axes(&b.pin, &b.tier2, &b.batch, bi)?;
+            let deployed = deploys.iter().any(Option::is_some);
+            let prefetches = crate::prefetch_axes::expand_axes(&b.prefetch, &b.shuffle, deployed, bi)?;
+            let axes: Vec<(&Option<crate::DeployKey>, &Option<crate::PrefetchKey>)> =
+                deploys.iter().flat_map(|d| prefetches.iter().map(move |p| (d, p))).collect();
             let specs: Vec<&String> = match &b.variants {
                 Some(v) => v.iter().collect(),
                 None => self.variants.iter().collect(),
@@ -421,7 +449,7 @@ impl Grid {
                     for &lambda in &b.lambda {
                         for &j in &b.j {
                             for (cap, layer_caps) in &caps {
-                                for (&k, deploy) in b.k_used.iter().flat_map(|k| deploys.iter().map(move |d| (k, d))) {
+                                for (&k, &(deploy, prefetch)) in b.k_used.iter().flat_map(|k| axes.iter().map(move |a| (k, a))) {
                                     out.push(ConfigKey {
                                         variant: label.clone(),
                                         policy,
@@ -431,6 +459,7 @@ impl Grid {
                                         k_used: k.unwrap_or(top_k),
                                         layer_caps: layer_caps.clone(),
                                         deploy: deploy.clone(),
+                                        prefetch: *prefetch,
                                     });
                                 }
                             }

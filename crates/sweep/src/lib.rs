@@ -20,6 +20,7 @@ mod grid;
 mod merge;
 mod output;
 pub mod plan;
+mod prefetch_axes;
 mod run;
 mod summary;
 
@@ -27,6 +28,7 @@ pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use deploy_axes::{DeployFigures, DeployKey, NamedPins};
 pub use deploy_cost::DeployCost;
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
+pub use prefetch_axes::{PrefetchFigures, PrefetchKey, TimelineCost};
 pub use output::{
     BestOf, InputRef, KeepRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, keep_map_sha256,
     write_atomic,

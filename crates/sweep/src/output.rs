@@ -79,10 +79,11 @@ pub struct SweepOutput {
 
 /// [`BestOf`] for every (variant, cap, k_used) of `rows`, sorted by them. Ties: the smaller key.
 /// Rows with a deployment (pins, tier 2, batches) are left out: their memory and counts are not
-/// those of a plain cache of the same cap.
+/// those of a plain cache of the same cap; so are rows with prefetch or a shuffled order
+/// (SEMANTICS.md §12): their misses are demand misses, or those of another token order.
 pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
     let mut groups: BTreeMap<(&str, usize, usize, Option<&str>), Vec<&Row>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.config.deploy.is_none()) {
+    for r in rows.iter().filter(|r| r.config.deploy.is_none() && r.config.prefetch.is_none()) {
         let named = r.config.layer_caps.as_ref().map(|c| c.name.as_str());
         groups.entry((&r.config.variant, r.config.cap, r.config.k_used, named)).or_default().push(r);
     }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use cachesim::{Keep, ReplayConfig, ReplayCounts};
+use cachesim::{CoactTable, Keep, ReplayConfig, ReplayCounts};
 use saliency::{KeepConfig, KeepMap, MetricConfig, Stats};
 use trace_io::TraceView;
 
@@ -64,6 +64,8 @@ pub struct Prepared {
     /// Device profiles.
     pub profiles: Vec<DeviceProfile>,
     keeps: Vec<Keep>,
+    /// The co-activation table of `coact` (SEMANTICS.md §12), when a configuration uses it.
+    coact: Option<CoactTable>,
 }
 
 /// Cost figures of one row for one profile and bandwidth (SEMANTICS.md §6).
@@ -100,6 +102,10 @@ pub struct Row {
     /// configurations with a deployment only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy: Option<crate::DeployFigures>,
+    /// Prefetch loads, useful, wasted, precision, coverage and the timeline (SEMANTICS.md §12,
+    /// §13): the rows of configurations with a predictor only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<crate::PrefetchFigures>,
 }
 
 /// What [`Prepared::calibrate`] found.
@@ -197,6 +203,7 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
         .map(|v| Keep::from_layers(&shape, &v.keep.layers))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|source| SweepError::Config { key: "variants".into(), source })?;
+    let coact = learn_coact(grid, in_sample, &configs)?;
     for key in &configs {
         for (input, which) in [(in_sample, "in-sample"), (out_of_sample, "out-of-sample")] {
             let v = &input.view;
@@ -220,13 +227,15 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
                 )));
             }
             let cfg = replay_config(grid, key);
-            let checked = match &key.deploy {
-                None => cachesim::validate(&v.shape(), v.parts().scores.is_some(), &cfg),
-                Some(d) => {
-                    let keep =
-                        &keeps[variants.iter().position(|x| x.label == key.variant).expect("keys come from variants")];
+            let keep = &keeps[variants.iter().position(|x| x.label == key.variant).expect("keys come from variants")];
+            let checked = match (&key.deploy, &key.prefetch) {
+                (Some(d), _) => {
                     d.deployment(&v.shape()).and_then(|dep| cachesim::deploy::validate(v, keep, &cfg, &dep))
                 }
+                (None, Some(p)) => cachesim::validate(&v.shape(), v.parts().scores.is_some(), &cfg)
+                    .and_then(|()| keep.check_shape(&v.shape()))
+                    .and_then(|()| cachesim::validate_prefetch(v, &cfg, &p.options(coact.as_ref()))),
+                (None, None) => cachesim::validate(&v.shape(), v.parts().scores.is_some(), &cfg),
             };
             checked.map_err(|source| SweepError::Config {
                 key: format!("{key} on the {which} trace {}", input.source),
@@ -234,7 +243,29 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
             })?;
         }
     }
-    Ok(Prepared { grid: grid.clone(), stats, variants, configs, profiles, keeps })
+    Ok(Prepared { grid: grid.clone(), stats, variants, configs, profiles, keeps, coact })
+}
+
+/// The co-activation table of the grid's `coact` configurations (none without them): learned
+/// from `coact_calibration` when the grid names one, else from the in-sample trace.
+///
+/// # Errors
+/// [`SweepError::Trace`] when the calibration trace cannot be opened or validated (naming the
+/// file); [`SweepError::Config`] (key `coact_calibration`) when cachesim refuses it.
+fn learn_coact(grid: &Grid, in_sample: &TraceInput<'_>, configs: &[ConfigKey]) -> Result<Option<CoactTable>> {
+    if !crate::prefetch_axes::needs_coact(configs) {
+        return Ok(None);
+    }
+    let key = |name: String| move |source| SweepError::Config { key: format!("coact_calibration: {name}"), source };
+    let table = match &grid.coact_calibration {
+        Some(path) => {
+            let file = trace_io::TraceFile::open_lazy(path)?;
+            let view = file.view_for(trace_io::Reads::ids(file.shape().top_k))?;
+            CoactTable::learn(&view).map_err(key(path.display().to_string()))?
+        }
+        None => CoactTable::learn(&in_sample.view).map_err(key(format!("traces.in_sample {}", in_sample.source)))?,
+    };
+    Ok(Some(table))
 }
 
 /// The keep map of a variant spec: `full`, `METRIC@K` (built from `stats` with `cfg`) or
@@ -296,6 +327,12 @@ impl Prepared {
         self.configs =
             configs.into_iter().enumerate().filter(|(i, _)| i % shard.count == shard.index).map(|(_, c)| c).collect();
         Ok(())
+    }
+
+    /// The co-activation table the `coact` configurations replay with (SEMANTICS.md §12), when
+    /// the grid has any.
+    pub fn coact(&self) -> Option<&CoactTable> {
+        self.coact.as_ref()
     }
 
     /// The keep map of every pruned variant, for [`crate::Provenance::keep_maps`], in grid order.
@@ -377,8 +414,10 @@ impl Prepared {
     ) -> Vec<Row> {
         // Plain configurations share work in one queue; deployed ones replay one by one (each
         // with its layers in parallel).
-        let (deployed, plain): (Vec<&ConfigKey>, Vec<&ConfigKey>) =
-            self.configs.iter().partition(|k| k.deploy.is_some());
+        let (special, plain): (Vec<&ConfigKey>, Vec<&ConfigKey>) =
+            self.configs.iter().partition(|k| k.deploy.is_some() || k.prefetch.is_some());
+        let (deployed, prefetched): (Vec<&ConfigKey>, Vec<&ConfigKey>) =
+            special.into_iter().partition(|k| k.deploy.is_some());
         let keep_of = |key: &ConfigKey| {
             &self.keeps[self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants")]
         };
@@ -412,6 +451,7 @@ impl Prepared {
                 rows.push(row);
             }
         }
+        rows.extend(self.run_prefetch(&prefetched, in_sample, out_of_sample, progress));
         // Configurations are sorted by key: rows in that order, in-sample first.
         rows.sort_by(|a, b| a.config.cmp(&b.config).then(a.sample.cmp(&b.sample)));
         rows
@@ -441,6 +481,53 @@ impl Prepared {
             counts,
             cost,
             deploy: None,
+            prefetch: None,
         }
+    }
+
+    /// The rows of the configurations with a prefetch key, both traces, one configuration after
+    /// another (each with its layers in parallel); a shuffled copy is built once per seed and
+    /// trace.
+    fn run_prefetch(
+        &self,
+        keys: &[&ConfigKey],
+        in_sample: &TraceView<'_>,
+        out_of_sample: &TraceView<'_>,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Vec<Row> {
+        let devices = crate::prefetch_axes::devices(&self.profiles);
+        let mut seeds: Vec<Option<u64>> = keys.iter().map(|k| k.prefetch.and_then(|p| p.shuffle)).collect();
+        seeds.sort_unstable();
+        seeds.dedup();
+        let mut rows = Vec::new();
+        for (view, sample) in [(in_sample, Sample::InSample), (out_of_sample, Sample::OutOfSample)] {
+            for &seed in &seeds {
+                let shuffled = seed.map(|s| cachesim::shuffle::Shuffled::new(view, s));
+                for key in keys.iter().filter(|k| k.prefetch.and_then(|p| p.shuffle) == seed) {
+                    let vi =
+                        self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
+                    let pk = key.prefetch.expect("prefetched");
+                    let cfg = replay_config(&self.grid, key);
+                    let r = crate::prefetch_axes::replay(
+                        view,
+                        shuffled.as_ref(),
+                        &self.keeps[vi],
+                        &cfg,
+                        &pk,
+                        self.coact.as_ref(),
+                        &devices,
+                    );
+                    progress((view.shape().layers * view.shape().tokens) as u64);
+                    let mut row = self.row(key, sample, r.counts.replay.clone());
+                    if pk.prefetch.is_some() {
+                        let (cost, figures) = crate::prefetch_axes::figures(&self.profiles, &r.counts, &r.timelines);
+                        row.cost = cost;
+                        row.prefetch = Some(figures);
+                    }
+                    rows.push(row);
+                }
+            }
+        }
+        rows
     }
 }

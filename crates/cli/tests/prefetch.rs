@@ -122,3 +122,64 @@ fn coact_calibration_and_refusals() {
     assert!(fails(&refs(&with(&["--prefetch", "next:4"]))).contains("prev_token, coact, lookahead, oracle"));
     assert!(fails(&refs(&with(&["--timeline", "--profile", "gpu9"]))).contains("unknown --profile"));
 }
+
+/// A sweep with `prefetch` and `shuffle` axes: keys, the rows' prefetch figures, and the
+/// report's prefetch section (precision and tok/s against B, real against shuffled order).
+#[test]
+fn sweep_with_prefetch_axes_and_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let (calib, held) = (dir.path().join("c.safetensors"), dir.path().join("h.safetensors"));
+    synth(&calib, [3, 16, 2, 4, 500], &["--seed", "1"]);
+    synth(&held, [3, 16, 2, 4, 400], &["--seed", "2"]);
+    let grid = serde_json::json!({
+        "traces": {"in_sample": "c.safetensors", "out_of_sample": "h.safetensors"},
+        "variants": ["full"],
+        "blocks": [
+            {"policies": ["lru", "lfu"], "cap": [4], "prefetch": ["none", "coact:1", "coact:2", "oracle:1", "oracle:2"]},
+            {"policies": ["lru", "lfu"], "cap": [4], "shuffle": [null, 3]}
+        ],
+        "profiles": ["dsv2-lite-bf16"]
+    });
+    let g = dir.path().join("grid.json");
+    std::fs::write(&g, grid.to_string()).unwrap();
+    let out = dir.path().join("sweep");
+    ok(&["sweep", s(&g), "-o", s(&out)]);
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rows = results["rows"].as_array().unwrap();
+    let row = |key: &str| rows.iter().find(|r| r["key"] == key && r["sample"] == "out_of_sample").unwrap();
+    let oracle = row("full/lru/0/0/4/2/pf:oracle:2");
+    let p = &oracle["prefetch"];
+    // oracle at B = k_used: no demand miss, every load useful.
+    assert_eq!(oracle["counts"]["misses"], 0);
+    assert_eq!(p["useful"], p["prefetch_loads"]);
+    assert_eq!(p["precision"], 1.0);
+    assert_eq!(p["timeline"].as_array().unwrap().len(), 2, "dsv2-lite-bf16 at 3.9 and 6.8 GB/s");
+    assert_eq!(oracle["cost"][0]["tok_s"], p["timeline"][0]["tok_s"]);
+    assert!(row("full/lru/0/0/4/2/shuffle:3").get("prefetch").is_none());
+    assert!(row("full/lru/0/0/4/2").get("prefetch").is_none());
+    let html = dir.path().join("report.html");
+    ok(&["report", s(&out), "-o", s(&html)]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    let section = &page[page.find("id=\"prefetch\"").expect("a prefetch section")..];
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(section.contains("Precision against the budget: variant full, cap 4, k_used 2"), "{section}");
+    assert!(section.contains(
+        "tok/s on the timeline against the budget: variant full, cap 4, k_used 2 (dsv2-lite-bf16 at 3.9 GB/s)"
+    ));
+    assert!(section.contains("Misses per token, real against shuffled token order"));
+    assert!(section.contains("lru, coact") && section.contains("lfu, oracle"), "legend per (policy, predictor)");
+    assert!(section.contains("full/lru/0/0/4/2/pf:coact:2"));
+    assert_eq!(section.matches("<svg").count(), 3, "two budget plots and one bar chart");
+    // A sweep without those axes says how to add them.
+    let plain = dir.path().join("plain.json");
+    let grid = serde_json::json!({
+        "traces": {"in_sample": "c.safetensors", "out_of_sample": "h.safetensors"},
+        "variants": ["full"], "blocks": [{"policies": ["lru"], "cap": [4]}]
+    });
+    std::fs::write(&plain, grid.to_string()).unwrap();
+    let out2 = dir.path().join("sweep2");
+    ok(&["sweep", s(&plain), "-o", s(&out2)]);
+    ok(&["report", s(&out2), "-o", s(&dir.path().join("r2.html"))]);
+    let page = std::fs::read_to_string(dir.path().join("r2.html")).unwrap();
+    assert!(page.contains("No prefetch or shuffled configurations in this sweep"));
+}

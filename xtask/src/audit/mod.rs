@@ -276,6 +276,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Ve
                 && r.config.cap == b.config.cap
                 && r.config.layer_caps == b.config.layer_caps
                 && r.config.deploy == b.config.deploy
+                && r.config.prefetch == b.config.prefetch
                 && r.config.k_used == b.config.k_used
         }) {
             pairs += 1;
@@ -333,14 +334,15 @@ pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Ve
         let c = &r.config;
         groups
             .entry(format!(
-                "{}/{}/{}/j={}/cap={}{}/k={}",
+                "{}/{}/{}/j={}/cap={}{}/k={}{}",
                 r.sample.as_str(),
                 c.variant,
                 c.policy,
                 c.j,
                 c.cap,
                 c.layer_caps.as_ref().map_or_else(String::new, |n| format!(" caps:{}", n.name)),
-                c.k_used
+                c.k_used,
+                c.prefetch.map_or_else(String::new, |p| p.suffix())
             ))
             .or_default()
             .push(r);
@@ -357,6 +359,7 @@ pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Ve
                 && r.config.cap == c0.cap
                 && r.config.layer_caps == c0.layer_caps
                 && r.config.deploy == c0.deploy
+                && r.config.prefetch == c0.prefetch
                 && r.config.k_used == c0.k_used
         }) {
             rs.push(zero);
@@ -427,6 +430,8 @@ fn refusals(grid: &Grid, ins: &TraceInput<'_>, oos: &TraceInput<'_>) -> Check {
         pin: vec![None],
         tier2: vec![None],
         batch: vec![None],
+        prefetch: vec![None],
+        shuffle: vec![None],
     };
     let cases: Vec<(&str, &str, Grid)> = vec![
         ("cap < k_used", "is below k_used", Grid { blocks: vec![block("lru", 0.0, k - 1, None)], ..grid.clone() }),

@@ -227,7 +227,19 @@ fn replay_rows(
             let (i, c) = present[p];
             let view = &views[usize::from(out.rows[i].sample == Sample::OutOfSample)];
             let cfg = sweep::replay_config(&prov.grid, c);
-            Ok(cachesim::reference::replay(view, &keeps[c.variant.as_str()], &cfg)?)
+            let keep = &keeps[c.variant.as_str()];
+            match c.prefetch {
+                // Prefetch and the shuffled order: SEMANTICS.md §12's reference replayer.
+                Some(pk) => {
+                    let shuffled = pk.shuffle.map(|seed| cachesim::shuffle::Shuffled::new(view, seed));
+                    let sh = shuffled.as_ref().map(cachesim::shuffle::Shuffled::view);
+                    let opts = pk.options(prepared.coact());
+                    Ok(cachesim::reference_prefetch::replay(sh.as_ref().unwrap_or(view), keep, &cfg, &opts)?
+                        .counts
+                        .replay)
+                }
+                None => Ok(cachesim::reference::replay(view, keep, &cfg)?),
+            }
         })
         .collect();
     let mut first = None;

@@ -9,6 +9,7 @@ mod budget;
 mod deploy;
 mod html;
 mod inputs;
+mod prefetch;
 mod sections;
 mod svg;
 
@@ -97,6 +98,11 @@ fn render(sweep: &SweepOutput, retention: &[RetentionFile], mrc: &[MrcCurve], lo
         ("lambda", "Misses per token vs λ", sections::lambda(&m)?),
         ("shift", "In-sample vs out-of-sample", sections::shift(&m)?),
         ("deployments", "Deployments: pins, tier 2, batches", deploy::section(sweep)?),
+        (
+            "prefetch",
+            "Prefetch: precision and tok/s against the budget, real vs shuffled order",
+            prefetch::section(sweep)?,
+        ),
         ("retention", "Retention vs K", retention_html),
         ("provenance", "Provenance", sections::provenance(sweep)),
     ];

@@ -33,9 +33,11 @@ fn variants(rows: &[&Row]) -> Vec<String> {
     seen
 }
 
-/// Rows of the plain configurations (λ = 0, no pins, tier 2 or batches) of one sample.
+/// Rows of the plain configurations (λ = 0, no pins, tier 2, batches, prefetch or shuffled
+/// order) of one sample.
 fn plain(rows: &[Row], sample: Sample) -> Vec<&Row> {
-    rows.iter().filter(|r| r.sample == sample && r.config.lambda == 0.0 && r.config.deploy.is_none()).collect()
+    let plain = |r: &&Row| r.config.deploy.is_none() && r.config.prefetch.is_none();
+    rows.iter().filter(|r| r.sample == sample && r.config.lambda == 0.0).filter(plain).collect()
 }
 
 /// (variant, policy, cap, k_used) groups of a set of rows, used as lookup keys.
@@ -268,7 +270,7 @@ pub(super) fn lambda(m: &Model<'_>) -> Result<String> {
     type LamKey = (String, usize, usize, String, usize);
     let mut lam: BTreeMap<LamKey, Vec<(f64, f64)>> = BTreeMap::new();
     let all_oos = m.sweep.rows.iter().filter(|r| r.sample == Sample::OutOfSample);
-    for r in all_oos.filter(|r| r.config.lambda > 0.0) {
+    for r in all_oos.filter(|r| r.config.lambda > 0.0 && r.config.prefetch.is_none()) {
         let c = &r.config;
         lam.entry((c.variant.clone(), c.cap, c.k_used, c.policy.to_string(), c.j))
             .or_default()

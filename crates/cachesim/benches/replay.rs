@@ -194,7 +194,10 @@ fn bench_prefetch(c: &mut Criterion) {
         cachesim::PrefetchOptions { prefetch: prev, coact: None, timeline: Some(dev) },
     ));
     let coact4 = Some(cachesim::Prefetch { predictor: cachesim::Predictor::Coact, budget: 4 });
-    cases.push(("lru/coact:4".into(), cachesim::PrefetchOptions { prefetch: coact4, coact: Some(&table), timeline: None }));
+    cases.push((
+        "lru/coact:4".into(),
+        cachesim::PrefetchOptions { prefetch: coact4, coact: Some(&table), timeline: None },
+    ));
     let mut cases: Vec<(String, cachesim::PrefetchOptions<'_>, ReplayConfig)> =
         cases.into_iter().map(|(n, o)| (n, o, cfg.clone())).collect();
     // coact at λ > 0 follows the layer below's cache-dependent choice: layers in order.

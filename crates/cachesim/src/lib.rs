@@ -84,8 +84,7 @@ pub use keep::Keep;
 pub use policy::{Policy, PolicyFacts, Shares};
 pub use prefetch::{
     CoactTable, Predictor, Prefetch, PrefetchCounts, PrefetchOptions, PrefetchReplay, replay_prefetch,
-    replay_prefetch_on,
-    validate_prefetch,
+    replay_prefetch_on, validate_prefetch,
 };
 pub use reads::{replay_reads, runs_reads};
 pub use timeline::{Timeline, TimelineDevice};

@@ -449,7 +449,9 @@ impl Grid {
                     for &lambda in &b.lambda {
                         for &j in &b.j {
                             for (cap, layer_caps) in &caps {
-                                for (&k, &(deploy, prefetch)) in b.k_used.iter().flat_map(|k| axes.iter().map(move |a| (k, a))) {
+                                for (&k, &(deploy, prefetch)) in
+                                    b.k_used.iter().flat_map(|k| axes.iter().map(move |a| (k, a)))
+                                {
                                     out.push(ConfigKey {
                                         variant: label.clone(),
                                         policy,

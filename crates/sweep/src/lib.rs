@@ -28,11 +28,11 @@ pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use deploy_axes::{DeployFigures, DeployKey, NamedPins};
 pub use deploy_cost::DeployCost;
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
-pub use prefetch_axes::{PrefetchFigures, PrefetchKey, TimelineCost};
 pub use output::{
     BestOf, InputRef, KeepRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, keep_map_sha256,
     write_atomic,
 };
+pub use prefetch_axes::{PrefetchFigures, PrefetchKey, TimelineCost};
 pub use run::{Cost, Estimate, Prepared, Row, Sample, TraceInput, Variant, prepare, replay_config, variant_keep_map};
 pub use summary::{Column, SUMMARY_COLUMNS, SUMMARY_INTRO, SummaryTable};
 

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use cachesim::shuffle::Shuffled;
-use cachesim::{CoactTable, Keep, Prefetch, PrefetchCounts, PrefetchOptions, Predictor, Timeline, TimelineDevice};
+use cachesim::{CoactTable, Keep, Predictor, Prefetch, PrefetchCounts, PrefetchOptions, Timeline, TimelineDevice};
 use trace_io::TraceView;
 
 use crate::DeviceProfile;

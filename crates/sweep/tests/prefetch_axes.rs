@@ -86,7 +86,10 @@ fn prefetch_axes_expand_and_replay_as_cachesim_does() {
                 assert_eq!(row.cost[0].tok_s, p.profiles[0].tok_s(row.misses_per_token, 3.9), "{}", row.key);
             }
             (Some(_), Some(f)) => {
-                assert_eq!((f.prefetch_loads, f.useful, f.wasted), (counts.prefetch_loads, counts.useful, counts.wasted));
+                assert_eq!(
+                    (f.prefetch_loads, f.useful, f.wasted),
+                    (counts.prefetch_loads, counts.useful, counts.wasted)
+                );
                 assert_eq!((f.precision, f.coverage), (counts.precision(), counts.coverage()));
                 assert_eq!(f.timeline.len(), 4);
                 for ((t, c), (tl, dev)) in f.timeline.iter().zip(&row.cost).zip(timelines.iter().zip(&devices)) {
@@ -147,7 +150,10 @@ fn a_hand_computed_prefetch_grid() {
     let p = prepare(&g, &input(&t, "a"), &input(&u, "b")).unwrap();
     let rows = p.run(&t.view(), &u.view(), &|_| {});
     let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
-    assert_eq!(keys, ["full/lru/0/0/1/1", "full/lru/0/0/1/1", "full/lru/0/0/1/1/pf:oracle:1", "full/lru/0/0/1/1/pf:oracle:1"]);
+    assert_eq!(
+        keys,
+        ["full/lru/0/0/1/1", "full/lru/0/0/1/1", "full/lru/0/0/1/1/pf:oracle:1", "full/lru/0/0/1/1/pf:oracle:1"]
+    );
     let (plain, oracle) = (&rows[1], &rows[3]);
     assert_eq!((plain.counts.misses, plain.counts.hits), (4, 0));
     assert!((plain.cost[0].tok_s - 1000.0 / 6.0).abs() < 1e-9, "{}", plain.cost[0].tok_s);
@@ -187,7 +193,11 @@ fn bad_prefetch_axes_are_refused_naming_the_key() {
     check("", &format!("{{{lru}, \"prefetch\": [\"prev_token:5\"]}}"), "full/lru/0/0/4/2/pf:prev_token:5");
     check("", r#"{"policies": ["belady"], "cap": [4], "prefetch": ["oracle:1"]}"#, "full/belady/0/0/4/2/pf:oracle:1");
     check("", &format!("{{{lru}, \"prefetch\": [\"lookahead:2\"]}}"), "full/lru/0/0/4/2/pf:lookahead:2");
-    check(r#""coact_calibration": "missing.safetensors","#, &format!("{{{lru}, \"prefetch\": [\"coact:2\"]}}"), "missing");
+    check(
+        r#""coact_calibration": "missing.safetensors","#,
+        &format!("{{{lru}, \"prefetch\": [\"coact:2\"]}}"),
+        "missing",
+    );
     // Without a coact configuration the calibration trace is not read.
     let text = r#"{"traces": {"in_sample": "a", "out_of_sample": "b"}, "variants": ["full"],
         "coact_calibration": "missing.safetensors", "blocks": [{"policies": ["lru"], "cap": [4], "prefetch": ["oracle:1"]}]}"#;

@@ -130,7 +130,15 @@ impl CoactTable {
                 }
             }
         }
-        Ok(CoactTable { layer_ids: calib.meta().layer_ids.clone(), num_experts: e_n, width, order, column, q, block_max })
+        Ok(CoactTable {
+            layer_ids: calib.meta().layer_ids.clone(),
+            num_experts: e_n,
+            width,
+            order,
+            column,
+            q,
+            block_max,
+        })
     }
 
     /// `Q_l[a][b]` (layer index `l`, experts `a` at l − 1 and `b` at l).
@@ -212,13 +220,7 @@ impl<'a> Coact<'a> {
         let k_used = match prev {
             PrevChosen::Trace { k_used, .. } | PrevChosen::Table { k_used, .. } => k_used,
         };
-        Coact {
-            layer,
-            prev,
-            budget,
-            rows: vec![0; k_used],
-            best: vec![(0, 0); budget],
-        }
+        Coact { layer, prev, budget, rows: vec![0; k_used], best: vec![(0, 0); budget] }
     }
 }
 

@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import convert_counts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-WANT = {"layers": [3, 7], "counts": [[5, 1, 0, 2], [0, 4, 2, 2]]}
+# Counts a top-2 routing of 4 tokens can give: no count above the tokens (sum / k).
+WANT = {"layers": [3, 7], "counts": [[3, 1, 2, 2], [0, 4, 2, 2]]}
 
 
 def binary():
@@ -31,11 +32,11 @@ def binary():
 @pytest.mark.parametrize(
     "obj, kwargs",
     [
-        ({3: [5, 1, 0, 2], 7: [0, 4, 2, 2]}, {}),
-        ({"model.layers.7.mlp": (0, 4, 2, 2), "model.layers.3.mlp": [5.0, 1, 0, 2]}, {}),
-        ({3: {0: 5, 1: 1, 3: 2}, 7: {1: 4, 2: 2, 3: 2}}, {}),
-        ({"step": 10, "expert_counts": {3: [5, 1, 0, 2], 7: [0, 4, 2, 2]}}, {"key": "expert_counts"}),
-        ({"layers": [3, 7], "counts": [[5, 1, 0, 2], [0, 4, 2, 2]]}, {}),
+        ({3: [3, 1, 2, 2], 7: [0, 4, 2, 2]}, {}),
+        ({"model.layers.7.mlp": (0, 4, 2, 2), "model.layers.3.mlp": [3.0, 1, 2, 2]}, {}),
+        ({3: {0: 3, 1: 1, 2: 2, 3: 2}, 7: {1: 4, 2: 2, 3: 2}}, {}),
+        ({"step": 10, "expert_counts": {3: [3, 1, 2, 2], 7: [0, 4, 2, 2]}}, {"key": "expert_counts"}),
+        ({"layers": [3, 7], "counts": [[3, 1, 2, 2], [0, 4, 2, 2]]}, {}),
     ],
 )
 def test_layouts_give_the_same_counts(obj, kwargs):
@@ -43,7 +44,7 @@ def test_layouts_give_the_same_counts(obj, kwargs):
 
 
 def test_a_list_is_layer_indices_and_top_k_is_recorded():
-    out = convert_counts.to_counts([[5, 1, 0, 2], [0, 4, 2, 2]], top_k=2)
+    out = convert_counts.to_counts([[3, 1, 2, 2], [0, 4, 2, 2]], top_k=2)
     assert out == {"layers": [0, 1], "counts": WANT["counts"], "top_k": 2}
 
 
@@ -68,7 +69,7 @@ def test_refusals_name_the_entry(obj, kwargs, words):
 
 def test_pickle_file_end_to_end(tmp_path):
     src = tmp_path / "counts.pkl"
-    src.write_bytes(pickle.dumps({3: [5, 1, 0, 2], 7: [0, 4, 2, 2]}))
+    src.write_bytes(pickle.dumps({3: [3, 1, 2, 2], 7: [0, 4, 2, 2]}))
     out = tmp_path / "counts.json"
     assert convert_counts.main([str(src), "-o", str(out), "--top-k", "2"]) == 0
     assert json.loads(out.read_text()) == dict(WANT, top_k=2)
@@ -89,8 +90,8 @@ def test_pickle_file_end_to_end(tmp_path):
 def test_torch_files(tmp_path):
     torch = pytest.importorskip("torch")
     src = tmp_path / "counts.pt"
-    torch.save({"expert_counts": torch.tensor([[5, 1, 0, 2], [0, 4, 2, 2]])}, src)
+    torch.save({"expert_counts": torch.tensor([[3, 1, 2, 2], [0, 4, 2, 2]])}, src)
     out = convert_counts.to_counts(convert_counts.load(src), key="expert_counts")
     assert out == {"layers": [0, 1], "counts": WANT["counts"]}
-    torch.save({3: torch.tensor([5.0, 1, 0, 2]), 7: torch.tensor([0, 4, 2, 2])}, src)
+    torch.save({3: torch.tensor([3.0, 1, 2, 2]), 7: torch.tensor([0, 4, 2, 2])}, src)
     assert convert_counts.to_counts(convert_counts.load(src)) == WANT

@@ -142,13 +142,24 @@ pub struct PrefetchCounts {
 impl PrefetchCounts {
     /// useful / prefetch_loads, 0 when nothing was prefetched.
     pub fn precision(&self) -> f64 {
-        ratio(self.useful, self.prefetch_loads)
+        self.precision_defined().unwrap_or(0.0)
+    }
+
+    /// useful / prefetch_loads, `None` when nothing was prefetched (0/0).
+    pub fn precision_defined(&self) -> Option<f64> {
+        (self.prefetch_loads > 0).then(|| ratio(self.useful, self.prefetch_loads))
     }
 
     /// useful / (useful + misses − forced_misses): the share of the loads a token would wait
     /// for that prefetch made in time; 0 when there are none.
     pub fn coverage(&self) -> f64 {
-        ratio(self.useful, self.useful + self.replay.misses - self.replay.forced_misses)
+        self.coverage_defined().unwrap_or(0.0)
+    }
+
+    /// [`PrefetchCounts::coverage`], `None` when no load was waited for or saved (0/0).
+    pub fn coverage_defined(&self) -> Option<f64> {
+        let loads = self.useful + self.replay.misses - self.replay.forced_misses;
+        (loads > 0).then(|| ratio(self.useful, loads))
     }
 
     /// Experts moved (misses − forced_misses + prefetch_loads) per counted token.

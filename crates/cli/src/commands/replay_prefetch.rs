@@ -151,8 +151,8 @@ fn report(
             ("prefetch_loads".into(), json!(p.prefetch_loads)),
             ("useful".into(), json!(p.useful)),
             ("wasted".into(), json!(p.wasted)),
-            ("precision".into(), precision(p)),
-            ("coverage".into(), coverage(p)),
+            ("precision".into(), json!(p.precision_defined())),
+            ("coverage".into(), json!(p.coverage_defined())),
             ("loads_per_token".into(), json!(p.loads_per_token())),
             ("mb_per_token".into(), json!(p.mb_per_token(profile.expert_mb))),
             ("plain_misses".into(), json!(plain_misses)),
@@ -180,8 +180,8 @@ fn report(
             let so = sh.as_object_mut().expect("an object");
             so.insert("prefetch_loads".into(), json!(sc.prefetch_loads));
             so.insert("useful".into(), json!(sc.useful));
-            so.insert("precision".into(), precision(sc));
-            so.insert("coverage".into(), coverage(sc));
+            so.insert("precision".into(), json!(sc.precision_defined()));
+            so.insert("coverage".into(), json!(sc.coverage_defined()));
         }
         if let Some(t) = s.timeline {
             sh["tok_s"] = json!(t.tok_s);
@@ -243,14 +243,4 @@ fn write_table(out: &mut impl Write, r: &Value) -> Result<()> {
     }
     writeln!(out, "profile {} ({} MB per expert)\n{t}", r["profile"].as_str().unwrap_or(""), r["expert_mb"])?;
     Ok(())
-}
-
-/// Precision for the JSON: `null` when nothing was prefetched (0/0, e.g. a budget of 0).
-fn precision(p: &cachesim::PrefetchCounts) -> serde_json::Value {
-    if p.prefetch_loads == 0 { serde_json::Value::Null } else { json!(p.precision()) }
-}
-
-/// Coverage for the JSON: `null` when no load was waited for or saved (0/0).
-fn coverage(p: &cachesim::PrefetchCounts) -> serde_json::Value {
-    if p.useful + p.replay.misses - p.replay.forced_misses == 0 { serde_json::Value::Null } else { json!(p.coverage()) }
 }

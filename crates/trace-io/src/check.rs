@@ -224,9 +224,9 @@ fn ids_ok(block: &[u16], m: usize, r: usize, num_experts: usize, seen: &mut Seen
 const LANES: usize = 16;
 
 /// The id check of short prefixes (what a λ = 0 replay reads: r <= 16 ids of rows of m >= 31)
-/// without a store per id: for each distance s = 1..r, the row's first 16 ids compared with
-/// the 16 that start s further (both loaded from the row itself), masked to the pairs inside
-/// the prefix (i + s < r); and the first r ids compared with E. The same verdict per block as
+/// without a store per id: for each distance s = 1..r, the row's first 8 ids (and, for s < r − 8,
+/// its next 8) compared with the 8 that start s further (both loaded from the row itself),
+/// masked to the pairs inside the prefix (i + s < r); and the first r ids compared with E. The same verdict per block as
 /// [`ids_ok`] (unit test `short_prefix_agrees_with_stamps`).
 #[derive(Clone, Copy)]
 struct ShortPrefix {
@@ -237,7 +237,7 @@ struct ShortPrefix {
     pairs: [[u16x8; 2]; LANES],
     /// All ones in the lanes below r, lanes 0..8 and 8..16.
     keep: [u16x8; 2],
-    /// E in every lane, at most 65,535 here (an id is a u16, so E = 65,536 needs no range check).
+    /// E in every lane, at most 65,535 (E = 65,536 does not fit a lane: the stamp form runs).
     limit: u16x8,
 }
 

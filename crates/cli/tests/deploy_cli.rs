@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fails, ok, s, synth};
+use common::{fails, ok, refs, s, synth};
 
 fn json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(args)).unwrap()
@@ -139,21 +139,12 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
     let plan = dir.path().join("plan.json");
     // 30 slots of the reference profile's 1.3824 MB.
     let budget = format!("{}", 30.0 * 1.3824 / 1000.0);
-    let out = ok(&[
-        "plan",
-        "--in-sample",
-        s(&calib),
-        "--out-of-sample",
-        s(&held),
-        "--budget-gb",
-        &budget,
-        "--profile",
-        "reference",
-        "--pin-counts",
-        "2,4",
-        "-o",
-        s(&plan),
-    ]);
+    // `plan` on the two traces at that budget, with `extra` flags.
+    let plan_with = |extra: &[&str]| -> Vec<String> {
+        let fixed = ["plan", "--in-sample", s(&calib), "--out-of-sample", s(&held), "--budget-gb", &budget];
+        fixed.iter().chain(extra).map(ToString::to_string).collect()
+    };
+    let out = ok(&refs(&plan_with(&["--profile", "reference", "--pin-counts", "2,4", "-o", s(&plan)])));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
     let p = &v["pinned"]["plan"];
     let counts: Vec<u64> = p["pin_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
@@ -205,36 +196,10 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
     assert!((mpt - p["out_of_sample_misses_per_token"].as_f64().unwrap()).abs() < 1e-9, "{mpt} vs {p}");
     // A plan made without --pin-counts pins nothing: refused as a pin map.
     let unpinned = dir.path().join("unpinned.json");
-    ok(&[
-        "plan",
-        "--in-sample",
-        s(&calib),
-        "--out-of-sample",
-        s(&held),
-        "--budget-gb",
-        &budget,
-        "--profile",
-        "reference",
-        "-o",
-        s(&unpinned),
-    ]);
+    ok(&refs(&plan_with(&["--profile", "reference", "-o", s(&unpinned)])));
     let e = fails(&["replay", s(&held), "--policy", "lru", "--cap", "4", "--pin", s(&unpinned), "--json"]);
     assert!(e.contains("without --pin-counts pins nothing"), "{e}");
-    let e = fails(&[
-        "plan",
-        "--in-sample",
-        s(&calib),
-        "--out-of-sample",
-        s(&held),
-        "--budget-gb",
-        &budget,
-        "--policy",
-        "fifo",
-        "--pin-counts",
-        "2",
-        "-o",
-        s(&plan),
-    ]);
+    let e = fails(&refs(&plan_with(&["--policy", "fifo", "--pin-counts", "2", "-o", s(&plan)])));
     assert!(e.contains("one-pass lru curve"), "{e}");
 }
 

@@ -2,12 +2,8 @@
 
 mod common;
 
-use common::{fails, ok, s, synth};
+use common::{fails, ok, refs, s, synth};
 use serde_json::Value;
-
-fn refs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
-}
 
 fn json(args: &[&str]) -> Value {
     serde_json::from_str(&ok(args)).expect("one JSON object")

@@ -1,22 +1,12 @@
 //! The deployment axes of a grid (`pin`, `tier2`, `batch`, SEMANTICS.md §9–§11): expansion, keys,
 //! rows equal to cachesim's deployed replay, refusals.
 
+mod common;
+
 use cachesim::deploy::{Deployment, Schedule, Tier2};
 use cachesim::{Keep, Policy};
-use sweep::{Grid, Sample, TraceInput, prepare};
-use trace_io::TraceData;
-use trace_io::synth::{SynthConfig, generate};
-
-fn traces() -> (TraceData, TraceData) {
-    let base = SynthConfig { layers: 2, experts: 16, top_k: 2, candidates: 4, model_seed: 5, ..Default::default() };
-    let a = generate(&SynthConfig { tokens: 400, sequences: 6, seed: 1, ..base.clone() }).unwrap();
-    let b = generate(&SynthConfig { tokens: 300, sequences: 5, seed: 2, ..base }).unwrap();
-    (a, b)
-}
-
-fn input<'a>(t: &'a TraceData, name: &'a str) -> TraceInput<'a> {
-    TraceInput { view: t.view(), source: name, sha256: "0" }
-}
+use common::{input, traces};
+use sweep::{Grid, Sample, prepare};
 
 #[test]
 fn deployment_axes_expand_and_replay_as_cachesim_does() {
@@ -37,7 +27,7 @@ fn deployment_axes_expand_and_replay_as_cachesim_does() {
       ]
     }"#;
     let g = Grid::from_json(text, dir.path()).unwrap();
-    let (a, b) = traces();
+    let (a, b) = traces(2);
     let p = match prepare(&g, &input(&a, "a"), &input(&b, "b")) {
         Ok(p) => p,
         Err(e) => panic!("{e}"),
@@ -101,7 +91,7 @@ fn deployment_axes_expand_and_replay_as_cachesim_does() {
 #[test]
 fn bad_deployment_axes_are_refused_naming_the_block() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = traces();
+    let (a, b) = traces(2);
     let check = |block: &str, needle: &str| {
         let text = format!(
             r#"{{"traces": {{"in_sample": "a", "out_of_sample": "b"}}, "variants": ["full"], "blocks": [{block}]}}"#

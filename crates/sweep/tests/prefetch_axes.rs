@@ -1,24 +1,15 @@
 //! The prefetch axes of a grid (`prefetch`, `shuffle`, SEMANTICS.md §12, §13): expansion, keys,
 //! rows equal to cachesim's prefetch replay and its timeline, a hand-computed grid, refusals.
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use cachesim::shuffle::Shuffled;
 use cachesim::{CoactTable, Keep, PrefetchOptions, TimelineDevice};
-use sweep::{Grid, Sample, TraceInput, prepare};
-use trace_io::synth::{SynthConfig, generate};
+use common::{input, traces};
+use sweep::{Grid, Sample, prepare};
 use trace_io::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta};
-
-fn traces() -> (TraceData, TraceData) {
-    let base = SynthConfig { layers: 3, experts: 16, top_k: 2, candidates: 4, model_seed: 5, ..Default::default() };
-    let a = generate(&SynthConfig { tokens: 400, sequences: 6, seed: 1, ..base.clone() }).unwrap();
-    let b = generate(&SynthConfig { tokens: 300, sequences: 5, seed: 2, ..base }).unwrap();
-    (a, b)
-}
-
-fn input<'a>(t: &'a TraceData, name: &'a str) -> TraceInput<'a> {
-    TraceInput { view: t.view(), source: name, sha256: "0" }
-}
 
 #[test]
 fn prefetch_axes_expand_and_replay_as_cachesim_does() {
@@ -34,7 +25,7 @@ fn prefetch_axes_expand_and_replay_as_cachesim_does() {
       "profiles": ["reference", "dsv2-lite-bf16"]
     }"#;
     let g = Grid::from_json(text, dir.path()).unwrap();
-    let (a, b) = traces();
+    let (a, b) = traces(3);
     let p = match prepare(&g, &input(&a, "a"), &input(&b, "b")) {
         Ok(p) => p,
         Err(e) => panic!("{e}"),
@@ -175,7 +166,7 @@ fn a_hand_computed_prefetch_grid() {
 #[test]
 fn bad_prefetch_axes_are_refused_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = traces();
+    let (a, b) = traces(3);
     let check = |extra: &str, block: &str, needle: &str| {
         let text = format!(
             r#"{{"traces": {{"in_sample": "a", "out_of_sample": "b"}}, "variants": ["full"], {extra} "blocks": [{block}]}}"#

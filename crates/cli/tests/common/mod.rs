@@ -5,6 +5,11 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// Borrowed views of owned arguments, for [`ok`], [`fails`] and [`run`].
+pub fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 /// Runs `moe-offload` with `args`.
 pub fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_moe-offload")).args(args).output().expect("the binary runs")

@@ -16,11 +16,31 @@ use crate::{Keep, Policy, ReplayConfig, ReplayCounts, Result};
 /// # Errors
 /// As [`crate::deploy::replay`].
 pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Deployment) -> Result<DeployCounts> {
+    replay_with_misses(trace, keep, cfg, dep).map(|(counts, _)| counts)
+}
+
+/// One step of one layer as the reference saw it: whether it is counted, its rows, and its
+/// tier-1 misses that are not forced, in order, each with the number of the step's rows that
+/// chose it (what hybrid execution, §14, prices).
+pub(crate) struct StepMisses {
+    pub counted: bool,
+    pub rows: usize,
+    pub misses: Vec<(u16, usize)>,
+}
+
+/// [`replay`], also returning every layer's steps (`[L][steps]`).
+pub(crate) fn replay_with_misses(
+    trace: &TraceView<'_>,
+    keep: &Keep,
+    cfg: &ReplayConfig,
+    dep: &Deployment,
+) -> Result<(DeployCounts, Vec<Vec<StepMisses>>)> {
     crate::deploy::validate(trace, keep, cfg, dep)?;
     let shape = trace.shape();
     let steps = served_steps(trace, dep.schedule);
     let mut out = DeployCounts::default();
     let mut counts = ReplayCounts::default();
+    let mut per_layer = Vec::new();
     for step in &steps {
         if step.first_position >= cfg.warmup {
             out.steps += 1;
@@ -46,14 +66,20 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Depl
         match dep.tier2 {
             None => out.storage_reads += layer.misses - layer.forced_misses,
             Some(t2) => {
-                let (hits, misses) = replay_tier2(t2.policy, t2.cap, &layer.stream);
+                let stream: Vec<(bool, Vec<u16>)> = layer
+                    .stream
+                    .iter()
+                    .map(|st| (st.counted, st.misses.iter().map(|&(e, _)| e).collect()))
+                    .collect();
+                let (hits, misses) = replay_tier2(t2.policy, t2.cap, &stream);
                 out.t2_hits += hits;
                 out.storage_reads += misses;
             }
         }
+        per_layer.push(layer.stream);
     }
     out.counts = counts;
-    Ok(out)
+    Ok((out, per_layer))
 }
 
 /// One engine step: the row position of its first row in the served order, and its rows' tokens.
@@ -113,8 +139,9 @@ struct LayerResult {
     substituted: u64,
     pruned_slots: u64,
     pinned_hits: u64,
-    /// Per step: whether it is counted, and its tier-1 misses that are not forced, in order.
-    stream: Vec<(bool, Vec<u16>)>,
+    /// Per step: whether it is counted, its rows, and its tier-1 misses that are not forced, in
+    /// order, with the rows choosing each.
+    stream: Vec<StepMisses>,
 }
 
 /// A cached expert's bookkeeping.
@@ -312,7 +339,8 @@ fn replay_layer(
             out.pinned_hits += pinned_hits;
             out.misses += misses.len() as u64;
         }
-        out.stream.push((counted, misses));
+        let misses = misses.into_iter().map(|e| (e, tally[&e].0)).collect();
+        out.stream.push(StepMisses { counted, rows: step.tokens.len(), misses });
         credit_step(&mut cache, trace, keep, cfg, l, s, &step.tokens);
     }
     out

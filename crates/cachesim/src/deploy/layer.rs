@@ -31,6 +31,42 @@ struct Stream {
     counted: Vec<bool>,
 }
 
+/// What the step loop tells an execution model (SEMANTICS.md §14) about each step: a no-op
+/// for the deployed replay of §9–§11 (`()`, which compiles to nothing), the hybrid recorder
+/// ([`crate::hybrid::LayerEvents`]) otherwise.
+pub(crate) trait StepSink {
+    /// Before a step of `rows` rows goes through the cache.
+    fn begin_step(&mut self, rows: usize);
+    /// A miss that is not forced, of an expert chosen by `rows_choosing` rows of the step.
+    fn miss(&mut self, rows_choosing: u32);
+    /// After the step.
+    fn end_step(&mut self);
+}
+
+impl StepSink for () {
+    #[inline(always)]
+    fn begin_step(&mut self, _rows: usize) {}
+    #[inline(always)]
+    fn miss(&mut self, _rows_choosing: u32) {}
+    #[inline(always)]
+    fn end_step(&mut self) {}
+}
+
+impl StepSink for crate::hybrid::LayerEvents {
+    #[inline(always)]
+    fn begin_step(&mut self, rows: usize) {
+        crate::hybrid::LayerEvents::begin_step(self, rows);
+    }
+    #[inline(always)]
+    fn miss(&mut self, rows_choosing: u32) {
+        crate::hybrid::LayerEvents::miss(self, rows_choosing);
+    }
+    #[inline(always)]
+    fn end_step(&mut self) {
+        crate::hybrid::LayerEvents::end_step(self);
+    }
+}
+
 /// Replays layer `l` (validated configuration).
 pub(crate) fn replay_layer(
     trace: &TraceView<'_>,
@@ -39,6 +75,19 @@ pub(crate) fn replay_layer(
     dep: &Deployment,
     plan: &StepPlan,
     l: usize,
+) -> (LayerCounts, LayerExtra) {
+    replay_layer_with(trace, keep, cfg, dep, plan, l, &mut ())
+}
+
+/// Replays layer `l` (validated configuration), telling `sink` each step's misses.
+pub(crate) fn replay_layer_with<X: StepSink>(
+    trace: &TraceView<'_>,
+    keep: &Keep,
+    cfg: &ReplayConfig,
+    dep: &Deployment,
+    plan: &StepPlan,
+    l: usize,
+    sink: &mut X,
 ) -> (LayerCounts, LayerExtra) {
     let shape = trace.shape();
     let no_pins = vec![false; shape.num_experts];
@@ -59,13 +108,13 @@ pub(crate) fn replay_layer(
     let level = Level::new(e_n, cfg.cap_of(l));
     let record = dep.tier2.is_some();
     let (counts, extra, stream) = match cfg.policy {
-        Policy::Lru => tier1(&input, level, Lru::new(e_n), record),
-        Policy::Fifo => tier1(&input, level, Fifo::new(e_n), record),
-        Policy::Lfu => tier1(&input, level, Lfu::new(e_n), record),
-        Policy::Belady => tier1(&input, level, Belady::new(e_n, lambda0_sets(&input)), record),
-        Policy::NearPick => tier1(&input, level, NearPick::new(e_n, cfg.near_pick_n), record),
-        Policy::NearPickEma => tier1(&input, level, NearPickEma::new(e_n, cfg.decay, cfg.near_pick_n), record),
-        Policy::InvRouter => tier1(&input, level, InvRouter::new(e_n, cfg.decay, shape.candidates), record),
+        Policy::Lru => tier1(&input, level, Lru::new(e_n), record, sink),
+        Policy::Fifo => tier1(&input, level, Fifo::new(e_n), record, sink),
+        Policy::Lfu => tier1(&input, level, Lfu::new(e_n), record, sink),
+        Policy::Belady => tier1(&input, level, Belady::new(e_n, lambda0_sets(&input)), record, sink),
+        Policy::NearPick => tier1(&input, level, NearPick::new(e_n, cfg.near_pick_n), record, sink),
+        Policy::NearPickEma => tier1(&input, level, NearPickEma::new(e_n, cfg.decay, cfg.near_pick_n), record, sink),
+        Policy::InvRouter => tier1(&input, level, InvRouter::new(e_n, cfg.decay, shape.candidates), record, sink),
     };
     let mut extra = extra;
     match dep.tier2 {
@@ -157,7 +206,13 @@ fn select_cache_aware(
 
 /// Tier 1 of one layer with policy `prio`; with `record`, the tier-2 request stream.
 #[inline(never)]
-fn tier1<P: Prio>(inp: &Input<'_>, mut level: Level, mut prio: P, record: bool) -> (LayerCounts, LayerExtra, Stream) {
+fn tier1<P: Prio, X: StepSink>(
+    inp: &Input<'_>,
+    mut level: Level,
+    mut prio: P,
+    record: bool,
+    sink: &mut X,
+) -> (LayerCounts, LayerExtra, Stream) {
     let (m, k, plan) = (inp.m, inp.k, inp.plan);
     let steps = plan.steps();
     let max_rows = (0..steps).map(|s| plan.starts[s + 1] - plan.starts[s]).max().unwrap_or(0);
@@ -237,11 +292,14 @@ fn tier1<P: Prio>(inp: &Input<'_>, mut level: Level, mut prio: P, record: bool) 
         }
         // Step 3.
         let ids = &mut stream.sets.ids;
+        sink.begin_step(rows.len());
         let out = level.step(&mut prio, &set, inp.pinned, |e| {
             if record {
                 ids.push(e);
             }
+            sink.miss(set_count[usize::from(e)]);
         });
+        sink.end_step();
         if record {
             stream.sets.starts.push(stream.sets.ids.len());
             stream.counted.push(counted);

@@ -37,6 +37,9 @@ mod level;
 mod prio;
 mod steps;
 
+pub(crate) use layer::replay_layer_with;
+pub(crate) use steps::StepPlan;
+
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use trace_io::{Shape, TraceView};
@@ -262,7 +265,20 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Depl
     Ok(assemble(&shape, cfg, dep, &plan, &per_layer))
 }
 
-fn assemble(
+/// The step plan of `schedule` on `trace` (validated).
+pub(crate) fn plan(trace: &TraceView<'_>, schedule: Schedule) -> StepPlan {
+    StepPlan::new(trace, schedule)
+}
+
+/// `[steps]`: the rows of each step of `plan` that is counted (its first row position >= W),
+/// `None` for the others.
+pub(crate) fn step_rows(plan: &StepPlan, warmup: usize) -> Vec<Option<u32>> {
+    (0..plan.steps())
+        .map(|s| (plan.starts[s] >= warmup).then(|| (plan.starts[s + 1] - plan.starts[s]) as u32))
+        .collect()
+}
+
+pub(crate) fn assemble(
     shape: &Shape,
     cfg: &ReplayConfig,
     dep: &Deployment,

@@ -1,0 +1,130 @@
+//! What a hybrid replay records per (step, layer) for the cost of SEMANTICS.md §14: the loads,
+//! the background copies, and the host runs with the rows choosing each.
+
+use super::Exec;
+
+/// One layer's execution events, per step of the replay (every step, counted or not).
+///
+/// Filled by the deployed step loop ([`crate::deploy`]) through [`LayerEvents::miss`] and
+/// [`LayerEvents::end_step`]; read by [`super::HybridEvents::cost`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerEvents {
+    exec: Exec,
+    /// Whether this layer has a GPU cache (cap > 0), which makes `host` misses copies too.
+    cached: bool,
+    /// Whether the current step transfers its misses (`host:R` and rows >= R).
+    transfer_step: bool,
+    /// `[steps]`: loads of each step (`host:R` steps of >= R rows, or every miss under transfer).
+    loads: Vec<u32>,
+    /// `[steps]`: background copies of each step.
+    copies: Vec<u32>,
+    /// `[steps + 1]`: where each step's host runs start in `run_rows`.
+    run_starts: Vec<u32>,
+    /// Rows of the step choosing each host run, in the order the step processed them.
+    run_rows: Vec<u32>,
+}
+
+impl LayerEvents {
+    /// An empty record for a replay of `steps` steps (reserves the per-step arrays) under `exec`
+    /// with this layer's `cap`.
+    pub(crate) fn new(steps: usize, exec: Exec, cap: usize) -> LayerEvents {
+        let mut run_starts = Vec::with_capacity(steps + 1);
+        run_starts.push(0);
+        LayerEvents {
+            exec,
+            cached: cap > 0,
+            transfer_step: exec == Exec::Transfer,
+            loads: Vec::with_capacity(steps),
+            copies: Vec::with_capacity(steps),
+            run_starts,
+            run_rows: Vec::new(),
+        }
+    }
+
+    /// Called before a step of `rows` rows is run through the cache.
+    #[inline(always)]
+    pub(crate) fn begin_step(&mut self, rows: usize) {
+        self.transfer_step = match self.exec {
+            Exec::Transfer => true,
+            Exec::Host => false,
+            Exec::HostBatch(r) => rows >= r,
+        };
+        self.loads.push(0);
+        self.copies.push(0);
+    }
+
+    /// A miss (not forced) of the current step: an expert chosen by `rows_choosing` rows.
+    #[inline(always)]
+    pub(crate) fn miss(&mut self, rows_choosing: u32) {
+        let s = self.loads.len() - 1;
+        if self.transfer_step {
+            self.loads[s] += 1;
+        } else {
+            self.run_rows.push(rows_choosing);
+            if self.cached {
+                self.copies[s] += 1;
+            }
+        }
+    }
+
+    /// Closes the current step.
+    #[inline(always)]
+    pub(crate) fn end_step(&mut self) {
+        self.run_starts.push(self.run_rows.len() as u32);
+    }
+
+    /// Steps recorded.
+    pub fn steps(&self) -> usize {
+        self.loads.len()
+    }
+
+    /// Loads of step `s`.
+    pub fn loads(&self, s: usize) -> u32 {
+        self.loads[s]
+    }
+
+    /// Background copies of step `s`.
+    pub fn copies(&self, s: usize) -> u32 {
+        self.copies[s]
+    }
+
+    /// The rows choosing each host run of step `s`, in processing order (its length is the
+    /// step's host runs).
+    pub fn host_runs(&self, s: usize) -> &[u32] {
+        &self.run_rows[self.run_starts[s] as usize..self.run_starts[s + 1] as usize]
+    }
+}
+
+/// The events of a whole hybrid replay: every layer's [`LayerEvents`] and the rows of each step
+/// (`None` for a step that is not counted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HybridEvents {
+    /// The trace's MoE layers L (the dense compute of a step is split over them).
+    pub layers: usize,
+    /// `[steps]`: rows of each counted step, `None` for a warmup step.
+    pub step_rows: Vec<Option<u32>>,
+    /// `[L]`: each layer's events.
+    pub per_layer: Vec<LayerEvents>,
+}
+
+impl HybridEvents {
+    /// Assembles the per-layer records.
+    pub fn new(layers: usize, step_rows: Vec<Option<u32>>, per_layer: Vec<LayerEvents>) -> HybridEvents {
+        HybridEvents { layers, step_rows, per_layer }
+    }
+
+    /// (host runs, loads, copies) over counted steps and every layer.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        let (mut runs, mut loads, mut copies) = (0u64, 0u64, 0u64);
+        for ev in &self.per_layer {
+            for (s, rows) in self.step_rows.iter().enumerate() {
+                if rows.is_some() {
+                    runs += ev.host_runs(s).len() as u64;
+                    loads += u64::from(ev.loads(s));
+                    copies += u64::from(ev.copies(s));
+                }
+            }
+        }
+        (runs, loads, copies)
+    }
+}

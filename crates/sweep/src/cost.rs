@@ -20,6 +20,30 @@ pub struct DeviceProfile {
     /// token's `compute_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_ms_per_step: Option<f64>,
+    /// Hybrid execution (SEMANTICS.md §14): the bandwidth, in GB/s, that the CPU's expert
+    /// kernels reach reading experts from host memory (not the DRAM peak). Measure it from one
+    /// all-CPU run (every expert on the CPU, `--n-cpu-moe` = all layers in llama.cpp) of r tok/s
+    /// at one row per step: `host_gbps = expert_mb · picks_per_token / (1000 · (1/r − compute_ms/1000))`
+    /// (§14's step time solved for it, with host_ms_per_row and host_sync_ms 0). Required for
+    /// `exec host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_gbps: Option<f64>,
+    /// §14: CPU compute per row per expert, ms (default 0: host runs are memory bound). Measure:
+    /// the slope of a host run's time against the rows of a prefill batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ms_per_row: Option<f64>,
+    /// §14: the synchronisation cost of a layer with host runs, ms (default 0): a runtime's
+    /// CPU-GPU hand-off per layer (e.g. one `cudaStreamSynchronize` and a copy of the hidden state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_sync_ms: Option<f64>,
+    /// §14: how the host and GPU parts of a layer combine (default sequential, llama.cpp;
+    /// concurrent for kTransformers and HybriMoE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<cachesim::hybrid::Overlap>,
+    /// GPU memory for experts and the KV cache, GB (10^9 bytes); the default budget of
+    /// `plan --exec host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_gb: Option<f64>,
 }
 
 /// A model shape from which [`DeviceProfile::expert_mb`] is derived.
@@ -51,9 +75,108 @@ impl DeviceProfile {
             expert_mb: 1.3824,
             compute_ms: 12.0,
             bandwidth_gbps: vec![3.9, 6.8],
+            ..DeviceProfile::empty()
+        }
+    }
+
+    /// A profile with the given name and nothing else: every optional field `None`, no bandwidth.
+    fn empty() -> DeviceProfile {
+        DeviceProfile {
+            name: String::new(),
+            expert_mb: 0.0,
+            compute_ms: 0.0,
+            bandwidth_gbps: Vec::new(),
             link_gbps: None,
             compute_ms_per_step: None,
+            host_gbps: None,
+            host_ms_per_row: None,
+            host_sync_ms: None,
+            overlap: None,
+            gpu_gb: None,
         }
+    }
+
+    /// Reads a profile file (`--profile-file hw.json`): one JSON object with the fields of
+    /// [`DeviceProfile`] (unknown fields refused, named); `name` defaults to the file stem and
+    /// `bandwidth_gbps` to `[]` when absent, and the fields are checked by
+    /// [`DeviceProfile::check`].
+    ///
+    /// # Errors
+    /// [`SweepError::Io`] if the file cannot be read, [`SweepError::Json`] naming the file for a
+    /// malformed or unknown field, [`SweepError::Grid`] (key `profile.FIELD`) for a bad value.
+    pub fn read(path: &std::path::Path) -> crate::Result<DeviceProfile> {
+        let bytes = trace_io::read_regular(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|source| crate::SweepError::Json { path: path.into(), source })?;
+        if let Some(o) = v.as_object_mut() {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            o.entry("name").or_insert(serde_json::Value::String(stem));
+            o.entry("bandwidth_gbps").or_insert(serde_json::json!([]));
+        }
+        let p: DeviceProfile =
+            serde_json::from_value(v).map_err(|source| crate::SweepError::Json { path: path.into(), source })?;
+        p.check()?;
+        Ok(p)
+    }
+
+    /// Checks every field: sizes and times finite and >= 0, bandwidths finite and > 0.
+    ///
+    /// # Errors
+    /// [`SweepError::Grid`] with key `profile.FIELD` (the profile's name in the reason).
+    pub fn check(&self) -> crate::Result<()> {
+        let bad = |field: &str, v: f64, what: &str| {
+            Err(crate::SweepError::Grid {
+                key: format!("profile.{field}"),
+                reason: format!("profile {:?}: {v} must be {what}", self.name),
+            })
+        };
+        let non_negative = [
+            ("expert_mb", Some(self.expert_mb)),
+            ("compute_ms", Some(self.compute_ms)),
+            ("compute_ms_per_step", self.compute_ms_per_step),
+            ("host_ms_per_row", self.host_ms_per_row),
+            ("host_sync_ms", self.host_sync_ms),
+            ("gpu_gb", self.gpu_gb),
+        ];
+        for (field, v) in non_negative {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+                return bad(field, v, "finite and >= 0");
+            }
+        }
+        let positive = [("link_gbps", self.link_gbps), ("host_gbps", self.host_gbps)];
+        let bandwidths = self.bandwidth_gbps.iter().map(|&b| ("bandwidth_gbps", Some(b)));
+        for (field, v) in positive.into_iter().chain(bandwidths) {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return bad(field, v, "a finite bandwidth > 0 GB/s");
+            }
+        }
+        Ok(())
+    }
+
+    /// The device of hybrid execution (SEMANTICS.md §14): this profile's expert size, compute,
+    /// host and link fields, with `overlap` (else the profile's, else sequential).
+    ///
+    /// # Errors
+    /// [`SweepError::Grid`] (key `profile.host_gbps`) when the profile has no `host_gbps`.
+    pub fn hybrid(&self, overlap: Option<cachesim::hybrid::Overlap>) -> crate::Result<cachesim::hybrid::HybridDevice> {
+        let host_gbps = self.host_gbps.ok_or_else(|| crate::SweepError::Grid {
+            key: "profile.host_gbps".into(),
+            reason: format!(
+                "profile {:?} has no host_gbps: exec host needs the bandwidth the CPU's expert kernels reach (GB/s; \
+                 docs/hybrid.md says how to measure it)",
+                self.name
+            ),
+        })?;
+        Ok(cachesim::hybrid::HybridDevice {
+            expert_mb: self.expert_mb,
+            compute_ms: self.compute_ms,
+            compute_ms_per_step: self.compute_ms_per_step,
+            host_gbps,
+            host_ms_per_row: self.host_ms_per_row.unwrap_or(0.0),
+            host_sync_ms: self.host_sync_ms.unwrap_or(0.0),
+            link_gbps: self.link_gbps,
+            overlap: overlap.or(self.overlap).unwrap_or_default(),
+        })
     }
 
     /// A profile whose expert size comes from a model shape.
@@ -63,8 +186,7 @@ impl DeviceProfile {
             expert_mb: shape.expert_mb(),
             compute_ms,
             bandwidth_gbps,
-            link_gbps: None,
-            compute_ms_per_step: None,
+            ..DeviceProfile::empty()
         }
     }
 

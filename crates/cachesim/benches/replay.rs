@@ -215,5 +215,59 @@ fn bench_prefetch(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_replay, bench_floor, bench_prefetch);
+/// Hybrid execution (SEMANTICS.md §14) against the plain replay in the same run, on the trace of
+/// `replay`: `plain/lru` (§5's replay, the baseline), `deploy/lru` (the deployed step loop, no
+/// execution model), `host/lru` (the same loop recording host runs and copies, then priced on
+/// one device), `host/static_pins64` (cap 0 and 64 pinned experts per layer: the placement of
+/// kTransformers and llama.cpp) and `host/all_cpu` (cap 0, nothing pinned). The requirement is a
+/// ratio: hybrid picks/s at least half of `plain/lru`'s.
+fn bench_hybrid(c: &mut Criterion) {
+    use cachesim::deploy::Deployment;
+    use cachesim::hybrid::{Exec, HybridDevice, Overlap};
+    let s = common::BENCH_TRACE;
+    let trace = common::synth(common::BENCH_SEED, s);
+    let view = trace.view();
+    let shape = view.shape();
+    let keep = Keep::full(&shape);
+    let pins: Vec<Vec<u16>> = (0..s.layers).map(|_| (0..64).collect()).collect();
+    let pinned = Deployment { pins: Some(Keep::from_layers(&shape, &pins).expect("pins")), ..Deployment::default() };
+    let dev = HybridDevice {
+        expert_mb: 1.3824,
+        compute_ms: 12.0,
+        compute_ms_per_step: None,
+        host_gbps: 40.0,
+        host_ms_per_row: 0.0,
+        host_sync_ms: 0.0,
+        link_gbps: Some(25.0),
+        overlap: Overlap::Concurrent,
+    };
+    let pool = one_core_pool();
+    let picks = (s.layers * s.tokens * s.top_k) as u64;
+    let mut group = timed_group(c, "hybrid");
+    group.throughput(Throughput::Elements(picks));
+    let lru = ReplayConfig::new(Policy::Lru, 128);
+    let cap0 = ReplayConfig::new(Policy::Lru, 0);
+    group.bench_function("plain/lru", |b| {
+        b.iter(|| pool.install(|| cachesim::replay(&view, &keep, &lru).expect("valid")))
+    });
+    let none = Deployment::default();
+    group.bench_function("deploy/lru", |b| {
+        b.iter(|| pool.install(|| cachesim::deploy::replay(&view, &keep, &lru, &none).expect("valid")))
+    });
+    let cases = [("host/lru", &lru, &none), ("host/static_pins64", &cap0, &pinned), ("host/all_cpu", &cap0, &none)];
+    for (name, cfg, dep) in cases {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                pool.install(|| {
+                    let (_, events) =
+                        cachesim::hybrid::replay_hybrid(&view, &keep, cfg, dep, Exec::Host).expect("valid");
+                    events.cost(&dev).expect("priced")
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_replay, bench_floor, bench_prefetch, bench_hybrid);
 criterion_main!(benches);

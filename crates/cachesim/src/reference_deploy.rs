@@ -66,11 +66,8 @@ pub(crate) fn replay_with_misses(
         match dep.tier2 {
             None => out.storage_reads += layer.misses - layer.forced_misses,
             Some(t2) => {
-                let stream: Vec<(bool, Vec<u16>)> = layer
-                    .stream
-                    .iter()
-                    .map(|st| (st.counted, st.misses.iter().map(|&(e, _)| e).collect()))
-                    .collect();
+                let stream: Vec<(bool, Vec<u16>)> =
+                    layer.stream.iter().map(|st| (st.counted, st.misses.iter().map(|&(e, _)| e).collect())).collect();
                 let (hits, misses) = replay_tier2(t2.policy, t2.cap, &stream);
                 out.t2_hits += hits;
                 out.storage_reads += misses;

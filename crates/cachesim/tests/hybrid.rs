@@ -98,7 +98,13 @@ fn check(case: &Case) {
     let dep = Deployment { pins, tier2: None, schedule };
     let (counts, cost) = both(&view, &keep, &cfg0(Policy::Lru, case.cap), &dep, case.exec, &case.device);
     assert_eq!((counts.host_runs, counts.loads, counts.copies), case.expect, "{}", case.name);
-    assert!((cost.tok_s - case.tok_s).abs() < 1e-9 * case.tok_s, "{}: tok/s {} != {}", case.name, cost.tok_s, case.tok_s);
+    assert!(
+        (cost.tok_s - case.tok_s).abs() < 1e-9 * case.tok_s,
+        "{}: tok/s {} != {}",
+        case.name,
+        cost.tok_s,
+        case.tok_s
+    );
 }
 
 #[test]
@@ -334,7 +340,8 @@ fn hybrid_matrix_fast_equals_reference() {
                         for schedule in [Schedule::PerToken, Schedule::Served, Schedule::Rebatch(4)] {
                             for pins in [None, Some(pin.clone())] {
                                 for overlap in Overlap::ALL {
-                                    let device = HybridDevice { host_ms_per_row: 0.6, host_sync_ms: 0.05, ..dev(overlap) };
+                                    let device =
+                                        HybridDevice { host_ms_per_row: 0.6, host_sync_ms: 0.05, ..dev(overlap) };
                                     let dep = Deployment { pins: pins.clone(), tier2: None, schedule };
                                     let (counts, cost) = both(&view, &keep, &cfg, &dep, exec, &device);
                                     if exec == Exec::Host && schedule == Schedule::PerToken {

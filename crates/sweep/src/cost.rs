@@ -105,7 +105,8 @@ impl DeviceProfile {
     /// [`SweepError::Io`] if the file cannot be read, [`SweepError::Json`] naming the file for a
     /// malformed or unknown field, [`SweepError::Grid`] (key `profile.FIELD`) for a bad value.
     pub fn read(path: &std::path::Path) -> crate::Result<DeviceProfile> {
-        let bytes = trace_io::read_regular(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
+        let bytes =
+            trace_io::read_regular(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
         let mut v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|source| crate::SweepError::Json { path: path.into(), source })?;
         if let Some(o) = v.as_object_mut() {

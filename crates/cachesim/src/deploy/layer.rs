@@ -149,6 +149,20 @@ fn build_f(row: &[u16], keep: &[bool], f: &mut [u16]) -> usize {
     len
 }
 
+/// The first `k` entries of F of `row` into `f` (fewer when F is shorter); returns their number.
+#[inline(always)]
+fn build_f_prefix(row: &[u16], keep: &[bool], f: &mut [u16], k: usize) -> usize {
+    let mut len = 0;
+    for &e in row {
+        if len == k {
+            break;
+        }
+        f[len] = e;
+        len += usize::from(keep[usize::from(e)]);
+    }
+    len
+}
+
 /// The step sets at λ = 0 (the distinct F[0..n] of the step's rows), for belady's next uses.
 fn lambda0_sets(inp: &Input<'_>) -> StepSets {
     let plan = inp.plan;
@@ -237,6 +251,7 @@ fn tier1<P: Prio, X: StepSink>(
     let mut set_count = vec![0u32; inp.num_experts];
     let mut set_mark = vec![usize::MAX; inp.num_experts];
 
+    let cache_aware = inp.lambda > 0.0 && inp.scores.is_some();
     for s in 0..steps {
         let rows = plan.starts[s]..plan.starts[s + 1];
         let counted = plan.starts[s] >= inp.warmup;
@@ -246,7 +261,9 @@ fn tier1<P: Prio, X: StepSink>(
         for p in rows.clone() {
             let t = plan.token(p);
             let row = &inp.ids[t * m..(t + 1) * m];
-            let len = build_f(row, inp.keep, &mut f);
+            // λ = 0 reads F only up to its k-th entry: build no further.
+            let len =
+                if cache_aware { build_f(row, inp.keep, &mut f) } else { build_f_prefix(row, inp.keep, &mut f, k) };
             let n = k.min(len);
             chosen.clear();
             match inp.scores {

@@ -14,7 +14,20 @@ use crate::LayerCounts;
 
 /// The whole token loop of one layer with policy `policy`.
 pub(crate) fn run<P: Evictor>(params: &Params<'_>, input: &LayerInput<'_>, policy: P) -> LayerCounts {
-    run_tokens(params, input, State::new(params, input, policy), 0..params.tokens).counts
+    run_tokens(params, input, State::new(params, input, policy), 0..params.tokens, &mut ()).counts
+}
+
+/// What the token loop tells an execution model after each token (SEMANTICS.md §14): nothing
+/// for a plain replay (`()`, which compiles to nothing), the token's misses that are not forced
+/// for hybrid execution ([`crate::hybrid::LayerEvents`]).
+pub(crate) trait TokenSink {
+    /// After token t (every token, counted or not): its misses that are not forced.
+    fn token(&mut self, misses: u32);
+}
+
+impl TokenSink for () {
+    #[inline(always)]
+    fn token(&mut self, _misses: u32) {}
 }
 
 /// Everything one layer's replay carries from token to token: the policy, the cache, the
@@ -68,11 +81,12 @@ impl<P: Evictor> State<P> {
 /// and out: inside, its parts are locals the compiler keeps apart). Resumable: a caller may
 /// replay a trace's tokens in several ranges, in order.
 #[inline(never)]
-pub(crate) fn run_tokens<P: Evictor>(
+pub(crate) fn run_tokens<P: Evictor, S: TokenSink>(
     params: &Params<'_>,
     input: &LayerInput<'_>,
     state: State<P>,
     tokens: std::ops::Range<usize>,
+    sink: &mut S,
 ) -> State<P> {
     let (m, k, cap) = (params.m, params.k_used, params.cap);
     let State {
@@ -224,6 +238,7 @@ pub(crate) fn run_tokens<P: Evictor>(
             counts.hits += hits;
             counts.misses += chosen.len() as u64 - hits;
         }
+        sink.token((chosen.len() as u64 - hits) as u32);
 
         // Step 5: credits.
         // With a table, f_len is its row's length.

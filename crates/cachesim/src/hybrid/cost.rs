@@ -89,8 +89,9 @@ impl HybridEvents {
     /// - step time = max(Σ_l layer times, copies(s) · τ), copies(s) summed over layers.
     ///
     /// tok/s = rows counted / Σ step times (0 when nothing was counted or the time is 0).
-    /// Sums run over steps, then layers in order, then host runs in order, so the figure is
-    /// the same whatever the thread count of the replay.
+    /// Sums run over steps, then layers in order (the runs one row chose first, as one product,
+    /// then the others in order), so the figure is the same whatever the thread count of the
+    /// replay.
     ///
     /// # Errors
     /// [`HybridDevice::check`]'s, and [`CacheSimError::InvalidParameter`] for `link_gbps` when a
@@ -119,11 +120,12 @@ impl HybridEvents {
             for ev in &self.per_layer {
                 let g = c_s / (1000.0 * layers) + f64::from(ev.loads(s)) * tau;
                 let runs = ev.host_runs(s);
-                let mut h = 0.0;
-                for &n in runs {
+                let shared = ev.shared_runs(s);
+                let mut h = f64::from(runs - shared.len() as u32) * a.max(b);
+                for &n in shared {
                     h += a.max(f64::from(n) * b);
                 }
-                if !runs.is_empty() {
+                if runs > 0 {
                     h += sync;
                 }
                 layer_sum += match dev.overlap {

@@ -6,7 +6,9 @@ use super::Exec;
 /// One layer's execution events, per step of the replay (every step, counted or not).
 ///
 /// Filled by the deployed step loop ([`crate::deploy`]) through [`LayerEvents::miss`] and
-/// [`LayerEvents::end_step`]; read by [`super::HybridEvents::cost`].
+/// [`LayerEvents::end_step`], or by the token loop of §5 through [`LayerEvents::token`]; read
+/// by [`super::HybridEvents::cost`]. A host run chosen by one row (every run of a per-token
+/// replay) is only counted; the rows of the others are kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LayerEvents {
     exec: Exec,
@@ -18,26 +20,29 @@ pub struct LayerEvents {
     loads: Vec<u32>,
     /// `[steps]`: background copies of each step.
     copies: Vec<u32>,
-    /// `[steps + 1]`: where each step's host runs start in `run_rows`.
-    run_starts: Vec<u32>,
-    /// Rows of the step choosing each host run, in the order the step processed them.
-    run_rows: Vec<u32>,
+    /// `[steps]`: host runs of each step.
+    runs: Vec<u32>,
+    /// `[steps + 1]`: where each step's host runs of two rows or more start in `multi`.
+    multi_starts: Vec<u32>,
+    /// The rows choosing each host run of two rows or more, in the order the step ran them.
+    multi: Vec<u32>,
 }
 
 impl LayerEvents {
     /// An empty record for a replay of `steps` steps (reserves the per-step arrays) under `exec`
     /// with this layer's `cap`.
     pub(crate) fn new(steps: usize, exec: Exec, cap: usize) -> LayerEvents {
-        let mut run_starts = Vec::with_capacity(steps + 1);
-        run_starts.push(0);
+        let mut multi_starts = Vec::with_capacity(steps + 1);
+        multi_starts.push(0);
         LayerEvents {
             exec,
             cached: cap > 0,
             transfer_step: exec == Exec::Transfer,
             loads: Vec::with_capacity(steps),
             copies: Vec::with_capacity(steps),
-            run_starts,
-            run_rows: Vec::new(),
+            runs: Vec::with_capacity(steps),
+            multi_starts,
+            multi: Vec::new(),
         }
     }
 
@@ -51,6 +56,7 @@ impl LayerEvents {
         };
         self.loads.push(0);
         self.copies.push(0);
+        self.runs.push(0);
     }
 
     /// A miss (not forced) of the current step: an expert chosen by `rows_choosing` rows.
@@ -60,7 +66,10 @@ impl LayerEvents {
         if self.transfer_step {
             self.loads[s] += 1;
         } else {
-            self.run_rows.push(rows_choosing);
+            self.runs[s] += 1;
+            if rows_choosing > 1 {
+                self.multi.push(rows_choosing);
+            }
             if self.cached {
                 self.copies[s] += 1;
             }
@@ -70,7 +79,22 @@ impl LayerEvents {
     /// Closes the current step.
     #[inline(always)]
     pub(crate) fn end_step(&mut self) {
-        self.run_starts.push(self.run_rows.len() as u32);
+        self.multi_starts.push(self.multi.len() as u32);
+    }
+
+    /// A whole step of one row with `misses` misses that are not forced (the token loop of §5).
+    #[inline(always)]
+    pub(crate) fn token(&mut self, misses: u32) {
+        let transfer = match self.exec {
+            Exec::Transfer => true,
+            Exec::Host => false,
+            Exec::HostBatch(r) => r <= 1,
+        };
+        let (loads, runs) = if transfer { (misses, 0) } else { (0, misses) };
+        self.loads.push(loads);
+        self.runs.push(runs);
+        self.copies.push(if self.cached { runs } else { 0 });
+        self.multi_starts.push(self.multi.len() as u32);
     }
 
     /// Steps recorded.
@@ -88,10 +112,15 @@ impl LayerEvents {
         self.copies[s]
     }
 
-    /// The rows choosing each host run of step `s`, in processing order (its length is the
-    /// step's host runs).
-    pub fn host_runs(&self, s: usize) -> &[u32] {
-        &self.run_rows[self.run_starts[s] as usize..self.run_starts[s + 1] as usize]
+    /// Host runs of step `s`.
+    pub fn host_runs(&self, s: usize) -> u32 {
+        self.runs[s]
+    }
+
+    /// The rows choosing each host run of step `s` that two rows or more chose, in processing
+    /// order (the step's other host runs were chosen by one row each).
+    pub fn shared_runs(&self, s: usize) -> &[u32] {
+        &self.multi[self.multi_starts[s] as usize..self.multi_starts[s + 1] as usize]
     }
 }
 
@@ -119,7 +148,7 @@ impl HybridEvents {
         for ev in &self.per_layer {
             for (s, rows) in self.step_rows.iter().enumerate() {
                 if rows.is_some() {
-                    runs += ev.host_runs(s).len() as u64;
+                    runs += u64::from(ev.host_runs(s));
                     loads += u64::from(ev.loads(s));
                     copies += u64::from(ev.copies(s));
                 }

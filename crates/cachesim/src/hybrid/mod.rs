@@ -27,6 +27,7 @@
 
 mod cost;
 mod events;
+mod per_token;
 
 use std::fmt;
 use std::str::FromStr;
@@ -216,10 +217,19 @@ pub fn replay_hybrid(
     validate(trace, keep, cfg, dep, exec)?;
     let shape = trace.shape();
     let plan = deploy::plan(trace, dep.schedule);
+    // A plain configuration (per token, no pins, one tier, cap > 0) runs the fast token loop of
+    // §5 resumed per token; any other the deployed step loop, recording as it goes.
+    let plain = dep.is_plain(cfg);
     let per_layer: Vec<_> = (0..shape.layers)
         .into_par_iter()
         .map(|l| {
             let mut ev = LayerEvents::new(plan.steps(), exec, cfg.cap_of(l));
+            if plain {
+                let counts = per_token::token_misses(trace, keep, cfg, l, &mut ev);
+                let extra =
+                    deploy::LayerExtra { storage_reads: counts.misses - counts.forced_misses, ..Default::default() };
+                return ((counts, extra), ev);
+            }
             let (counts, extra) = deploy::replay_layer_with(trace, keep, cfg, dep, &plan, l, &mut ev);
             ((counts, extra), ev)
         })

@@ -7,6 +7,7 @@ mod json;
 mod plan;
 mod replay;
 mod replay_deploy;
+mod replay_hybrid;
 mod replay_prefetch;
 mod report;
 mod saliency;

@@ -62,6 +62,9 @@ pub struct ReplayArgs {
     /// Deployments: pins, a second tier, served steps, re-batching (SEMANTICS.md §9-§11).
     #[command(flatten)]
     pub deploy: super::replay_deploy::DeployArgs,
+    /// Hybrid execution: non-resident experts computed on the CPU (SEMANTICS.md §14).
+    #[command(flatten)]
+    pub hybrid: super::replay_hybrid::HybridArgs,
 }
 
 /// Runs `replay`.
@@ -108,8 +111,27 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         layer_caps: layer_caps.clone(),
         ..ReplayConfig::new(a.policy, cap)
     };
-    let dep = super::replay_deploy::deployment(&a.deploy, f.meta(), &shape, read_keep)?;
-    let plain = dep.is_plain(&cfg);
+    let exec = a.hybrid.exec;
+    if let Some(flag) = a.hybrid.stray_flag() {
+        bail!("{flag} prices hybrid execution (SEMANTICS.md §14): add --exec host (or host:R), or drop {flag}");
+    }
+    let dep = super::replay_deploy::deployment(&a.deploy, exec, f.meta(), &shape, read_keep)?;
+    if exec.is_hybrid() {
+        if dep.tier2.is_some() {
+            bail!(
+                "--tier2 with --exec {exec}: a non-resident expert is computed on the CPU from host memory, so there \
+                 is no second tier to load it from (SEMANTICS.md §14); drop --tier2, or use --exec transfer"
+            );
+        }
+        if a.extra.active() && !only_profile(&a.extra) {
+            bail!(
+                "--exec {exec} with prefetch, the timeline or the shuffled order: a prefetched expert is loaded to \
+                 the GPU, which hybrid execution does not price (SEMANTICS.md §14); drop those flags, or use --exec \
+                 transfer"
+            );
+        }
+    }
+    let plain = dep.is_plain(&cfg) && !exec.is_hybrid();
     // With a deployment, `--profile` prices the deployed replay (below); the other prefetch
     // flags do not apply to it.
     let prefetch_on = if plain { a.extra.active() } else { a.extra.active() && !only_profile(&a.extra) };
@@ -130,8 +152,15 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     };
     let v = f.view_for(reads)?;
     let working = crate::progress::working("replay");
+    let mut hybrid = None;
     let replayed = if plain {
         cachesim::replay(&v, &keep, &cfg).map(cachesim::deploy::DeployCounts::from_plain)
+    } else if exec.is_hybrid() {
+        cachesim::hybrid::replay_hybrid(&v, &keep, &cfg, &dep, exec).map(|(c, events)| {
+            let deploy = c.deploy.clone();
+            hybrid = Some((c, events));
+            deploy
+        })
     } else {
         cachesim::deploy::replay(&v, &keep, &cfg, &dep)
     };
@@ -146,6 +175,18 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         e => e.into(),
     })?;
     let c = &dc.counts;
+    let profile = super::replay_hybrid::base_profile(a.hybrid.profile_file.as_deref(), a.extra.profile.as_deref(), &v)?;
+    // The hybrid counts, profile, device and cost.
+    let priced = match &hybrid {
+        Some((hc, events)) => {
+            let mut p = profile.clone();
+            let dev =
+                super::replay_hybrid::device(&a.hybrid, &mut p, a.deploy.link_gbps, a.deploy.compute_ms_per_step)?;
+            let cost = super::replay_hybrid::cost(events, &dev, exec)?;
+            Some((hc, p, dev, cost))
+        }
+        None => None,
+    };
     if a.reset_at_sequence && v.seq_offsets().is_none_or(|s| s.len() <= 1) {
         writeln!(
             std::io::stderr().lock(),
@@ -161,11 +202,15 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
             "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,
         });
-        if let (Some(j), serde_json::Value::Object(extra)) = (
-            j.as_object_mut(),
-            super::replay_deploy::json_extras(&a.deploy, a.extra.profile.as_deref(), &v, &dep, &dc)?,
-        ) {
+        if let (Some(j), serde_json::Value::Object(extra)) =
+            (j.as_object_mut(), super::replay_deploy::json_extras(&a.deploy, profile, &dep, &dc)?)
+        {
             j.extend(extra);
+        }
+        if let (Some(j), Some((hc, p, dev, cost))) = (j.as_object_mut(), &priced) {
+            if let serde_json::Value::Object(h) = super::replay_hybrid::json_fields(exec, hc, p, dev, cost) {
+                j.extend(h);
+            }
         }
         writeln!(out, "{j}")?;
     } else {
@@ -184,6 +229,9 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         writeln!(out, "{t}")?;
         if !plain {
             writeln!(out, "{}", super::replay_deploy::summary_line(&dc, &dep))?;
+        }
+        if let Some((hc, p, dev, cost)) = &priced {
+            writeln!(out, "{}", super::replay_hybrid::summary_line(exec, hc, p, dev, cost))?;
         }
     }
     Ok(())

@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
+use cachesim::hybrid::Exec;
 use cachesim::{Keep, Policy};
 use clap::Args;
 use saliency::KeepMap;
 use sweep::{DeployCost, DeviceProfile};
-use trace_io::{Shape, TraceMeta, TraceView};
+use trace_io::{Shape, TraceMeta};
 
 #[derive(Debug, Args)]
 pub struct DeployArgs {
@@ -55,12 +56,16 @@ fn parse_tier2(s: &str) -> Result<Tier2> {
 /// The deployment the flags ask for, with the pin map read and checked against the trace.
 pub fn deployment(
     a: &DeployArgs,
+    exec: Exec,
     meta: &TraceMeta,
     shape: &Shape,
     read_keep: impl Fn(&Path) -> Result<KeepMap>,
 ) -> Result<Deployment> {
-    if a.link_gbps.is_some() && a.tier2.is_none() {
-        bail!("--link-gbps is the bandwidth from tier 2 to tier 1: it applies only with --tier2");
+    if a.link_gbps.is_some() && a.tier2.is_none() && !exec.is_hybrid() {
+        bail!(
+            "--link-gbps is the bandwidth from tier 2 to tier 1, or from host to GPU under --exec host: it applies \
+             only with --tier2 or --exec host"
+        );
     }
     if a.compute_ms_per_step.is_some() && !a.served() {
         bail!("--compute-ms-per-step is the compute of an engine step: it applies only with --served or --batch");
@@ -112,27 +117,18 @@ fn plan_pins(path: &Path) -> Result<Option<Vec<Vec<u16>>>> {
     Ok(Some(layers))
 }
 
-/// The cost profile: `name` (replay's `--profile`), else the trace model's preset, else the
-/// reference; with the link and step flags.
-fn profile(a: &DeployArgs, name: Option<&str>, v: &TraceView<'_>) -> Result<DeviceProfile> {
-    let inferred = name.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
-    let name = name.or(inferred).unwrap_or("reference");
-    let mut p =
-        DeviceProfile::preset(name).with_context(|| format!("unknown profile {name:?}; see docs/grid-format.md"))?;
-    p.link_gbps = a.link_gbps.or(p.link_gbps);
-    p.compute_ms_per_step = a.compute_ms_per_step.or(p.compute_ms_per_step);
-    Ok(p)
-}
-
-/// The fields `--json` adds to the §5 ones, and the cost at each of the profile's bandwidths.
+/// The fields `--json` adds to the §5 ones, and the cost at each bandwidth of `profile` (replay's
+/// `--profile-file` or `--profile`, else the trace model's preset, else the reference) with the
+/// link and step flags.
 pub fn json_extras(
     a: &DeployArgs,
-    profile_name: Option<&str>,
-    v: &TraceView<'_>,
+    profile: DeviceProfile,
     dep: &Deployment,
     c: &DeployCounts,
 ) -> Result<serde_json::Value> {
-    let p = profile(a, profile_name, v)?;
+    let mut p = profile;
+    p.link_gbps = a.link_gbps.or(p.link_gbps);
+    p.compute_ms_per_step = a.compute_ms_per_step.or(p.compute_ms_per_step);
     let costs: Vec<DeployCost> =
         p.bandwidth_gbps.iter().map(|&bw| DeployCost::of(&p, c, dep.tier2.is_some(), a.served(), bw)).collect();
     let schedule = match dep.schedule {

@@ -78,12 +78,7 @@ pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -
         }
         _ => None,
     };
-    let inferred = x.profile.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
-    let profile_name = x.profile.as_deref().or(inferred).unwrap_or("reference");
-    let profile = DeviceProfile::preset(profile_name).with_context(|| {
-        let names: Vec<&str> = sweep::PRESETS.iter().map(|p| p.0).chain(["reference"]).collect();
-        format!("unknown --profile {profile_name:?}; expected one of: {}", names.join(", "))
-    })?;
+    let profile = super::replay_hybrid::base_profile(a.hybrid.profile_file.as_deref(), x.profile.as_deref(), v)?;
     let bw = x.bandwidth.or(profile.bandwidth_gbps.first().copied()).unwrap_or(3.9);
     let device = TimelineDevice { expert_mb: profile.expert_mb, compute_ms: profile.compute_ms, bandwidth_gbps: bw };
     let timeline = x.timeline.then_some(device);

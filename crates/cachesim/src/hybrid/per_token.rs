@@ -1,0 +1,55 @@
+//! The per-token misses of a plain configuration (SEMANTICS.md §5: one row per step, no pins,
+//! one tier, cap > 0) from the fast token loop itself, told to a [`LayerEvents`] after each
+//! token: under `exec host` every such miss that is not forced is a host run chosen by one row
+//! and a background copy (§14), so these counts are all the cost needs.
+
+use trace_io::TraceView;
+
+use super::LayerEvents;
+use crate::engine::{Evictor, LayerInput, Params, State, TokenSink, run_tokens};
+use crate::policy::{VisitPolicy, with_policy};
+use crate::{Keep, LayerCounts, ReplayConfig};
+
+/// Layer `l`'s counts, with every token's misses told to `events`. The configuration is
+/// validated and plain.
+pub(crate) fn token_misses(
+    trace: &TraceView<'_>,
+    keep: &Keep,
+    cfg: &ReplayConfig,
+    l: usize,
+    events: &mut LayerEvents,
+) -> LayerCounts {
+    let shape = trace.shape();
+    let mut params = Params::new(&shape, cfg, trace.seq_offsets());
+    params.cap = cfg.cap_of(l);
+    let input = LayerInput {
+        ids: trace.layer_ids(l),
+        scores: trace.layer_scores(l),
+        keep: keep.layer_mask(l),
+        probs: None,
+        f_table: None,
+    };
+    with_policy(&params, &input, Visit { params: &params, input: &input, events })
+}
+
+impl TokenSink for LayerEvents {
+    #[inline(always)]
+    fn token(&mut self, misses: u32) {
+        LayerEvents::token(self, misses);
+    }
+}
+
+/// Runs the token loop over every token with the policy [`with_policy`] builds.
+struct Visit<'p, 'a, 'e> {
+    params: &'p Params<'a>,
+    input: &'p LayerInput<'a>,
+    events: &'e mut LayerEvents,
+}
+
+impl VisitPolicy for Visit<'_, '_, '_> {
+    type Out = LayerCounts;
+    fn visit<P: Evictor>(self, policy: P) -> LayerCounts {
+        let Visit { params, input, events } = self;
+        run_tokens(params, input, State::new(params, input, policy), 0..params.tokens, events).counts
+    }
+}

@@ -1,0 +1,150 @@
+//! `replay --exec host` (SEMANTICS.md §14): the JSON fields against hand-computed costs, the
+//! profile file, every refusal with its reason.
+
+mod common;
+
+use std::path::Path;
+
+use common::{fails, ok, s, synth};
+
+fn json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&ok(args)).unwrap()
+}
+
+/// A profile file: 10 MB experts, 2 ms dense compute per token, host 10 GB/s (1 ms per host
+/// run), a 10 GB/s link (1 ms per load or copy).
+fn profile_file(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("hw.json");
+    let body = r#"{"expert_mb": 10, "compute_ms": 2, "host_gbps": 10, "link_gbps": 10, "gpu_gb": 8}"#;
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn all_cpu_costs_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    synth(&trace, [2, 16, 2, 4, 300], &[]);
+    let hw = profile_file(dir.path());
+    let base = ["replay", s(&trace), "--policy", "lru", "--cap", "0", "--exec", "host", "--profile-file", s(&hw)];
+    let seq = json(&[&base[..], &["--json"]].concat());
+    // 236 counted tokens, 2 layers, top-2: every pick a host run, nothing moves.
+    assert_eq!(seq["picks"], 236 * 4);
+    assert_eq!(
+        (seq["host_runs"].as_u64(), seq["loads"].as_u64(), seq["copies"].as_u64()),
+        (Some(944), Some(0), Some(0))
+    );
+    assert_eq!(seq["exec"], "host");
+    let c = &seq["cost"];
+    assert_eq!((c["profile"].as_str(), c["overlap"].as_str()), (Some("hw"), Some("sequential")));
+    // Per token: g = 2 ms (1 ms per layer), h = 2 runs · 1 ms per layer: 6 ms, 166.67 tok/s.
+    let close = |v: &serde_json::Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-9 * x.max(1.0);
+    assert!(close(&c["tok_s"], 1000.0 / 6.0), "{c}");
+    assert!(close(&c["host_s_per_row"], 0.004) && close(&c["gpu_s_per_row"], 0.002), "{c}");
+    // Concurrent: each layer max(1 ms, 2 ms) = 2 ms: 4 ms, 250 tok/s.
+    let conc = json(&[&base[..], &["--overlap", "concurrent", "--json"]].concat());
+    assert!(close(&conc["cost"]["tok_s"], 250.0), "{}", conc["cost"]);
+    // A per-row host cost of 3 ms beats the 1 ms memory bound: h = 6 ms per layer, 14 ms.
+    let slow = json(&[&base[..], &["--host-ms-per-row", "3", "--json"]].concat());
+    assert!(close(&slow["cost"]["tok_s"], 1000.0 / 14.0), "{}", slow["cost"]);
+    // The table says the same.
+    let table = ok(&base);
+    assert!(
+        table.contains("exec host (sequential), profile hw: host runs 944, loads 0, copies 0; 166.667 tok/s"),
+        "{table}"
+    );
+}
+
+#[test]
+fn pins_caches_and_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    synth(&trace, [2, 16, 2, 4, 400], &["--sequences", "8"]);
+    let stats = dir.path().join("stats.json");
+    ok(&["stats", s(&trace), "-o", s(&stats)]);
+    let pin = dir.path().join("pin.json");
+    ok(&["keep", s(&stats), "--metric", "frequency", "--k", "4", "-o", s(&pin)]);
+    let hw = profile_file(dir.path());
+    let t = s(&trace);
+    let run = |extra: &[&str]| {
+        let base = ["replay", t, "--policy", "lru", "--profile-file", s(&hw), "--json"];
+        json(&[&base[..], extra].concat())
+    };
+    // Static placement: every unpinned pick runs on the host.
+    let p = run(&["--cap", "0", "--pin", s(&pin), "--exec", "host"]);
+    let u = |k: &str| p[k].as_u64().unwrap();
+    assert_eq!(u("host_runs"), u("picks") - u("pinned_hits") - u("forced_misses"));
+    assert!(u("pinned_hits") > 0);
+    // The all-CPU baseline is slower than pinning 4 per layer.
+    let floor = run(&["--cap", "0", "--exec", "host"]);
+    assert!(floor["cost"]["tok_s"].as_f64() < p["cost"]["tok_s"].as_f64());
+    // A dynamic cache: the counts are the transfer replay's, every miss a host run and a copy.
+    let cached = run(&["--cap", "4", "--exec", "host"]);
+    let transfer = run(&["--cap", "4"]);
+    for key in ["hits", "misses", "picks", "layer_misses"] {
+        assert_eq!(cached[key], transfer[key], "{key}");
+    }
+    assert_eq!(cached["copies"], cached["misses"]);
+    assert_eq!(cached["host_runs"], cached["misses"]);
+    // Re-batched by 3 (8 sequences of 50): steps of 3 rows transfer, the 2-row tail runs on the host.
+    let b = run(&["--cap", "0", "--batch", "3", "--exec", "host:3"]);
+    let ub = |k: &str| b[k].as_u64().unwrap();
+    assert!(ub("loads") > 0 && ub("host_runs") > 0, "{b}");
+    assert_eq!(ub("loads") + ub("host_runs") + ub("forced_misses"), ub("misses"));
+    assert_eq!(b["schedule"], "batch:3");
+}
+
+#[test]
+fn refusals_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    synth(&trace, [1, 8, 2, 4, 100], &[]);
+    let hw = profile_file(dir.path());
+    let bad_field = dir.path().join("bad.json");
+    std::fs::write(&bad_field, r#"{"expert_mb": 10, "compute_ms": 2, "host_gbs": 10}"#).unwrap();
+    let no_host = dir.path().join("nohost.json");
+    std::fs::write(&no_host, r#"{"expert_mb": 10, "compute_ms": 2}"#).unwrap();
+    let negative = dir.path().join("neg.json");
+    std::fs::write(&negative, r#"{"expert_mb": 10, "compute_ms": 2, "host_gbps": -1}"#).unwrap();
+    let t = s(&trace);
+    let cases: &[(&[&str], &str)] = &[
+        (&["--cap", "2", "--exec", "host", "--tier2", "lru:4", "--profile-file", s(&hw)], "no second tier"),
+        (&["--cap", "2", "--exec", "host", "--prefetch", "oracle:1", "--profile-file", s(&hw)], "prefetched"),
+        (&["--cap", "2", "--exec", "host:32", "--profile-file", s(&hw)], "needs cap = 0"),
+        (&["--cap", "2", "--overlap", "concurrent"], "add --exec host"),
+        (&["--cap", "2", "--host-gbps", "40"], "--host-gbps prices hybrid execution"),
+        (&["--cap", "0", "--exec", "host"], "no host_gbps"),
+        (&["--cap", "0", "--exec", "host", "--profile-file", s(&no_host)], "give --host-gbps, or a --profile-file"),
+        (&["--cap", "0", "--exec", "host", "--profile-file", s(&bad_field)], "unknown field `host_gbs`"),
+        (&["--cap", "0", "--exec", "host", "--profile-file", s(&negative)], "host_gbps"),
+        (&["--cap", "2", "--exec", "host", "--host-gbps", "40"], "give --link-gbps"),
+        (&["--cap", "0", "--exec", "gpu"], "expected one of: transfer, host, host:R"),
+        (&["--cap", "0", "--exec", "host", "--host-gbps", "0"], "not > 0"),
+        (&["--cap", "0", "--exec", "host", "--profile", "reference", "--profile-file", s(&hw)], "cannot be used"),
+    ];
+    for (extra, expect) in cases {
+        let args = [&["replay", t, "--policy", "lru"][..], extra].concat();
+        let err = fails(&args);
+        assert!(err.contains(expect), "{extra:?}: expected {expect:?} in: {err}");
+    }
+    // The link flag is accepted with exec host (the copies' link), and prices them.
+    let out = json(&[
+        "replay",
+        t,
+        "--policy",
+        "lru",
+        "--cap",
+        "2",
+        "--exec",
+        "host",
+        "--host-gbps",
+        "40",
+        "--link-gbps",
+        "20",
+        "--json",
+    ]);
+    assert!(out["cost"]["link_s_per_row"].as_f64().unwrap() > 0.0);
+    // --exec transfer changes nothing: the same JSON as without it.
+    let plain = ok(&["replay", t, "--policy", "lru", "--cap", "2", "--json"]);
+    assert_eq!(ok(&["replay", t, "--policy", "lru", "--cap", "2", "--exec", "transfer", "--json"]), plain);
+}

@@ -149,18 +149,21 @@ fn build_f(row: &[u16], keep: &[bool], f: &mut [u16]) -> usize {
     len
 }
 
-/// The first `k` entries of F of `row` into `f` (fewer when F is shorter); returns their number.
+/// The first `k` entries of F of `row` into `f` (fewer when F is shorter); returns their number
+/// and the row positions read (= k exactly when the row's first k ids are all kept).
 #[inline(always)]
-fn build_f_prefix(row: &[u16], keep: &[bool], f: &mut [u16], k: usize) -> usize {
+fn build_f_prefix(row: &[u16], keep: &[bool], f: &mut [u16], k: usize) -> (usize, usize) {
     let mut len = 0;
+    let mut scanned = 0;
     for &e in row {
         if len == k {
             break;
         }
         f[len] = e;
         len += usize::from(keep[usize::from(e)]);
+        scanned += 1;
     }
-    len
+    (len, scanned)
 }
 
 /// The step sets at λ = 0 (the distinct F[0..n] of the step's rows), for belady's next uses.
@@ -262,8 +265,13 @@ fn tier1<P: Prio, X: StepSink>(
             let t = plan.token(p);
             let row = &inp.ids[t * m..(t + 1) * m];
             // λ = 0 reads F only up to its k-th entry: build no further.
-            let len =
-                if cache_aware { build_f(row, inp.keep, &mut f) } else { build_f_prefix(row, inp.keep, &mut f, k) };
+            let (len, scanned) = if cache_aware {
+                (build_f(row, inp.keep, &mut f), m)
+            } else {
+                build_f_prefix(row, inp.keep, &mut f, k)
+            };
+            // At λ = 0 with the row's first k ids all kept, the chosen experts are those ids.
+            let unchanged = !cache_aware && scanned == k && len == k;
             let n = k.min(len);
             chosen.clear();
             match inp.scores {
@@ -286,8 +294,10 @@ fn tier1<P: Prio, X: StepSink>(
                 counts.picks += k as u64;
                 counts.misses += (k - n) as u64;
                 counts.forced_misses += (k - n) as u64;
-                counts.substituted += chosen.iter().filter(|e| !first.contains(e)).count() as u64;
-                counts.pruned_slots += first.iter().filter(|&&e| !inp.keep[usize::from(e)]).count() as u64;
+                if !unchanged {
+                    counts.substituted += chosen.iter().filter(|e| !first.contains(e)).count() as u64;
+                    counts.pruned_slots += first.iter().filter(|&&e| !inp.keep[usize::from(e)]).count() as u64;
+                }
             }
             for &e in &chosen {
                 let ei = usize::from(e);

@@ -207,10 +207,10 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         {
             j.extend(extra);
         }
-        if let (Some(j), Some((hc, p, dev, cost))) = (j.as_object_mut(), &priced) {
-            if let serde_json::Value::Object(h) = super::replay_hybrid::json_fields(exec, hc, p, dev, cost) {
-                j.extend(h);
-            }
+        if let (Some(j), Some((hc, p, dev, cost))) = (j.as_object_mut(), &priced)
+            && let serde_json::Value::Object(h) = super::replay_hybrid::json_fields(exec, hc, p, dev, cost)
+        {
+            j.extend(h);
         }
         writeln!(out, "{j}")?;
     } else {

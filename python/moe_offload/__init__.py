@@ -12,7 +12,8 @@ the same figures (docs/python.md; the definitions are SEMANTICS.md's)::
     r = mo.replay(t, policy="lru", cap=16, keep=k)         # §5: the fields of `replay --json`
     r.misses_per_token
     mo.mrc(t).curve()                             # (cap, misses per token) at every cache size
-    mo.read_results("sweep-out").to_pandas()      # a sweep's rows as a DataFrame
+    mo.sweep("grid.json", "sweep-out").to_pandas()  # a grid's rows as a DataFrame
+    mo.read_results("sweep-out").to_pandas()      # a sweep written before
 
 Errors are ``MoeOffloadError`` subclasses (``TraceError``, ``SaliencyError``, ``ReplayError``,
 ``SweepError``, ``UsageError``, ``InternalError``) whose message is the command line's, naming
@@ -46,7 +47,7 @@ from ._core import (
     stats,
 )
 from ._result import Result
-from ._results import Results, read_results
+from ._results import Results, read_results, sweep
 
 __all__ = [
     "InternalError",
@@ -73,4 +74,5 @@ __all__ = [
     "replay",
     "retention",
     "stats",
+    "sweep",
 ]

@@ -124,3 +124,21 @@ def read_results(path: Union[str, "os.PathLike[str]"]) -> Results:
     """Reads a sweep's ``results.json`` (the file, or the sweep's output directory), checked by
     the same reader as ``moe-offload sweep merge``; raises ``SweepError`` naming the file."""
     return Results(_core._read_results_json(os.fspath(path)))
+
+
+def sweep(
+    grid: Union[str, "os.PathLike[str]"],
+    output: Union[str, "os.PathLike[str]", None] = None,
+    *,
+    in_sample: Union[str, "os.PathLike[str]", None] = None,
+    out_of_sample: Union[str, "os.PathLike[str]", None] = None,
+    yes: bool = False,
+) -> Results:
+    """Runs the grid file ``grid`` (docs/grid-format.md) as ``moe-offload sweep GRID -o OUTPUT``
+    does: every configuration on the in-sample and the out-of-sample trace (the grid's, or
+    ``in_sample`` / ``out_of_sample``), keep maps built from the in-sample statistics. Returns
+    the rows (``Results``: ``to_pandas()``); with ``output``, also writes the output directory
+    (``results.json``, ``results.csv``, ``summary.md``, ...) atomically. A grid of more than
+    10,000 configurations is refused without ``yes=True``. Runs with the GIL released."""
+    f = lambda p: None if p is None else os.fspath(p)  # noqa: E731
+    return Results(_core._sweep_json(os.fspath(grid), f(output), f(in_sample), f(out_of_sample), yes))

@@ -9,6 +9,7 @@
 //! - [`saliency_py`]: `stats`, `keep`, `retention`, and the `Stats` and `KeepMap` classes.
 //! - [`replay`]: `replay` (plain, deployed, with prefetch or the timeline).
 //! - [`curves`]: `mrc` and `read_results`.
+//! - [`sweep_py`]: `sweep` (a grid over two traces).
 //! - [`errors`]: the exception classes and the conversion of every library error.
 //! - [`run`]: running a long call off the interpreter's thread, with the GIL released and
 //!   Ctrl-C honoured.
@@ -20,6 +21,7 @@ pub mod errors;
 pub mod replay;
 pub mod run;
 pub mod saliency_py;
+pub mod sweep_py;
 pub mod trace;
 
 /// The extension module.
@@ -31,5 +33,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     saliency_py::register(m)?;
     replay::register(m)?;
     curves::register(m)?;
+    sweep_py::register(m)?;
     Ok(())
 }

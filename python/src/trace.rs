@@ -142,8 +142,8 @@ impl Trace {
 impl Trace {
     /// The path the trace was opened from.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.path.clone()
+    fn path(&self) -> String {
+        self.display()
     }
 
     /// L: traced MoE layers.

@@ -145,6 +145,11 @@ _MapArg = Union[KeepMap, _Path]
 def open_trace(path: _Path) -> Trace:
     """Opens a trace (``.safetensors``) as the command line does; raises ``TraceError``."""
 
+def import_esft(
+    dir: _Path, output: _Path, *, domains: Optional[Sequence[str]] = None, num_experts: int = 64, top_k: int = 6
+) -> Trace:
+    """Imports the ESFT layout as ``moe-offload import esft``, writes ``output`` and opens it."""
+
 def stats(trace: Trace) -> Stats:
     """Statistics of ``trace`` (SEMANTICS.md §2), as ``moe-offload stats`` computes them."""
 
@@ -241,6 +246,7 @@ __all__ = [
     "Trace",
     "_Mapped",
     "open_trace",
+    "import_esft",
     "Stats",
     "KeepMap",
     "stats",

@@ -14,7 +14,36 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Trace>()?;
     m.add_class::<Mapped>()?;
     m.add_function(wrap_pyfunction!(open_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(import_esft, m)?)?;
     Ok(())
+}
+
+/// Imports the ESFT expert-score layout (DeepSeek-V2-Lite: one text file per domain and layer)
+/// as `moe-offload import esft DIR --domains ... -o OUTPUT` does, writes the trace to `output`
+/// and opens it. `domains` are concatenated in order (default: intent, law, summary,
+/// translation); docs/importers.md says how probabilities become scores.
+#[pyfunction]
+#[pyo3(signature = (dir, output, *, domains=None, num_experts=64, top_k=6))]
+pub fn import_esft(
+    py: Python<'_>,
+    dir: PathBuf,
+    output: PathBuf,
+    domains: Option<Vec<String>>,
+    num_experts: u32,
+    top_k: u32,
+) -> PyResult<Trace> {
+    use trace_io::import::esft::{EsftOptions, import_esft_with_report};
+    let out = output.clone();
+    crate::run::detached(py, move || {
+        let mut opts = EsftOptions { num_experts, top_k, ..Default::default() };
+        if let Some(d) = domains {
+            opts.domains = d;
+        }
+        let imported = import_esft_with_report(&dir, &opts)?;
+        trace_io::write_trace(&out, &imported.trace.view())?;
+        Ok(())
+    })?;
+    open_trace(py, output)
 }
 
 /// A routing trace, memory-mapped (SEMANTICS.md §1; docs/trace-format.md).

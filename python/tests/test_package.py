@@ -406,3 +406,9 @@ def test_real_esft_stats_keep_retention_equal_the_cli(cli, esft, tmp_path):
     law = str(esft / "law.safetensors")
     doc = json.loads(cli("retention", tmp_path / "k.json", "--heldout", law, "--json"))
     assert mo.retention(k, mo.open_trace(law)) == {k: v for k, v in doc["maps"][0].items() if k != "file"}
+
+
+def test_import_esft_writes_the_cli_s_trace(cli, real_data, esft, tmp_path):
+    t = mo.import_esft(real_data / "esft-dsv2lite", tmp_path / "t.safetensors", domains=["translation"])
+    assert (t.num_layers, t.tokens) == (26, 8251)
+    assert (tmp_path / "t.safetensors").read_bytes() == (esft / "translation.safetensors").read_bytes()

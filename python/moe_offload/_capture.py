@@ -67,13 +67,12 @@ def capture(
     pad = getattr(tokenizer, "pad_token_id", None)
     if pad is None:
         pad = getattr(tokenizer, "eos_token_id", None) or 0
-    name = model_name or getattr(getattr(model, "config", None), "_name_or_path", "") or ""
     cr.capture(
         model,
         sequences,
         os.fspath(output),
         candidates=candidates,
-        model_name=name,
+        model_name=model_name,
         source=source,
         norms=norms,
         batch_size=batch_size,

@@ -34,7 +34,7 @@ const MAX_CURVE_STEPS: u64 = 4_000_000_000;
 ///   `semantics` as in `replay`. Work above about a minute is refused without `yes=True`.
 #[pyfunction]
 #[pyo3(signature = (trace, *, policy="lru", caps=None, keep=None, k_used=None, warmup=64, semantics="k-way", yes=false))]
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments, reason = "one keyword argument per CLI flag: the Python signature is the API")]
 pub fn mrc<'py>(
     py: Python<'py>,
     trace: &Trace,

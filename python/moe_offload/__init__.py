@@ -12,6 +12,7 @@ the same figures (docs/python.md; the definitions are SEMANTICS.md's)::
     r = mo.replay(t, policy="lru", cap=16, keep=k)         # §5: the fields of `replay --json`
     r.misses_per_token
     mo.mrc(t).curve()                             # (cap, misses per token) at every cache size
+    mo.plan(t, heldout, budget_gb=8).chosen       # per-layer caps for a memory budget
     mo.sweep("grid.json", "sweep-out").to_pandas()  # a grid's rows as a DataFrame
     mo.read_results("sweep-out").to_pandas()      # a sweep written before
 
@@ -41,6 +42,7 @@ from ._core import (
     keep,
     mrc,
     open_trace,
+    plan,
     read_keep,
     read_stats,
     replay,
@@ -70,6 +72,7 @@ __all__ = [
     "keep",
     "mrc",
     "open_trace",
+    "plan",
     "read_keep",
     "read_results",
     "read_stats",

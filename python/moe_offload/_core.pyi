@@ -222,6 +222,24 @@ def mrc(
 ) -> Result:
     """The miss-ratio curve, as ``moe-offload mrc --json`` computes it."""
 
+def plan(
+    in_sample: Trace,
+    out_of_sample: Trace,
+    *,
+    budget_gb: float,
+    variants: Optional[Sequence[str]] = None,
+    pinned_gb: float = 0.0,
+    profile: Optional[str] = None,
+    expert_mb: Optional[float] = None,
+    policy: str = "lru",
+    k_used: Optional[int] = None,
+    warmup: int = 64,
+    max_slot_replacement: Optional[float] = None,
+    pin_counts: Optional[Sequence[int]] = None,
+    yes: bool = False,
+) -> Result:
+    """Per-layer caches and a keep map for a memory budget, as ``moe-offload plan --json``."""
+
 def _read_results_json(path: _Path) -> Dict[str, Any]:
     """A sweep's results.json, read and checked by the sweep crate."""
 
@@ -257,6 +275,7 @@ __all__ = [
     "retention",
     "replay",
     "mrc",
+    "plan",
     "_read_results_json",
     "_sweep_json",
 ]

@@ -9,6 +9,7 @@
 //! - [`saliency_py`]: `stats`, `keep`, `retention`, and the `Stats` and `KeepMap` classes.
 //! - [`replay`]: `replay` (plain, deployed, with prefetch or the timeline).
 //! - [`curves`]: `mrc` and `read_results`.
+//! - [`plan_py`]: `plan` (per-layer caches for a memory budget).
 //! - [`sweep_py`]: `sweep` (a grid over two traces).
 //! - [`errors`]: the exception classes and the conversion of every library error.
 //! - [`run`]: running a long call off the interpreter's thread, with the GIL released and
@@ -18,6 +19,7 @@ use pyo3::prelude::*;
 
 pub mod curves;
 pub mod errors;
+pub mod plan_py;
 pub mod replay;
 pub mod run;
 pub mod saliency_py;
@@ -34,5 +36,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     replay::register(m)?;
     curves::register(m)?;
     sweep_py::register(m)?;
+    plan_py::register(m)?;
     Ok(())
 }

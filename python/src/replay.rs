@@ -54,9 +54,25 @@ impl MapArg {
     pub(crate) fn load(&self) -> Result<(Arc<saliency::KeepMap>, String)> {
         match self {
             MapArg::Map(m) => Ok((m.clone(), m.label())),
-            MapArg::Path(p) => Ok((Arc::new(saliency::KeepMap::read_json(p)?), p.display().to_string())),
+            MapArg::Path(p) => Ok((Arc::new(read_keep_or_plan(p)?), p.display().to_string())),
         }
     }
+}
+
+/// A keep-map file, or the chosen keep map of a plan written by `moe-offload plan` or
+/// `moe_offload.plan` (`chosen.keep_map`), as `replay --keep` reads it.
+fn read_keep_or_plan(p: &std::path::Path) -> Result<saliency::KeepMap> {
+    let bytes = trace_io::read_regular(p).map_err(|e| Error::Saliency(format!("reading {}: {e}", p.display())))?;
+    if let Ok(v) = serde_json::from_slice::<Value>(&bytes)
+        && let Some(chosen) = v.get("chosen")
+    {
+        let map: saliency::KeepMap = serde_json::from_value(chosen["keep_map"].clone()).map_err(|e| {
+            Error::Saliency(format!("{}: the plan's chosen.keep_map is not a keep map: {e}", p.display()))
+        })?;
+        map.validate().map_err(|e| Error::from(e).context(format!("{}: chosen.keep_map", p.display())))?;
+        return Ok(map);
+    }
+    Ok(saliency::KeepMap::read_json(p)?)
 }
 
 /// Everything `replay` was given, owned (the work runs on another thread).

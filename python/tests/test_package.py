@@ -253,6 +253,25 @@ def test_mrc_equals_the_cli(cli, maps, tmp_path, kw):
     assert got.misses_per_token_at(cap) == pytest.approx(r.misses_per_token, rel=1e-12)
 
 
+@pytest.mark.parametrize("kw", [dict(budget_gb=0.5, variants=["full", "frequency@24"]),
+                                dict(budget_gb=0.4, variants=["full"], pin_counts=[0, 2, 4], expert_mb=10.0)])
+def test_plan_equals_the_cli(cli, maps, tmp_path, kw):
+    ins, oos = str(maps / "calib.safetensors"), str(maps / "heldout.safetensors")
+    flags = ["--budget-gb", kw["budget_gb"], "--variants", ",".join(kw["variants"])]
+    if "pin_counts" in kw:
+        flags += ["--pin-counts", ",".join(map(str, kw["pin_counts"]))]
+    if "expert_mb" in kw:
+        flags += ["--expert-mb", kw["expert_mb"]]
+    doc = json.loads(cli("plan", "--in-sample", ins, "--out-of-sample", oos, *flags, "-o", tmp_path / "p.json", "--json"))
+    del doc["tool_version"]
+    got = mo.plan(mo.open_trace(ins), mo.open_trace(oos), **kw)
+    assert dict(got) == doc
+    # The plan's caps replayed give its figures.
+    r = mo.replay(mo.open_trace(oos), policy="lru", layer_caps=got.chosen["plan"]["caps"],
+                  keep=None if got.chosen["variant"] == "full" else str(tmp_path / "p.json"))
+    assert r.misses_per_token == got.chosen["replayed"]["out_of_sample_misses_per_token"]
+
+
 # ------------------------------------------------------------------ sweeps as tables
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Optional, Union
 
 from . import _core
 
@@ -99,13 +99,13 @@ class Results:
 
     def to_pandas(self) -> Any:
         """The rows as a ``pandas.DataFrame`` (needs pandas), one row per configuration and sample."""
-        import pandas as pd
+        import pandas as pd  # type: ignore[import-untyped,unused-ignore]
 
         return pd.DataFrame(self.columns())
 
     def to_arrow(self) -> Any:
         """The rows as a ``pyarrow.Table`` (needs pyarrow)."""
-        import pyarrow as pa
+        import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
         return pa.table(self.columns())
 
@@ -140,5 +140,8 @@ def sweep(
     the rows (``Results``: ``to_pandas()``); with ``output``, also writes the output directory
     (``results.json``, ``results.csv``, ``summary.md``, ...) atomically. A grid of more than
     10,000 configurations is refused without ``yes=True``. Runs with the GIL released."""
-    f = lambda p: None if p is None else os.fspath(p)  # noqa: E731
-    return Results(_core._sweep_json(os.fspath(grid), f(output), f(in_sample), f(out_of_sample), yes))
+    return Results(_core._sweep_json(os.fspath(grid), _opt(output), _opt(in_sample), _opt(out_of_sample), yes))
+
+
+def _opt(p: Union[str, "os.PathLike[str]", None]) -> Optional[str]:
+    return None if p is None else os.fspath(p)

@@ -431,3 +431,56 @@ def test_import_esft_writes_the_cli_s_trace(cli, real_data, esft, tmp_path):
     t = mo.import_esft(real_data / "esft-dsv2lite", tmp_path / "t.safetensors", domains=["translation"])
     assert (t.num_layers, t.tokens) == (26, 8251)
     assert (tmp_path / "t.safetensors").read_bytes() == (esft / "translation.safetensors").read_bytes()
+
+
+# ------------------------------------------------------------------ threads and Ctrl-C
+
+
+def test_ctrl_c_interrupts_a_long_call_at_once(cli, tmp_path):
+    import signal
+    import threading
+    import time
+
+    path = tmp_path / "long.safetensors"
+    cli("synth", "--layers", 8, "--experts", 64, "--top-k", 4, "--candidates", 8, "--tokens", 100000, "-o", path)
+    t = mo.open_trace(path)
+    t.ids(0)  # validation done before the timed call
+    sent = []
+
+    def interrupt():
+        sent.append(time.perf_counter())
+        signal.raise_signal(signal.SIGINT)
+
+    timer = threading.Timer(0.3, interrupt)
+    start = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        mo.mrc(t, policy="fifo", caps=(4, 12))  # nine replays of the trace: seconds of work
+    caught = time.perf_counter()
+    timer.join()
+    assert sent, "the call ended before the signal"
+    assert caught - sent[0] < 0.5, f"KeyboardInterrupt came {caught - sent[0]:.2f} s after SIGINT"
+    assert caught - start < 1.5
+
+
+def test_other_python_threads_run_during_a_call(cli, tmp_path):
+    import threading
+
+    path = tmp_path / "t.safetensors"
+    cli("synth", "--layers", 4, "--experts", 64, "--top-k", 4, "--candidates", 8, "--tokens", 100000, "-o", path)
+    t = mo.open_trace(path)
+    t.ids(0)
+    ticks = 0
+    done = threading.Event()
+
+    def work():
+        mo.mrc(t, policy="fifo", caps=(4, 6))
+        done.set()
+
+    th = threading.Thread(target=work)
+    th.start()
+    while not done.is_set():  # runs only while the call has released the GIL
+        ticks += 1
+        done.wait(0.001)
+    th.join()
+    assert ticks > 10

@@ -135,12 +135,12 @@ impl Trace {
             ))
             .into());
         }
+        // Validated once per trace (later calls find it done); the view then covers the tensor.
         let file = self.file.clone();
-        let v = crate::run::detached(py, move || {
+        crate::run::detached(py, move || {
             file.view_for(tensor.reads())?;
             Ok(())
-        });
-        v?;
+        })?;
         let view = self.file.view();
         let (ptr, width, typestr) = match tensor {
             Tensor::Ids => (view.layer_ids(layer).as_ptr() as usize, s.candidates, "<u2"),

@@ -139,7 +139,7 @@ where
 /// Replays one configuration on `trace` and returns the fields of `moe-offload replay --json`
 /// with the same flags (SEMANTICS.md §5; the result's `tokens`, `picks`, `hits`, `misses`,
 /// `forced_misses`, `substituted`, `pruned_slots`, `hit_rate`, `misses_per_token` and
-/// `layer_misses` [L], plus what the deployment or prefetch adds, costs in MB, GB/s, ms, tok/s).
+/// `layer_misses` (one per layer), plus what the deployment or prefetch adds, costs in MB, GB/s, ms, tok/s).
 ///
 /// - `policy`: lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router.
 /// - `cap`: cache capacity per layer, in experts (>= k_used); `layer_caps`: one per layer.

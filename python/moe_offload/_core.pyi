@@ -150,6 +150,9 @@ def import_esft(
 ) -> Trace:
     """Imports the ESFT layout as ``moe-offload import esft``, writes ``output`` and opens it."""
 
+def inspect(trace: Trace) -> Result:
+    """What ``moe-offload inspect --json`` reports: shape, metadata, per-layer expert usage and reuse."""
+
 def stats(trace: Trace) -> Stats:
     """Statistics of ``trace`` (SEMANTICS.md §2), as ``moe-offload stats`` computes them."""
 
@@ -265,6 +268,7 @@ __all__ = [
     "_Mapped",
     "open_trace",
     "import_esft",
+    "inspect",
     "Stats",
     "KeepMap",
     "stats",

@@ -200,6 +200,12 @@ def test_replay_equals_the_cli(cli, maps, kw):
     assert list(got) == list(expected)  # the same fields in the same order
 
 
+@pytest.mark.parametrize("name", ["calib.safetensors", "heldout.safetensors"])
+def test_inspect_equals_the_cli(cli, synth, name):
+    path = str(synth / name)
+    assert dict(mo.inspect(mo.open_trace(path))) == json.loads(cli("inspect", path, "--json"))
+
+
 def test_keep_maps_as_objects_equal_keep_maps_as_files(maps):
     t = mo.open_trace(maps / "calib.safetensors")
     k = mo.read_keep(maps / "keep24.json")
@@ -412,6 +418,8 @@ def test_real_esft_replay_equals_the_cli(cli, esft, policy):
     for cap in (8, 16, 32):
         expected = json.loads(cli("replay", trace, "--policy", policy, "--cap", cap, "--json"))
         assert dict(mo.replay(t, policy=policy, cap=cap)) == expected
+    if policy == "lru":
+        assert dict(mo.inspect(t)) == json.loads(cli("inspect", trace, "--json"))
 
 
 def test_real_esft_stats_keep_retention_equal_the_cli(cli, esft, tmp_path):

@@ -5,8 +5,8 @@ use super::Exec;
 
 /// One layer's execution events, per step of the replay (every step, counted or not).
 ///
-/// Filled by the deployed step loop ([`crate::deploy`]) through [`LayerEvents::miss`] and
-/// [`LayerEvents::end_step`], or by the token loop of §5 through [`LayerEvents::token`]; read
+/// Filled by the deployed step loop ([`crate::deploy`]) step by step (a call per miss), or by
+/// the token loop of §5 token by token (a call per token); read
 /// by [`super::HybridEvents::cost`]. A host run chosen by one row (every run of a per-token
 /// replay) is only counted; the rows of the others are kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

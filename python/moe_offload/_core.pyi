@@ -209,8 +209,19 @@ def replay(
     profile: Optional[str] = None,
     bandwidth: Optional[float] = None,
     shuffle: Optional[int] = None,
+    exec: str = "transfer",
+    overlap: Optional[str] = None,
+    host_gbps: Optional[float] = None,
+    host_ms_per_row: Optional[float] = None,
+    host_sync_ms: Optional[float] = None,
+    profile_file: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Result:
-    """One configuration on ``trace``: the fields of ``moe-offload replay --json``."""
+    """One configuration on ``trace``: the fields of ``moe-offload replay --json``.
+
+    ``exec="host"`` (or ``"host:R"``) prices hybrid execution (SEMANTICS.md §14): non-resident
+    experts computed on the CPU; ``overlap`` ``"sequential"`` or ``"concurrent"``; ``host_gbps``
+    (GB/s), ``host_ms_per_row`` and ``host_sync_ms`` (ms) override the profile's; adds
+    ``host_runs``, ``loads``, ``copies`` and a ``cost`` with ``tok_s`` and seconds per row."""
 
 def mrc(
     trace: Trace,

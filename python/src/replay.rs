@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
+use cachesim::hybrid::{Exec, Overlap};
 use cachesim::shuffle::Shuffled;
 use cachesim::{
     CacheSimError, CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig,
@@ -103,6 +104,12 @@ struct Args {
     profile: Option<String>,
     bandwidth: Option<f64>,
     shuffle: Option<u64>,
+    exec: Exec,
+    overlap: Option<Overlap>,
+    host_gbps: Option<f64>,
+    host_ms_per_row: Option<f64>,
+    host_sync_ms: Option<f64>,
+    profile_file: Option<PathBuf>,
 }
 
 impl Args {
@@ -158,7 +165,8 @@ where
     trace, *, policy, cap=None, layer_caps=None, keep=None, k_used=None, warmup=64, lam=0.0, j=0,
     decay=0.99, near_pick_n=48, semantics="k-way", reset_at_sequence=false, pin=None, tier2=None,
     served=false, batch=None, link_gbps=None, compute_ms_per_step=None, prefetch=None, calib=None,
-    timeline=false, profile=None, bandwidth=None, shuffle=None
+    timeline=false, profile=None, bandwidth=None, shuffle=None, exec="transfer", overlap=None, host_gbps=None,
+    host_ms_per_row=None, host_sync_ms=None, profile_file=None
 ))]
 #[expect(clippy::too_many_arguments, reason = "one keyword argument per CLI flag: the Python signature is the API")]
 pub fn replay<'py>(
@@ -188,6 +196,12 @@ pub fn replay<'py>(
     profile: Option<String>,
     bandwidth: Option<f64>,
     shuffle: Option<u64>,
+    exec: &str,
+    overlap: Option<&str>,
+    host_gbps: Option<f64>,
+    host_ms_per_row: Option<f64>,
+    host_sync_ms: Option<f64>,
+    profile_file: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if cap.is_none() && layer_caps.is_none() {
         return Err(Error::Usage("replay needs cap (experts per layer) or layer_caps (one per layer)".into()).into());
@@ -230,7 +244,43 @@ pub fn replay<'py>(
         profile,
         bandwidth,
         shuffle,
+        exec: parse("exec", exec)?,
+        overlap: overlap.map(|o| parse("overlap", o)).transpose()?,
+        host_gbps,
+        host_ms_per_row,
+        host_sync_ms,
+        profile_file,
     };
+    for (name, v, positive) in [
+        ("host_gbps", host_gbps, true),
+        ("host_ms_per_row", host_ms_per_row, false),
+        ("host_sync_ms", host_sync_ms, false),
+    ] {
+        if let Some(x) = v.filter(|x| !(x.is_finite() && if positive { *x > 0.0 } else { *x >= 0.0 })) {
+            return Err(Error::Usage(format!(
+                "{name} {x}: must be a finite number {}",
+                if positive { "> 0" } else { ">= 0" }
+            ))
+            .into());
+        }
+    }
+    if !a.exec.is_hybrid() {
+        let stray = [
+            (a.overlap.is_some(), "overlap"),
+            (host_gbps.is_some(), "host_gbps"),
+            (host_ms_per_row.is_some(), "host_ms_per_row"),
+            (host_sync_ms.is_some(), "host_sync_ms"),
+        ];
+        if let Some((_, name)) = stray.into_iter().find(|s| s.0) {
+            return Err(Error::Usage(format!(
+                "{name} prices hybrid execution (SEMANTICS.md §14): add exec=\"host\" (or \"host:R\"), or drop {name}"
+            ))
+            .into());
+        }
+    }
+    if a.profile.is_some() && a.profile_file.is_some() {
+        return Err(Error::Usage("profile and profile_file exclude each other: give one".into()).into());
+    }
     trace.require_tokens()?;
     let v = crate::run::detached(py, move || run(&a))?;
     crate::run::to_result(py, &v)
@@ -270,6 +320,9 @@ fn run(a: &Args) -> Result<Value> {
         ..ReplayConfig::new(a.policy, cap)
     };
     let dep = deployment(a, f.meta(), &shape)?;
+    if a.exec.is_hybrid() {
+        return run_hybrid(a, &keep, &cfg, &dep);
+    }
     let plain = dep.is_plain(&cfg);
     let prefetch_on = if plain { a.prefetch_active() } else { a.prefetch_active() && !a.only_profile() };
     if prefetch_on {
@@ -341,8 +394,11 @@ fn parse_tier2(s: &str) -> Result<Tier2> {
 
 /// The deployment the arguments ask for (the CLI's `replay_deploy::deployment`).
 fn deployment(a: &Args, meta: &TraceMeta, shape: &trace_io::Shape) -> Result<Deployment> {
-    if a.link_gbps.is_some() && a.tier2.is_none() {
-        usage!("link_gbps is the bandwidth from tier 2 to tier 1: it applies only with tier2");
+    if a.link_gbps.is_some() && a.tier2.is_none() && !a.exec.is_hybrid() {
+        usage!(
+            "link_gbps is the bandwidth from tier 2 to tier 1, or from host to GPU with exec host: it applies only \
+             with tier2 or exec host"
+        );
     }
     if a.compute_ms_per_step.is_some() && !a.served() {
         usage!("compute_ms_per_step is the compute of an engine step: it applies only with served or batch");
@@ -377,13 +433,73 @@ fn deployment(a: &Args, meta: &TraceMeta, shape: &trace_io::Shape) -> Result<Dep
 /// The cost profile: `profile`, else the trace model's preset, else the reference; with the link
 /// and step arguments (the CLI's `replay_deploy::profile`).
 fn deploy_profile(a: &Args, v: &TraceView<'_>) -> Result<DeviceProfile> {
-    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
-    let name = a.profile.as_deref().or(inferred).unwrap_or("reference");
-    let mut p = DeviceProfile::preset(name)
-        .ok_or_else(|| Error::Usage(format!("unknown profile {name:?}; see docs/grid-format.md")))?;
+    let mut p = base_profile(a, v)?;
     p.link_gbps = a.link_gbps.or(p.link_gbps);
     p.compute_ms_per_step = a.compute_ms_per_step.or(p.compute_ms_per_step);
     Ok(p)
+}
+
+/// `profile_file`, else `profile`, else the trace model's preset, else the reference (the CLI's
+/// `replay_hybrid::base_profile`).
+fn base_profile(a: &Args, v: &TraceView<'_>) -> Result<DeviceProfile> {
+    if let Some(path) = &a.profile_file {
+        return DeviceProfile::read(path)
+            .map_err(|e| Error::from(e).context(format!("profile_file {}", path.display())));
+    }
+    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
+    let name = a.profile.as_deref().or(inferred).unwrap_or("reference");
+    DeviceProfile::preset(name)
+        .ok_or_else(|| Error::Usage(format!("unknown profile {name:?}; see docs/grid-format.md")))
+}
+
+/// Hybrid execution (SEMANTICS.md §14), as `replay --exec host` runs it: the deployed counts,
+/// the deployment fields and the hybrid ones (`sweep::hybrid_fields`).
+fn run_hybrid(a: &Args, keep: &Keep, cfg: &ReplayConfig, dep: &Deployment) -> Result<Value> {
+    let exec = a.exec;
+    if dep.tier2.is_some() {
+        usage!(
+            "tier2 with exec {exec}: a non-resident expert is computed on the CPU from host memory, so there is no \
+             second tier to load it from (SEMANTICS.md §14); drop tier2, or use exec=\"transfer\""
+        );
+    }
+    if a.prefetch_active() && !a.only_profile() {
+        usage!(
+            "exec {exec} with prefetch, the timeline or the shuffled order: a prefetched expert is loaded to the GPU, \
+             which hybrid execution does not price (SEMANTICS.md §14)"
+        );
+    }
+    let f = &*a.file;
+    let shape = f.shape();
+    let v = f.view_for(cachesim::deploy::deploy_reads(&shape, keep, cfg))?;
+    let (hc, events) = cachesim::hybrid::replay_hybrid(&v, keep, cfg, dep, exec)?;
+    let mut p = base_profile(a, &v)?;
+    p.host_gbps = a.host_gbps.or(p.host_gbps);
+    p.host_ms_per_row = a.host_ms_per_row.or(p.host_ms_per_row);
+    p.host_sync_ms = a.host_sync_ms.or(p.host_sync_ms);
+    p.link_gbps = a.link_gbps.or(p.link_gbps);
+    p.compute_ms_per_step = a.compute_ms_per_step.or(p.compute_ms_per_step);
+    p.overlap = a.overlap.or(p.overlap);
+    let dev = p.hybrid(None).map_err(|e| Error::from(e).hint("give host_gbps, or a profile_file with host_gbps"))?;
+    let cost = events.cost(&dev).map_err(|e| match e {
+        CacheSimError::InvalidParameter { name: "link_gbps", .. } => {
+            Error::from(e).hint("give link_gbps (host-to-GPU GB/s)")
+        }
+        e => e.into(),
+    })?;
+    let c = &hc.deploy.counts;
+    let mut j = json!({
+        "kind": "moe-offload-replay",
+        "tokens": c.tokens, "picks": c.picks, "hits": c.hits, "misses": c.misses,
+        "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
+        "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,
+    });
+    if let (Some(j), Value::Object(extra)) = (j.as_object_mut(), json_extras(a, &v, dep, &hc.deploy)?) {
+        j.extend(extra);
+    }
+    if let (Some(j), Value::Object(h)) = (j.as_object_mut(), sweep::hybrid_fields(exec, &hc, &p.name, &dev, &cost)) {
+        j.extend(h);
+    }
+    Ok(j)
 }
 
 /// The fields `--json` adds to the §5 ones (the CLI's `replay_deploy::json_extras`).
@@ -425,12 +541,7 @@ fn run_prefetch(a: &Args, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) ->
         }
         None => None,
     };
-    let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&v.meta().model)).flatten();
-    let profile_name = a.profile.as_deref().or(inferred).unwrap_or("reference");
-    let profile = DeviceProfile::preset(profile_name).ok_or_else(|| {
-        let names: Vec<&str> = sweep::PRESETS.iter().map(|p| p.0).chain(["reference"]).collect();
-        Error::Usage(format!("unknown profile {profile_name:?}; expected one of: {}", names.join(", ")))
-    })?;
+    let profile = base_profile(a, v)?;
     let bw = a.bandwidth.or(profile.bandwidth_gbps.first().copied()).unwrap_or(3.9);
     let device = TimelineDevice { expert_mb: profile.expert_mb, compute_ms: profile.compute_ms, bandwidth_gbps: bw };
     let timeline = a.timeline.then_some(device);

@@ -184,6 +184,10 @@ REPLAYS = [
     dict(policy="lru", cap=8, timeline=True, bandwidth=7.0, profile="dsv2-lite-bf16"),
     dict(policy="lru", cap=8, shuffle=7),
     dict(policy="lru", cap=8, profile="qwen15-moe-bf16"),
+    dict(policy="lru", cap=0, pin="pin4.json", exec="host", host_gbps=40.0),
+    dict(policy="lru", cap=6, exec="host", overlap="concurrent", host_gbps=40.0, link_gbps=25.0, host_ms_per_row=0.05,
+         host_sync_ms=0.02),
+    dict(policy="lfu", cap=0, batch=4, exec="host:2", host_gbps=40.0, link_gbps=25.0, profile="qwen15-moe-bf16"),
 ]
 
 

@@ -108,18 +108,7 @@ pub fn json_fields(
     dev: &HybridDevice,
     cost: &HybridCost,
 ) -> serde_json::Value {
-    serde_json::json!({
-        "exec": exec.to_string(), "overlap": dev.overlap.to_string(),
-        "host_runs": c.host_runs, "loads": c.loads, "copies": c.copies,
-        "cost": {
-            "profile": p.name, "expert_mb": dev.expert_mb, "compute_ms": dev.compute_ms,
-            "compute_ms_per_step": dev.compute_ms_per_step, "host_gbps": dev.host_gbps,
-            "host_ms_per_row": dev.host_ms_per_row, "host_sync_ms": dev.host_sync_ms,
-            "link_gbps": dev.link_gbps, "overlap": dev.overlap.to_string(),
-            "tok_s": cost.tok_s, "host_s_per_row": cost.host_s_per_row, "gpu_s_per_row": cost.gpu_s_per_row,
-            "link_s_per_row": cost.link_s_per_row,
-        },
-    })
+    sweep::hybrid_fields(exec, c, &p.name, dev, cost)
 }
 
 /// One line for the table output.

@@ -106,14 +106,22 @@ fn refusals_say_why() {
     std::fs::write(&no_host, r#"{"expert_mb": 10, "compute_ms": 2}"#).unwrap();
     let negative = dir.path().join("neg.json");
     std::fs::write(&negative, r#"{"expert_mb": 10, "compute_ms": 2, "host_gbps": -1}"#).unwrap();
+    let zero = dir.path().join("zero.json");
+    std::fs::write(&zero, r#"{"expert_mb": 10, "compute_ms": 0, "host_gbps": 10}"#).unwrap();
     let t = s(&trace);
     let cases: &[(&[&str], &str)] = &[
         (&["--cap", "2", "--exec", "host", "--tier2", "lru:4", "--profile-file", s(&hw)], "no second tier"),
-        (&["--cap", "2", "--exec", "host", "--prefetch", "oracle:1", "--profile-file", s(&hw)], "prefetched"),
+        (&["--cap", "2", "--exec", "host", "--prefetch", "oracle:1", "--profile-file", s(&hw)], "--prefetch with --exec host"),
         (&["--cap", "2", "--exec", "host:32", "--profile-file", s(&hw)], "needs cap = 0"),
         (&["--cap", "2", "--overlap", "concurrent"], "add --exec host"),
         (&["--cap", "2", "--host-gbps", "40"], "--host-gbps prices hybrid execution"),
-        (&["--cap", "0", "--exec", "host"], "no host_gbps"),
+        (&["--cap", "0", "--exec", "host"], "profile \"reference\": host_gbps: missing"),
+        (&["--cap", "0", "--exec", "host", "--profile-file", s(&zero)], "compute_ms"),
+        (&["--cap", "2", "--exec", "host", "--shuffle", "1", "--profile-file", s(&hw)], "--shuffle with --exec host"),
+        (
+            &["--cap", "2", "--exec", "host", "--semantics", "sequential", "--profile-file", s(&hw)],
+            "sequential with exec host",
+        ),
         (&["--cap", "0", "--exec", "host", "--profile-file", s(&no_host)], "give --host-gbps, or a --profile-file"),
         (&["--cap", "0", "--exec", "host", "--profile-file", s(&bad_field)], "unknown field `host_gbs`"),
         (&["--cap", "0", "--exec", "host", "--profile-file", s(&negative)], "host_gbps"),

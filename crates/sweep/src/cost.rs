@@ -103,7 +103,7 @@ impl DeviceProfile {
     ///
     /// # Errors
     /// [`crate::SweepError::Io`] if the file cannot be read, [`crate::SweepError::Json`] naming the file for a
-    /// malformed or unknown field, [`crate::SweepError::Grid`] (key `profile.FIELD`) for a bad value.
+    /// malformed or unknown field, [`crate::SweepError::Profile`] naming the field for a bad value.
     pub fn read(path: &std::path::Path) -> crate::Result<DeviceProfile> {
         let bytes =
             trace_io::read_regular(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
@@ -123,13 +123,10 @@ impl DeviceProfile {
     /// Checks every field: sizes and times finite and >= 0, bandwidths finite and > 0.
     ///
     /// # Errors
-    /// [`crate::SweepError::Grid`] with key `profile.FIELD` (the profile's name in the reason).
+    /// [`crate::SweepError::Profile`] naming the profile and the field.
     pub fn check(&self) -> crate::Result<()> {
-        let bad = |field: &str, v: f64, what: &str| {
-            Err(crate::SweepError::Grid {
-                key: format!("profile.{field}"),
-                reason: format!("profile {:?}: {v} must be {what}", self.name),
-            })
+        let bad = |field: &'static str, v: f64, what: &str| {
+            Err(crate::SweepError::Profile { name: self.name.clone(), field, reason: format!("{v} must be {what}") })
         };
         let non_negative = [
             ("expert_mb", Some(self.expert_mb)),
@@ -158,15 +155,14 @@ impl DeviceProfile {
     /// host and link fields, with `overlap` (else the profile's, else sequential).
     ///
     /// # Errors
-    /// [`crate::SweepError::Grid`] (key `profile.host_gbps`) when the profile has no `host_gbps`.
+    /// [`crate::SweepError::Profile`] (field `host_gbps`) when the profile has no `host_gbps`.
     pub fn hybrid(&self, overlap: Option<cachesim::hybrid::Overlap>) -> crate::Result<cachesim::hybrid::HybridDevice> {
-        let host_gbps = self.host_gbps.ok_or_else(|| crate::SweepError::Grid {
-            key: "profile.host_gbps".into(),
-            reason: format!(
-                "profile {:?} has no host_gbps: exec host needs the bandwidth the CPU's expert kernels reach (GB/s; \
-                 docs/hybrid.md says how to measure it)",
-                self.name
-            ),
+        let host_gbps = self.host_gbps.ok_or_else(|| crate::SweepError::Profile {
+            name: self.name.clone(),
+            field: "host_gbps",
+            reason: "missing: exec host needs the bandwidth the CPU's expert kernels reach (GB/s; docs/hybrid.md says \
+                     how to measure it)"
+                .into(),
         })?;
         Ok(cachesim::hybrid::HybridDevice {
             expert_mb: self.expert_mb,

@@ -52,6 +52,16 @@ pub enum SweepError {
         /// Why.
         reason: String,
     },
+    /// A device profile field is missing or out of range; `field` names it.
+    #[error("profile {name:?}: {field}: {reason}")]
+    Profile {
+        /// The profile's name.
+        name: String,
+        /// The field (`host_gbps`, `compute_ms`, ...).
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// cachesim refused a configuration.
     #[error("configuration {key}: {source}")]
     Config {

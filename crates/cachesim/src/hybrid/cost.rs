@@ -48,7 +48,8 @@ pub struct HybridCost {
 
 impl HybridDevice {
     /// Checks the fields: finite, `expert_mb`, `compute_ms`, `host_ms_per_row`, `host_sync_ms`
-    /// >= 0, `host_gbps` > 0, `link_gbps` > 0 when given, `compute_ms_per_step` >= 0.
+    /// >= 0, `host_gbps` > 0, `link_gbps` > 0 when given, `compute_ms_per_step` > 0 when given
+    /// (else `compute_ms` > 0: a step takes time).
     ///
     /// # Errors
     /// [`CacheSimError::InvalidParameter`] naming the field.
@@ -66,8 +67,11 @@ impl HybridDevice {
                 return bad(name, v, "must be finite and >= 0");
             }
         }
-        if let Some(v) = self.compute_ms_per_step.filter(|v| !(v.is_finite() && *v >= 0.0)) {
-            return bad("compute_ms_per_step", v, "must be finite and >= 0");
+        if let Some(v) = self.compute_ms_per_step.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return bad("compute_ms_per_step", v, "must be finite and > 0 (a step's dense compute)");
+        }
+        if self.compute_ms_per_step.is_none() && self.compute_ms <= 0.0 {
+            return bad("compute_ms", self.compute_ms, "must be > 0: a step of no time has no tok/s");
         }
         if !(self.host_gbps.is_finite() && self.host_gbps > 0.0) {
             return bad("host_gbps", self.host_gbps, "must be finite and > 0 (GB/s the CPU's expert kernels reach)");
@@ -95,7 +99,8 @@ impl HybridEvents {
     ///
     /// # Errors
     /// [`HybridDevice::check`]'s, and [`CacheSimError::InvalidParameter`] for `link_gbps` when a
-    /// counted step loads or copies and the device has no link.
+    /// counted step loads or copies and the device has no link, and (name `device`) when the
+    /// times overflow f64.
     pub fn cost(&self, dev: &HybridDevice) -> Result<HybridCost> {
         dev.check()?;
         let (_, loads, copies) = self.totals();
@@ -138,6 +143,13 @@ impl HybridEvents {
                 link += f64::from(ev.loads(s) + ev.copies(s)) * tau;
             }
             total += layer_sum.max(copies_s as f64 * tau);
+        }
+        if !(total.is_finite() && host.is_finite() && gpu.is_finite() && link.is_finite()) {
+            return Err(CacheSimError::InvalidParameter {
+                name: "device",
+                value: format!("{dev:?}"),
+                reason: "the step times overflow f64: a field of the profile is out of any physical range",
+            });
         }
         let per_row = |x: f64| if rows_counted == 0 { 0.0 } else { x / rows_counted as f64 };
         Ok(HybridCost {

@@ -166,10 +166,23 @@ pub struct HybridCounts {
 /// the rules of §14.
 ///
 /// # Errors
-/// Those of [`deploy::validate`], plus [`CacheSimError::DeployUnsupported`] for tier 2 with
-/// `exec != transfer` and for `host:R` with a cap (or a per-layer cap) above 0, and
+/// Those of [`deploy::validate`], plus [`CacheSimError::DeployUnsupported`] for tier 2,
+/// sequential semantics or resets at sequence starts with `exec != transfer` and for `host:R`
+/// with a cap (or a per-layer cap) above 0, and
 /// [`CacheSimError::InvalidParameter`] for `host:0`.
 pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Deployment, exec: Exec) -> Result<()> {
+    if exec.is_hybrid() && cfg.semantics == crate::Semantics::Sequential {
+        return Err(CacheSimError::DeployUnsupported {
+            what: "semantics sequential with exec host",
+            reason: "hybrid execution is replayed with k-way residency: a layer computes all its chosen experts",
+        });
+    }
+    if exec.is_hybrid() && cfg.reset_at_sequence {
+        return Err(CacheSimError::DeployUnsupported {
+            what: "reset_at_sequence with exec host",
+            reason: "hybrid execution keeps its GPU cache across sequences, as a runtime does",
+        });
+    }
     deploy::validate(trace, keep, cfg, dep)?;
     if exec.is_hybrid() && dep.tier2.is_some() {
         return Err(CacheSimError::DeployUnsupported {

@@ -124,10 +124,19 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             );
         }
         if a.extra.active() && !only_profile(&a.extra) {
+            let x = &a.extra;
+            let given = [
+                (x.prefetch.is_some(), "--prefetch"),
+                (x.calib.is_some(), "--calib"),
+                (x.timeline, "--timeline"),
+                (x.bandwidth.is_some(), "--bandwidth"),
+                (x.shuffle.is_some(), "--shuffle"),
+            ];
+            let flag = given.iter().find(|g| g.0).map_or("--prefetch", |g| g.1);
             bail!(
-                "--exec {exec} with prefetch, the timeline or the shuffled order: a prefetched expert is loaded to \
-                 the GPU, which hybrid execution does not price (SEMANTICS.md §14); drop those flags, or use --exec \
-                 transfer"
+                "{flag} with --exec {exec}: prefetch, the timeline of §13 (--bandwidth) and the shuffled control \
+                 price loads to the GPU, which hybrid execution replaces by host runs (SEMANTICS.md §14); drop \
+                 {flag}, or use --exec transfer"
             );
         }
     }
@@ -227,7 +236,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         ]);
         super::align_numbers(&mut t);
         writeln!(out, "{t}")?;
-        if !plain {
+        if !plain && priced.is_none() {
             writeln!(out, "{}", super::replay_deploy::summary_line(&dc, &dep))?;
         }
         if let Some((hc, p, dev, cost)) = &priced {

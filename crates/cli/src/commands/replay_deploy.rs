@@ -67,8 +67,11 @@ pub fn deployment(
              only with --tier2 or --exec host"
         );
     }
-    if a.compute_ms_per_step.is_some() && !a.served() {
-        bail!("--compute-ms-per-step is the compute of an engine step: it applies only with --served or --batch");
+    if a.compute_ms_per_step.is_some() && !a.served() && !exec.is_hybrid() {
+        bail!(
+            "--compute-ms-per-step is the compute of an engine step: it applies only with --served, --batch or \
+             --exec host"
+        );
     }
     if let Some(g) = a.link_gbps.filter(|g| !(g.is_finite() && *g > 0.0)) {
         bail!("--link-gbps {g}: must be a positive bandwidth in GB/s");

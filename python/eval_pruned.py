@@ -71,6 +71,32 @@ def _forward(model, mask_ctx, ids, mask, rows):
         return model(input_ids=ids, attention_mask=mask, use_cache=False).logits
 
 
+CHUNK = 256  # positions per float64 log_softmax (memory: CHUNK x vocab x 8 bytes, a few times)
+
+
+def _compare(base_logits, logits, target, n_top):
+    """Sums over positions of (nll base, nll pruned, KL, JSD, top-1 equal, top-n overlap / n), from
+    float64 log_softmax of the [positions, vocab] logits, CHUNK positions at a time."""
+    import torch
+
+    ln2 = math.log(2.0)
+    sums = [0.0] * 6
+    for i in range(0, base_logits.shape[0], CHUNK):
+        lb = torch.log_softmax(base_logits[i: i + CHUNK].double(), -1)
+        lq = torch.log_softmax(logits[i: i + CHUNK].double(), -1)
+        t = target[i: i + CHUNK, None]
+        pb, pq = lb.exp(), lq.exp()
+        # JSD with M = (P + Q) / 2, log M = logaddexp(log P, log Q) - ln 2; clamped to its range [0, ln 2].
+        lm = torch.logaddexp(lb, lq) - ln2
+        js = 0.5 * (pb * (lb - lm)).sum(-1) + 0.5 * (pq * (lq - lm)).sum(-1)
+        tb, tq = lb.topk(n_top, -1).indices, lq.topk(n_top, -1).indices
+        parts = (-lb.gather(-1, t).sum(), -lq.gather(-1, t).sum(), (pb * (lb - lq)).sum(-1).clamp(min=0).sum(),
+                 js.clamp(0.0, ln2).sum(), (lb.argmax(-1) == lq.argmax(-1)).sum(),
+                 (tq[:, :, None] == tb[:, None, :]).any(-1).sum() / n_top)
+        sums = [a + float(b) for a, b in zip(sums, parts)]
+    return sums
+
+
 def _kept_tensor(km, mask_ctx):
     """bool [layers, E]: per MoE layer index (the model's order), the experts km keeps."""
     import torch
@@ -107,7 +133,6 @@ def evaluate(model, sequences, keep_maps, *, mode="replace", batch_size=1, pad_i
     base_nll, n_pos, tokens = 0.0, 0, 0
     base_slots = torch.zeros(layers, dtype=torch.float64)
     surviving = [torch.zeros(layers, dtype=torch.float64) for _ in keep_maps]
-    ln2 = math.log(2.0)
     with torch.no_grad():
         for b in range(0, len(sequences), batch_size):
             batch = sequences[b: b + batch_size]
@@ -118,30 +143,25 @@ def evaluate(model, sequences, keep_maps, *, mode="replace", batch_size=1, pad_i
             score[:, :-1] = (mask[:, :-1] > 0) & (mask[:, 1:] > 0)
             score = score.cpu()
             target = ids[:, 1:].cpu()[score[:, :-1]]
-            lp_base = torch.log_softmax(_forward(model, base_ctx, ids, mask, rows).float().cpu(), -1)[score]
+            logits_base = _forward(model, base_ctx, ids, mask, rows).float().cpu()[score]
             base_routed = [torch.cat(r) for r in base_ctx.routed]  # [tokens, k] per layer
             tokens += int(rows.sum())
             n_pos += int(score.sum())
-            base_nll -= float(lp_base.gather(-1, target[:, None]).sum(dtype=torch.float64))
             base_slots += torch.tensor([float(r.numel()) for r in base_routed], dtype=torch.float64)
-            p_base = lp_base.exp()
-            top1_base = lp_base.argmax(-1)
-            n_top = min(TOP_N, lp_base.shape[-1])
-            topn_base = lp_base.topk(n_top, -1).indices
+            n_top = min(TOP_N, logits_base.shape[-1])
             for j, (km, ctx, acc) in enumerate(zip(keep_maps, ctxs, accs)):
                 for li in range(layers):
                     surviving[j][li] += float(kept[j][li][base_routed[li].long()].sum())
-                lp = torch.log_softmax(_forward(model, ctx, ids, mask, rows).float().cpu(), -1)[score]
-                acc.n += lp.shape[0]
-                acc.nll -= float(lp.gather(-1, target[:, None]).sum(dtype=torch.float64))
-                acc.kl += float((p_base * (lp_base - lp)).sum(-1).clamp(min=0).sum(dtype=torch.float64))
-                # JSD with M = (P + Q) / 2, log M = logaddexp(log P, log Q) - ln 2.
-                lm = torch.logaddexp(lp_base, lp) - ln2
-                js = 0.5 * (p_base * (lp_base - lm)).sum(-1) + 0.5 * (lp.exp() * (lp - lm)).sum(-1)
-                acc.jsd += float(js.clamp(0.0, ln2).sum(dtype=torch.float64))
-                acc.top1 += int((lp.argmax(-1) == top1_base).sum())
-                topn = lp.topk(n_top, -1).indices
-                acc.topn += float((topn[:, :, None] == topn_base[:, None, :]).any(-1).sum(dtype=torch.float64)) / n_top
+                logits = _forward(model, ctx, ids, mask, rows).float().cpu()[score]
+                nll_b, nll, kl, js, top1, topn = _compare(logits_base, logits, target, n_top)
+                if j == 0:
+                    base_nll += nll_b
+                acc.n += logits.shape[0]
+                acc.nll += nll
+                acc.kl += kl
+                acc.jsd += js
+                acc.top1 += int(top1)
+                acc.topn += topn
                 for li in range(layers):
                     r = torch.cat(ctx.routed[li]).long()
                     acc.routed[li] += r.numel()

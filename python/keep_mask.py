@@ -182,10 +182,10 @@ class KeepMask:
             if self.mode == "replace" and len(ids) < self.top_k:
                 raise KeepMapError(f"{where}: layer {lid} keeps {len(ids)} experts, fewer than the model's top-k "
                                    f"{self.top_k}: no routing can replace every pruned slot (use --mode drop)")
-            if len(ids) < self.num_experts:
-                m = torch.zeros(self.num_experts, dtype=torch.bool)
-                m[list(ids)] = True
-                self.kept[i] = m
+            # Even a full map gets its (all-kept) mask: the keep-all invariant then tests the machinery.
+            m = torch.zeros(self.num_experts, dtype=torch.bool)
+            m[list(ids)] = True
+            self.kept[i] = m
 
     def begin(self, rows=None):
         """The flattened rows of the next forward pass to record (bool tensor) and a fresh record."""

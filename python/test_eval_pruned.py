@@ -44,6 +44,8 @@ def build_with(name, **overrides):
     cfg = copy.deepcopy(CONFIGS[name][1])
     for key, value in overrides.items():
         setattr(cfg, key, value)
+    if "num_hidden_layers" in overrides and getattr(cfg, "layer_types", None):
+        cfg.layer_types = [cfg.layer_types[0]] * cfg.num_hidden_layers  # one attention kind for the new depth
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
@@ -95,6 +97,9 @@ def test_pruning_half_changes_the_output_and_routes_no_pruned_expert(name):
     assert res["kl"] > 0 and 0 < res["jsd"] <= math.log(2) and res["top1_agreement"] < 1
     assert 0 < res["slots_surviving"] < 1
     assert all(la["routed_slots_kept"] == 1.0 for la in res["layers"])
+    # The first MoE layer's input is the base model's: every kept expert the base chose is still chosen.
+    first = res["layers"][0]
+    assert first["routed_slots_unchanged"] == pytest.approx(first["slots_surviving"], abs=0.01)
     # An independent hook on the routers: no call of any router chose a pruned expert.
     ctx = keep_mask.KeepMask(model, km, record=False)
     with ctx:
@@ -382,9 +387,14 @@ def test_command_line_writes_one_document_per_keep_map(tmp_path, capsys):
     assert docs["full"]["ppl_base"] == docs["half"]["ppl_base"]
     assert "wrote" in capsys.readouterr().out
     single = tmp_path / "one.json"
-    eval_pruned.main(common + ["--keep", str(half), "--mode", "drop", "-o", str(single)])
+    # accelerate's --device-map puts its own forward on every module: the mask must wrap it, not lose it.
+    eval_pruned.main(common + ["--keep", str(half), "--mode", "drop", "--device-map", "auto", "-o", str(single)])
     d = json.loads(single.read_text())
     assert d["mode"] == "drop" and d["ppl_base"] == pytest.approx(docs["half"]["ppl_base"], rel=1e-6)
+    assert d["kl"] > 0 and all(la["routed_slots_kept"] < 1 for la in d["layers"])
+    replace = tmp_path / "replace.json"
+    eval_pruned.main(common + ["--keep", str(half), "--device-map", "auto", "-o", str(replace)])
+    assert json.loads(replace.read_text())["kl"] == pytest.approx(docs["half"]["kl"], rel=1e-9)
 
 
 def test_bad_input_is_a_message_and_exit_2_not_a_traceback(tmp_path):
@@ -412,3 +422,40 @@ def test_capture_command_line_with_keep_records_the_pruned_model(tmp_path):
     assert ids.shape == (2, 51, 3)
     for li in range(2):
         assert set(np.unique(ids[li])) <= set(km["layers"][li])
+
+
+# ---------------------------------------------------------------- configurations the fixed configs do not cover
+
+VARIANT_CASES = {
+    # Dense layers between MoE layers (decoder_sparse_step 2: MoE layers 1 and 3), 16 experts, top-1.
+    "qwen2_moe-sparse-step-2": ("qwen2_moe", dict(num_hidden_layers=4, decoder_sparse_step=2, num_experts=16,
+                                                  num_experts_per_tok=1), [1, 3]),
+    # mlp_only_layers: layer 0 dense, norm_topk_prob on, top-3.
+    "qwen3_moe-mlp-only-0": ("qwen3_moe", dict(num_hidden_layers=3, mlp_only_layers=[0], num_experts_per_tok=3,
+                                               norm_topk_prob=True), [1, 2]),
+    # OLMoE with norm_topk_prob on and 4 experts.
+    "olmoe-normalized": ("olmoe", dict(num_experts=4, norm_topk_prob=True), [0, 1]),
+    # Two dense first layers, two shared experts.
+    "deepseek_v2-two-dense": ("deepseek_v2", dict(num_hidden_layers=4, first_k_dense_replace=2, n_shared_experts=2),
+                              [2, 3]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VARIANT_CASES))
+def test_other_configurations_keep_all_exactly_and_route_only_kept_experts(case):
+    name, overrides, layer_ids = VARIANT_CASES[case]
+    model = build_with(name, **overrides)
+    full = keep_mask.full_keep_map(model)
+    assert full["layer_ids"] == layer_ids
+    e, k = full["num_experts"], keep_mask.KeepMask(model, None).top_k
+    half = keep_of(model, [[x for x in range(e) if (x + li) % 2 == 0] for li in range(len(layer_ids))])
+    for dtype in (torch.float32, torch.bfloat16):
+        m = model.to(dtype)
+        torch.testing.assert_close(logits_of(m, SEQS[0], full), logits_of(m, SEQS[0]), rtol=0, atol=0)
+        with keep_mask.KeepMask(m, half, record=False):
+            seen = router_outputs(m, lambda: m(input_ids=torch.tensor([SEQS[0]]), use_cache=False))
+        for li, calls in seen.items():
+            chosen = np.concatenate([c[2] for c in calls]).astype(np.int64)
+            assert chosen.shape[1] == k and set(np.unique(chosen)) <= set(half["layers"][li]), (case, li)
+    res = eval_pruned.evaluate(model.to(torch.float32), SEQS, [full, half], batch_size=2)
+    assert res[0]["kl"] == 0.0 and res[1]["kl"] > 0 and res[1]["slots_surviving"] < 1

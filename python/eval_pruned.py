@@ -239,6 +239,8 @@ def quality_document(result, km, mode, model_ident, text_ident):
             "k": km["k"],
             "num_experts": km["num_experts"],
             "stats_sha256": km.get("stats_sha256", ""),
+            "layer_ids": km["layer_ids"],
+            "layers": [sorted(ids) for ids in km["layers"]],
         },
         "model": model_ident,
         "text": text_ident,

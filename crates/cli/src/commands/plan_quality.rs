@@ -84,8 +84,8 @@ pub fn write_table(out: &mut dyn Write, candidates: &[Candidate]) -> Result<()> 
             |f: fn(&sweep::plan::Evaluated) -> f64| c.per_layer.as_ref().map_or("-".into(), |e| format!("{:.4}", f(e)));
         t.add_row([
             c.variant.clone(),
-            format!("{kl:.4}"),
-            c.measured_ppl_increase.map_or("-".into(), |p| format!("{p:.4}")),
+            sweep::plan::figure(kl),
+            c.measured_ppl_increase.map_or("-".into(), sweep::plan::figure),
             mpt(|e| e.in_sample_misses_per_token),
             mpt(|e| e.out_of_sample_misses_per_token),
             c.excluded.clone().unwrap_or_default(),

@@ -56,16 +56,23 @@ impl QualityFloor {
             return Some("no measured quality (--quality) for this keep map".into());
         };
         if let Some(max) = self.max_kl.filter(|&max| m.kl > max) {
-            return Some(format!("measured KL {:.4} exceeds --max-kl {max} ({})", m.kl, m.source));
+            return Some(format!("measured KL {} exceeds --max-kl {max} ({})", figure(m.kl), m.source));
         }
         if let Some(max) = self.max_ppl_increase.filter(|&max| m.ppl_increase > max) {
             return Some(format!(
-                "measured perplexity increase {:.4} exceeds --max-ppl-increase {max} ({})",
-                m.ppl_increase, m.source
+                "measured perplexity increase {} exceeds --max-ppl-increase {max} ({})",
+                figure(m.ppl_increase),
+                m.source
             ));
         }
         None
     }
+}
+
+/// A measured figure for people: 4 decimals, or 4 significant digits in scientific notation when
+/// 4 decimals would hide it (a KL of 1e-5 is not 0.0000).
+pub fn figure(x: f64) -> String {
+    if x != 0.0 && x.abs() < 1e-3 { format!("{x:.3e}") } else { format!("{x:.4}") }
 }
 
 #[cfg(test)]
@@ -115,6 +122,10 @@ mod tests {
         f.max_ppl_increase = Some(0.005);
         assert!(f.exclusion(&a).unwrap().starts_with("measured perplexity increase 0.0100 exceeds"));
         assert_eq!(f.of(&b).map(|m| m.kl), Some(0.2));
+        assert_eq!(
+            (figure(0.0), figure(9.198e-6), figure(-2e-5), figure(0.25)),
+            ("0.0000".into(), "9.198e-6".into(), "-2.000e-5".into(), "0.2500".into())
+        );
         // The same experts from other statistics: the same measurement.
         let b2 = KeepMap { stats_sha256: "other".into(), ..b.clone() };
         assert_eq!(f.of(&b2).map(|m| m.kl), Some(0.2));

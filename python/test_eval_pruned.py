@@ -232,8 +232,10 @@ def test_jsd_is_at_most_ln2_and_grows_with_pruning():
     two = keep_of(model, [[0, 6], [1, 5]])
     r6, r2 = eval_pruned.evaluate(model, SEQS, [six, two], batch_size=4)
     for r in (r6, r2):
-        assert 0 < r["jsd"] <= math.log(2) and r["jsd"] <= r["kl"] + 1e-12  # JSD <= KL/2 + KL(Q||P)/2 bound aside
-    assert r2["slots_surviving"] < r6["slots_surviving"]
+        assert 0 < r["jsd"] <= math.log(2)
+        # For small differences KL ~ chi^2 / 2 and JSD ~ chi^2 / 8 (second order in Q - P): JSD ~ KL / 4.
+        assert 0.2 < r["jsd"] / r["kl"] < 0.3, (r["jsd"], r["kl"])
+    assert r2["slots_surviving"] < r6["slots_surviving"] and r2["jsd"] > r6["jsd"] and r2["kl"] > r6["kl"]
 
 
 # ---------------------------------------------------------------- slots against the trace and moe-offload

@@ -19,6 +19,7 @@ transformers >= 5. docs/capture.md explains the choices.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import sys
@@ -102,7 +103,7 @@ def _metadata(model, rec, model_name, source, phase, extra):
 
 
 def capture(model, sequences, output, *, candidates=None, model_name="", source="", norms=True, batch_size=1,
-            generate=0, lookahead=0, prefill_output=None, pad_id=0):
+            generate=0, lookahead=0, prefill_output=None, pad_id=0, keep=None):
     """Runs `model` over token-id sequences (lists of ints) and writes the trace to `output`.
 
     Without `generate`: one prefill forward pass per batch of `batch_size` sequences (right
@@ -113,6 +114,9 @@ def capture(model, sequences, output, *, candidates=None, model_name="", source=
     (`step_offsets`, step-major: the batch's rows of step 0, then step 1, ...), plus
     `seq_offsets` when `batch_size` is 1 (each sequence's N rows are then contiguous). The
     prompts' prefill rows go to `prefill_output` when given.
+    With `keep` (a keep map, keep_mask.read_keep_map): the routing of the pruned model, pruned
+    experts' router logits at -inf (keep_mask.KeepMask, mode replace), so no pruned id appears in
+    the trace; candidates and lookahead must then fit in every layer's kept experts.
     Returns a Captured (and, with prefill_output, a pair (decode, prefill)).
     """
     import torch
@@ -126,7 +130,10 @@ def capture(model, sequences, output, *, candidates=None, model_name="", source=
     device = _input_device(model)
     params = inspect.signature(model.forward).parameters
     cache_kw = "cache" if "cache" in params else "past_key_values"
-    with tempfile.TemporaryDirectory(prefix="moe-capture-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="moe-capture-") as tmp, contextlib.ExitStack() as masked:
+        common = {"batch_size": batch_size}
+        if keep is not None:
+            common.update(_apply_keep(masked, model, keep, candidates, lookahead))
         rec = Recorder(model, Path(tmp), candidates, norms=norms, lookahead=lookahead)
         main = rec.output("main")
         pre = rec.output("prefill") if generate and prefill_output else None
@@ -157,7 +164,6 @@ def capture(model, sequences, output, *, candidates=None, model_name="", source=
                                     **{cache_kw: _cache_of(out)}, **extra)
         finally:
             rec.close()
-        common = {"batch_size": batch_size}
         if not generate:
             seq_offsets = _offsets_of(sequences)
             md = _metadata(model, rec, model_name, source, "prefill", {**common, "_out": main})
@@ -173,6 +179,21 @@ def capture(model, sequences, output, *, candidates=None, model_name="", source=
         tp = write_trace(Path(prefill_output), rec, pre, md, seq_offsets=_offsets_of(sequences))
         return dec, Captured(str(prefill_output), len(rec.blocks), tp, rec.m, rec.top_k, int(md["tied_rows"]),
                              lookahead)
+
+
+def _apply_keep(stack, model, keep, candidates, lookahead):
+    """Enters the keep mask of `keep` on `stack`; the trace metadata that records it."""
+    from keep_mask import KeepMapError, KeepMask, keep_map_label, keep_map_sha256
+
+    mask = KeepMask(model, keep, "replace", record=False)
+    fewest = min(len(ids) for ids in keep["layers"])
+    lid = keep["layer_ids"][[len(ids) for ids in keep["layers"]].index(fewest)]
+    for flag, n in (("--candidates", candidates or mask.top_k), ("--lookahead", lookahead)):
+        if n > fewest:
+            raise KeepMapError(f"{flag} {n} > {fewest}, the experts layer {lid} of {keep.get('_path', 'the keep map')} "
+                               "keeps: the trace would list pruned experts among the candidates")
+    stack.enter_context(mask)
+    return {"keep_map": keep_map_label(keep), "keep_map_sha256": keep_map_sha256(keep), "keep_mode": "replace"}
 
 
 def _offsets_of(sequences):
@@ -282,6 +303,9 @@ def parse_args(argv=None):
     p.add_argument("--offload-folder", default=None, help="with --device-map: where weights that fit nowhere go")
     p.add_argument("--trust-remote-code", action="store_true", help="allow the model repository's own code")
     p.add_argument("--no-norms", action="store_true", help="skip expert output norms (no REAP; faster)")
+    p.add_argument("--keep", default=None, metavar="KEEP_JSON",
+                   help="record the pruned model: a keep map (moe-offload keep -o); pruned experts are never "
+                        "routed, the next-best kept one takes the slot (docs/quality.md)")
     return p.parse_args(argv)
 
 
@@ -308,6 +332,11 @@ def load_model(a):
 
 def main(argv=None):
     a = parse_args(argv)
+    keep = None
+    if a.keep:
+        from keep_mask import read_keep_map
+
+        keep = read_keep_map(a.keep)
     tok, model = load_model(a)
     if a.text:
         docs, name = documents_from_text(a.text), Path(a.text).name
@@ -320,7 +349,7 @@ def main(argv=None):
     res = capture(
         model, seqs, a.output, candidates=a.candidates, model_name=a.model, source=f"capture_routing.py on {name}",
         norms=not a.no_norms, batch_size=a.batch_size, generate=a.generate, lookahead=a.lookahead,
-        prefill_output=a.prefill_output, pad_id=pad,
+        prefill_output=a.prefill_output, pad_id=pad, keep=keep,
     )
     for c in res if isinstance(res, tuple) else (res,):
         print(f"wrote {c.path}: {c.layers} MoE layers x {c.tokens} tokens, {c.candidates} candidates, top-{c.top_k}"
@@ -329,4 +358,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as e:  # bad input (files, keys, keep maps): a message, not a traceback
+        print(f"capture_routing.py: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -48,8 +48,8 @@ pub struct HybridCost {
 
 impl HybridDevice {
     /// Checks the fields: finite, `expert_mb`, `compute_ms`, `host_ms_per_row`, `host_sync_ms`
-    /// >= 0, `host_gbps` > 0, `link_gbps` > 0 when given, `compute_ms_per_step` > 0 when given
-    /// (else `compute_ms` > 0: a step takes time).
+    /// at least 0, `host_gbps` above 0, `link_gbps` above 0 when given, `compute_ms_per_step`
+    /// above 0 when given (else `compute_ms` above 0: a step takes time).
     ///
     /// # Errors
     /// [`CacheSimError::InvalidParameter`] naming the field.

@@ -242,6 +242,18 @@ pub struct PlanArgs {
     /// (fraction of used slots whose expert is pruned, SEMANTICS §4).
     #[arg(long, value_parser = crate::args::fraction)]
     pub max_slot_replacement: Option<f64>,
+    /// Measured quality of keep maps: `moe-offload-quality` files of `python/eval_pruned.py`
+    /// (docs/quality.md), matched to the variants by the keep map's SHA-256.
+    #[arg(long, num_args = 1..)]
+    pub quality: Vec<PathBuf>,
+    /// Quality floor from measurements: the largest measured mean KL(base ‖ pruned) of a pruned
+    /// variant; an unmeasured pruned variant is excluded. Needs --quality.
+    #[arg(long)]
+    pub max_kl: Option<f64>,
+    /// Quality floor from measurements: the largest measured ppl_pruned / ppl_base − 1 of a
+    /// pruned variant; an unmeasured pruned variant is excluded. Needs --quality.
+    #[arg(long)]
+    pub max_ppl_increase: Option<f64>,
     /// Compute the curves above the limit of work (see the announcement the command prints).
     #[arg(long)]
     pub yes: bool,
@@ -274,6 +286,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     if let Some(mb) = a.expert_mb.filter(|mb| !(mb.is_finite() && *mb > 0.0)) {
         bail!("--expert-mb {mb}: the size of one expert must be a positive number of MB");
     }
+    let floor = super::plan_quality::read_floor(&a.quality, a.max_kl, a.max_ppl_increase)?;
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
@@ -300,6 +313,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         k_used: a.k_used,
         warmup: a.warmup,
         max_slot_replacement: a.max_slot_replacement,
+        quality: (!a.quality.is_empty()).then_some(&floor),
     };
     let (ci, _) = curve_work(&cv, a.policy, a.k_used, None);
     let (co, what) = curve_work(&hv, a.policy, a.k_used, None);
@@ -398,6 +412,9 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     }
     super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
+    if candidates.iter().any(|c| c.measured_kl.is_some()) {
+        super::plan_quality::write_table(&mut out, &candidates)?;
+    }
     writeln!(out, "chosen: {} with per-layer caps {:?}", chosen.variant, chosen.plan.caps)?;
     writeln!(
         out,

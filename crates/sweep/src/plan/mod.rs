@@ -13,10 +13,12 @@
 //! the uniform baseline, the choice and its verification by replay, behind a [`PlanRequest`].
 
 mod pins;
+mod quality;
 mod search;
 
 use cachesim::mrc::MissCurve;
 pub use pins::{PinnedPlan, hot_count_list, search_pinned};
+pub use quality::{Measured, QualityFloor, figure};
 pub use search::{Candidate, Chosen, Evaluated, PlanOutcome, PlanRequest, miss_curve, search};
 
 /// One layer allocation and its cost.

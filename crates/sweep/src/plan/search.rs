@@ -5,7 +5,7 @@ use cachesim::{Keep, Policy, ReplayConfig, Semantics};
 use saliency::{KeepConfig, KeepMap, Stats};
 use trace_io::TraceView;
 
-use super::{Allocation, allocate, evaluate, non_convex_layers, uniform};
+use super::{Allocation, QualityFloor, allocate, evaluate, non_convex_layers, uniform};
 use crate::{DeviceProfile, Result, SweepError};
 
 /// What to plan: two traces, the candidate variants, the memory and the replay settings.
@@ -35,6 +35,8 @@ pub struct PlanRequest<'a> {
     pub warmup: usize,
     /// Largest allowed mean held-out slot replacement of a pruned variant.
     pub max_slot_replacement: Option<f64>,
+    /// Measured quality of keep maps and its floors (`plan --quality`, [`QualityFloor`]).
+    pub quality: Option<&'a QualityFloor>,
 }
 
 /// An allocation evaluated on both traces.
@@ -71,6 +73,12 @@ pub struct Candidate {
     pub per_layer: Option<Evaluated>,
     /// The best uniform cap within the same slots.
     pub uniform: Option<Evaluated>,
+    /// Measured mean KL(base ‖ pruned) of its keep map (`--quality`; absent when not measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_kl: Option<f64>,
+    /// Measured relative perplexity increase of its keep map (`--quality`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_ppl_increase: Option<f64>,
 }
 
 /// The chosen plan, verified by replay.
@@ -190,7 +198,9 @@ pub fn search(req: &PlanRequest<'_>) -> Result<PlanOutcome> {
         let excluded = req
             .max_slot_replacement
             .filter(|&max| !map.is_full() && sr > max)
-            .map(|max| format!("held-out slot replacement {sr:.4} exceeds --max-slot-replacement {max}"));
+            .map(|max| format!("held-out slot replacement {sr:.4} exceeds --max-slot-replacement {max}"))
+            .or_else(|| req.quality.and_then(|q| q.exclusion(&map)));
+        let measured = req.quality.and_then(|q| q.of(&map));
         let mut cand = Candidate {
             variant: map.label(),
             heldout_slot_replacement: sr,
@@ -198,6 +208,8 @@ pub fn search(req: &PlanRequest<'_>) -> Result<PlanOutcome> {
             non_convex_layers: 0,
             per_layer: None,
             uniform: None,
+            measured_kl: measured.map(|m| m.kl),
+            measured_ppl_increase: measured.map(|m| m.ppl_increase),
         };
         if cand.excluded.is_none() {
             let keep_c = Keep::from_layers(&cv.shape(), &map.layers)?;

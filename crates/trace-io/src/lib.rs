@@ -40,7 +40,9 @@ pub mod synth;
 mod view;
 mod write;
 
-pub use atomic::{OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic};
+pub use atomic::{
+    OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic, write_atomic_files,
+};
 pub use check::Reads;
 pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;

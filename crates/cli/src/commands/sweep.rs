@@ -271,8 +271,9 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     writeln!(
         out,
         "Next: `moe-offload report {} -o report.html` (plots and tables); on your own routing: `moe-offload import ...` \
-         then `moe-offload sweep data/grids/default.json --in-sample YOURS.safetensors --out-of-sample HELDOUT.safetensors -o DIR` \
-         (docs/importers.md, docs/sweep.md).",
+         then `moe-offload sweep data/grids/starter.json --in-sample YOURS.safetensors --out-of-sample HELDOUT.safetensors -o DIR` \
+         (docs/importers.md, docs/sweep.md; the starter grid needs no output norms and fits any model with 8 or \
+         more experts and top-k up to 6).",
         a.output.display()
     )?;
     Ok(())

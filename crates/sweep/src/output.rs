@@ -27,6 +27,11 @@ pub struct Provenance {
     /// with the ones the rows were replayed with. Absent in outputs written before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keep_maps: Vec<KeepRef>,
+    /// The absolute directory of the grid file, which its relative paths (traces, keep maps,
+    /// caps, pin maps, the calibration trace) are relative to, so that an audit finds them from
+    /// any output directory. Absent for the embedded grid and in outputs written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid_dir: Option<String>,
 }
 
 /// A keep map a sweep replayed: its variant label and the hash of its contents.

@@ -445,5 +445,6 @@ fn provenance(g: &Grid) -> sweep::Provenance {
         stats_sha256: "s".into(),
         files: Vec::new(),
         keep_maps: Vec::new(),
+        grid_dir: None,
     }
 }

@@ -54,10 +54,11 @@ pub fn keep_map_sha256(map: &saliency::KeepMap) -> String {
 pub struct InputRef {
     /// A path, or `embedded:NAME`.
     pub source: String,
-    /// Digest of its bytes as recorded (`trace_io::split_digest`): `blake3:HEX`, or a bare hex
-    /// SHA-256 in files written before the algorithm was named. The field keeps its old name so
-    /// that both read alike.
-    pub sha256: String,
+    /// Digest of its bytes, named by its algorithm: `blake3:HEX` for traces, `sha256:HEX` for
+    /// the other files. Written as `digest`; files written before read too: their field was
+    /// `sha256` (which held BLAKE3 digests of traces), with a bare hex value for SHA-256.
+    #[serde(alias = "sha256")]
+    pub digest: trace_io::Digest,
 }
 
 /// Which slice of a grid a sharded run covers: configurations whose index in the sorted list is

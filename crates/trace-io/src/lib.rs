@@ -46,7 +46,7 @@ pub use atomic::{
 pub use check::Reads;
 pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;
-pub use hash::{HASH_ALGO, bytes_digest, hash_file, split_digest, trace_digest, verify_digest};
+pub use hash::{Digest, HASH_ALGO, bytes_digest, hash_file, split_digest, trace_digest, verify_digest};
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};

@@ -184,15 +184,15 @@ pub fn run_sweep(root: &Path, grid: &Grid, dest: &Path) {
         .zip(recorded.files())
         .map(|(path, written)| InputRef {
             source: written.display().to_string(),
-            sha256: trace_io::sha256_file(path).unwrap(),
+            digest: trace_io::Digest::sha256(trace_io::sha256_file(path).unwrap()),
         })
         .collect();
     let out = SweepOutput {
         provenance: Provenance {
             tool_version: "test".into(),
             grid: recorded.clone(),
-            in_sample: InputRef { source: csrc.clone(), sha256: cs.clone() },
-            out_of_sample: InputRef { source: hsrc.clone(), sha256: hs.clone() },
+            in_sample: InputRef { source: csrc.clone(), digest: trace_io::Digest::parse(&cs) },
+            out_of_sample: InputRef { source: hsrc.clone(), digest: trace_io::Digest::parse(&hs) },
             stats_sha256: p.stats.sha256(),
             files,
             keep_maps: p.keep_maps(),

@@ -57,12 +57,13 @@ pub(super) fn sweep_rederive(
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for (which, input) in [("in_sample", &prov.in_sample), ("out_of_sample", &prov.out_of_sample)] {
-        let hash = RecordedHash::parse(&input.sha256);
+        let recorded = input.digest.to_string();
+        let hash = RecordedHash::parse(&recorded);
         match finder.locate_from(&input.source, path, Some(hash), grid_dir) {
             Located::Found(p) => found.push(p),
             Located::Mismatch { path: p, actual } => problems.push(format!(
-                "{name}: provenance.{which}.sha256 is {}, but {} has {} {}: not the trace this sweep ran on",
-                input.sha256,
+                "{name}: provenance.{which}.digest is {}, but {} has {} {}: not the trace this sweep ran on",
+                input.digest,
                 finder.show(&p),
                 hash.algorithm(),
                 actual
@@ -109,13 +110,14 @@ fn replay_rows(
     // Each verified against its hash in `provenance.files` when the output records one.
     let locate_plain = |what: &str, rec: &str| -> std::result::Result<PathBuf, String> {
         let recorded = prov.files.iter().enumerate().find(|(_, f)| f.source == rec);
-        let hash = recorded.map(|(_, f)| RecordedHash::parse(&f.sha256));
+        let digest = recorded.map(|(_, f)| f.digest.to_string());
+        let hash = digest.as_deref().map(RecordedHash::parse);
         match finder.locate_from(rec, path, hash, grid_dir) {
             Located::Found(p) => Ok(p),
             Located::Mismatch { path: p, actual } => {
-                let (i, sha) = recorded.map_or((0, ""), |(i, f)| (i, f.sha256.as_str()));
+                let (i, sha) = recorded.map_or((0, String::new()), |(i, f)| (i, f.digest.to_string()));
                 Err(format!(
-                    "{name}: provenance.files[{i}].sha256 ({rec}) is {sha}, but {} has {actual}: not the {what} this sweep read",
+                    "{name}: provenance.files[{i}].digest ({rec}) is {sha}, but {} has {actual}: not the {what} this sweep read",
                     finder.show(&p)
                 ))
             }
@@ -154,8 +156,11 @@ fn replay_rows(
             Err(e) => return Ok(vec![fail(format!("{name}: rows replayed"), e)]),
         }
     }
-    let ins = TraceInput { view: calib.view(), source: &prov.in_sample.source, sha256: &prov.in_sample.sha256 };
-    let oos = TraceInput { view: held.view(), source: &prov.out_of_sample.source, sha256: &prov.out_of_sample.sha256 };
+    // The digests as the sweep was given them (the in-sample one goes into the statistics).
+    let (ins_digest, oos_digest) =
+        (recorded_digest(&prov.in_sample.digest), recorded_digest(&prov.out_of_sample.digest));
+    let ins = TraceInput { view: calib.view(), source: &prov.in_sample.source, sha256: &ins_digest };
+    let oos = TraceInput { view: held.view(), source: &prov.out_of_sample.source, sha256: &oos_digest };
     let mut prepared = sweep::prepare(&grid, &ins, &oos)
         .map_err(|e| anyhow::anyhow!("the grid in its provenance does not prepare on its traces: {e}"))?;
     if let Some(shard) = out.shard {
@@ -380,6 +385,13 @@ impl RowRun<'_> {
         }
         Ok(None)
     }
+}
+
+/// A digest in the form a sweep hands to the statistics (`Stats::meta.source_sha256`): `ALGO:HEX`,
+/// or the bare hex of a SHA-256 as outputs written before the algorithm was named hold it, so that
+/// the recomputed statistics hash as recorded.
+fn recorded_digest(d: &trace_io::Digest) -> String {
+    if d.algorithm == "sha256" { d.hex.clone() } else { d.to_string() }
 }
 
 /// The first count that differs (fields in serialization order, per-layer entries by index), as

@@ -200,7 +200,10 @@ pub fn run(a: &SweepArgs) -> Result<()> {
         .iter()
         .zip(recorded.files())
         .map(|(path, written)| {
-            Ok(InputRef { source: written.display().to_string(), sha256: trace_io::sha256_file(path)? })
+            Ok(InputRef {
+                source: written.display().to_string(),
+                digest: trace_io::Digest::sha256(trace_io::sha256_file(path)?),
+            })
         })
         .collect::<Result<Vec<_>, trace_io::TraceError>>()?;
     if let Some(shard) = a.shard {
@@ -216,8 +219,8 @@ pub fn run(a: &SweepArgs) -> Result<()> {
         provenance: Provenance {
             tool_version: super::version(),
             grid: recorded,
-            in_sample: InputRef { source: calib_src.clone(), sha256: calib.1.clone() },
-            out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
+            in_sample: InputRef { source: calib_src.clone(), digest: trace_io::Digest::parse(&calib.1) },
+            out_of_sample: InputRef { source: heldout_src.clone(), digest: trace_io::Digest::parse(&heldout.1) },
             stats_sha256: prepared.stats.sha256(),
             files,
             keep_maps: prepared.keep_maps(),

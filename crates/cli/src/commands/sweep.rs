@@ -224,10 +224,12 @@ pub fn run(a: &SweepArgs) -> Result<()> {
             stats_sha256: prepared.stats.sha256(),
             files,
             keep_maps: prepared.keep_maps(),
-            grid_dir: a.grid.as_deref().map(|g| {
-                let dir = g.parent().unwrap_or(Path::new(""));
-                std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()).display().to_string()
-            }),
+            // The canonical grid file's directory: the same from every working directory.
+            grid_dir: a
+                .grid
+                .as_deref()
+                .and_then(|g| g.canonicalize().ok())
+                .and_then(|g| g.parent().map(|d| d.display().to_string())),
         },
         shard: a.shard,
         rows,

@@ -100,7 +100,9 @@ fn served_steps(trace: &TraceView<'_>, schedule: Schedule) -> Vec<Step> {
             // A queue of waiting sequences (each a queue of tokens); B slots.
             let mut waiting: VecDeque<VecDeque<usize>> =
                 cut(trace.seq_offsets().expect("validated")).into_iter().map(|s| s.tokens.into()).collect();
-            let mut slots: Vec<Option<VecDeque<usize>>> = (0..b).map(|_| waiting.pop_front()).collect();
+            // Slots beyond the number of sequences never hold one: leave them out.
+            let mut slots: Vec<Option<VecDeque<usize>>> =
+                (0..b.min(waiting.len())).map(|_| waiting.pop_front()).collect();
             let mut steps = Vec::new();
             let mut position = 0;
             while slots.iter().any(Option::is_some) {

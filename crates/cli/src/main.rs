@@ -23,15 +23,21 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // A closed pipe (`moe-offload ... | head`) is not an error.
-            if err.chain().any(|e| {
-                e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
+            if err.chain().any(is_broken_pipe) {
                 return ExitCode::SUCCESS;
             }
             progress::status!("error: {}", render(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether an error of the chain is a closed pipe: an I/O error, or JSON written into a closed
+/// pipe (`serde_json::Error` does not give its I/O error as its `source`).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let pipe = std::io::ErrorKind::BrokenPipe;
+    e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == pipe)
+        || e.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(pipe))
 }
 
 /// On Ctrl-C (SIGINT), SIGTERM or SIGHUP: removes the temporary files and staging directories of

@@ -241,14 +241,17 @@ fn shards_that_read_different_keep_map_files_are_refused() {
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("s0/results.json")).unwrap()).unwrap();
     let sha = trace_io::sha256_file(root.join("keep.json")).unwrap();
-    assert_eq!(results["provenance"]["files"], serde_json::json!([{"source": "keep.json", "sha256": sha}]));
+    assert_eq!(
+        results["provenance"]["files"],
+        serde_json::json!([{"source": "keep.json", "digest": format!("sha256:{sha}")}])
+    );
     ok_in(root, &["sweep", "merge", "s0", "s1", "-o", "merged"]);
     shard(1, "12", "s1b");
     let out = run(&["sweep", "merge", s(&root.join("s0")), s(&root.join("s1b")), "-o", s(&root.join("m"))]);
     let e = String::from_utf8_lossy(&out.stderr);
     let other = trace_io::sha256_file(root.join("keep.json")).unwrap();
     let expect = format!(
-        "cannot merge: {} (shard 1/2) is not from the same grid and inputs as {}: its file keep.json differs (SHA-256): {sha} vs {other}",
+        "cannot merge: {} (shard 1/2) is not from the same grid and inputs as {}: its file keep.json differs (digest): sha256:{sha} vs sha256:{other}",
         root.join("s1b").display(),
         root.join("s0").display()
     );

@@ -144,6 +144,10 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
         let fixed = ["plan", "--in-sample", s(&calib), "--out-of-sample", s(&held), "--budget-gb", &budget];
         fixed.iter().chain(extra).map(ToString::to_string).collect()
     };
+    // A count above E = 16 is refused naming it (it was accepted).
+    let e = fails(&refs(&plan_with(&["--profile", "reference", "--pin-counts", "2,17", "-o", s(&plan)])));
+    assert!(e.contains("--pin-counts: 17 is more than the 16 experts of a layer"), "{e}");
+    assert!(!plan.exists());
     let out = ok(&refs(&plan_with(&["--profile", "reference", "--pin-counts", "2,4", "-o", s(&plan)])));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
     let p = &v["pinned"]["plan"];

@@ -105,9 +105,13 @@ struct Tagged<'a, T> {
 /// Writes pretty JSON, with the `kind` tag first, through [`trace_io::write_atomic`] (temporary
 /// file in the target's directory, then rename): readers never see a partial file.
 pub(crate) fn write_atomic<T: Serialize>(path: &Path, kind: &'static str, value: &T) -> Result<()> {
-    trace_io::write_atomic(path, |w| {
-        serde_json::to_writer_pretty(&mut *w, &Tagged { kind, value }).map_err(std::io::Error::other)?;
-        w.write_all(b"\n")
-    })
-    .map_err(io_err(path))
+    let bytes = to_bytes(kind, value);
+    trace_io::write_atomic(path, |w| w.write_all(&bytes)).map_err(io_err(path))
+}
+
+/// The bytes [`write_atomic`] writes: pretty JSON with the `kind` tag first, then a newline.
+pub(crate) fn to_bytes<T: Serialize>(kind: &'static str, value: &T) -> Vec<u8> {
+    let mut out = serde_json::to_vec_pretty(&Tagged { kind, value }).expect("our outputs serialize");
+    out.push(b'\n');
+    out
 }

@@ -521,6 +521,15 @@ impl KeepMap {
         jsonio::write_atomic(path.as_ref(), KEEP_MAP_KIND, self)
     }
 
+    /// Validates, then returns the bytes [`KeepMap::write_json`] writes (for standard output).
+    ///
+    /// # Errors
+    /// A validation error of [`KeepMap::validate`].
+    pub fn to_json_bytes(&self) -> Result<Vec<u8>> {
+        self.validate()?;
+        Ok(jsonio::to_bytes(KEEP_MAP_KIND, self))
+    }
+
     /// Errors unless the map's E and layer ids equal those of `stats`.
     pub(crate) fn check_shape(&self, stats: &Stats, what: &str) -> Result<()> {
         if self.num_experts != stats.meta.num_experts {

@@ -314,6 +314,15 @@ impl Stats {
         jsonio::write_atomic(path.as_ref(), STATS_KIND, self)
     }
 
+    /// Validates, then returns the bytes [`Stats::write_json`] writes (for standard output).
+    ///
+    /// # Errors
+    /// A validation error of [`Stats::validate`].
+    pub fn to_json_bytes(&self) -> Result<Vec<u8>> {
+        self.validate()?;
+        Ok(jsonio::to_bytes(STATS_KIND, self))
+    }
+
     /// Ok when every layer holds the optional statistic `statistic` (and, for `reap_sum`, no entry
     /// is missing), else a [`crate::SaliencyError::MissingStatistic`] or
     /// [`crate::SaliencyError::PartialStatistic`] naming `metric`.

@@ -68,7 +68,9 @@ impl SweepOutput {
 /// Hashes before paths: a trace given with `--in-sample` shows as its digest (`blake3:HEX`).
 fn difference(a: &Provenance, b: &Provenance) -> Option<String> {
     let differs = |what: &str, x: &str, y: &str| (x != y).then(|| format!("its {what} differs: {x} vs {y}"));
-    let sha = |what: &str, x: &InputRef, y: &InputRef| differs(&format!("{what} (digest)"), &x.sha256, &y.sha256);
+    let sha = |what: &str, x: &InputRef, y: &InputRef| {
+        differs(&format!("{what} (digest)"), &x.digest.to_string(), &y.digest.to_string())
+    };
     differs("tool version", &a.tool_version, &b.tool_version)
         .or_else(|| sha("in-sample trace", &a.in_sample, &b.in_sample))
         .or_else(|| sha("out-of-sample trace", &a.out_of_sample, &b.out_of_sample))
@@ -81,12 +83,12 @@ fn difference(a: &Provenance, b: &Provenance) -> Option<String> {
 
 /// The first file named by one grid that the other lacks or holds with another SHA-256.
 fn files_difference(a: &[InputRef], b: &[InputRef]) -> Option<String> {
-    let find = |list: &[InputRef], source: &str| list.iter().find(|f| f.source == source).map(|f| f.sha256.clone());
+    let find = |list: &[InputRef], source: &str| list.iter().find(|f| f.source == source).map(|f| f.digest.clone());
     for f in a {
         match find(b, &f.source) {
             None => return Some(format!("its grid does not name the file {}", f.source)),
-            Some(sha) if sha != f.sha256 => {
-                return Some(format!("its file {} differs (SHA-256): {} vs {sha}", f.source, f.sha256));
+            Some(d) if d != f.digest => {
+                return Some(format!("its file {} differs (digest): {} vs {d}", f.source, f.digest));
             }
             Some(_) => {}
         }

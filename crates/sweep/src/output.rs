@@ -27,6 +27,11 @@ pub struct Provenance {
     /// with the ones the rows were replayed with. Absent in outputs written before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keep_maps: Vec<KeepRef>,
+    /// The absolute directory of the grid file, which its relative paths (traces, keep maps,
+    /// caps, pin maps, the calibration trace) are relative to, so that an audit finds them from
+    /// any output directory. Absent for the embedded grid and in outputs written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid_dir: Option<String>,
 }
 
 /// A keep map a sweep replayed: its variant label and the hash of its contents.
@@ -49,10 +54,11 @@ pub fn keep_map_sha256(map: &saliency::KeepMap) -> String {
 pub struct InputRef {
     /// A path, or `embedded:NAME`.
     pub source: String,
-    /// Digest of its bytes as recorded (`trace_io::split_digest`): `blake3:HEX`, or a bare hex
-    /// SHA-256 in files written before the algorithm was named. The field keeps its old name so
-    /// that both read alike.
-    pub sha256: String,
+    /// Digest of its bytes, named by its algorithm: `blake3:HEX` for traces, `sha256:HEX` for
+    /// the other files. Written as `digest`; files written before read too: their field was
+    /// `sha256` (which held BLAKE3 digests of traces), with a bare hex value for SHA-256.
+    #[serde(alias = "sha256")]
+    pub digest: trace_io::Digest,
 }
 
 /// Which slice of a grid a sharded run covers: configurations whose index in the sorted list is

@@ -93,10 +93,11 @@ pub struct PrefetchFigures {
     pub useful: u64,
     /// prefetch_loads − useful.
     pub wasted: u64,
-    /// useful / prefetch_loads (0 without loads).
-    pub precision: f64,
-    /// useful / (useful + misses − forced_misses).
-    pub coverage: f64,
+    /// useful / prefetch_loads; `None` (JSON `null`) without loads (0/0), as `replay --json`
+    /// writes it.
+    pub precision: Option<f64>,
+    /// useful / (useful + misses − forced_misses); `None` (JSON `null`) when that is 0/0.
+    pub coverage: Option<f64>,
     /// Experts moved per counted token: misses − forced_misses + prefetch_loads, per token.
     pub loads_per_token: f64,
     /// The timeline per profile and bandwidth, in the order of the row's `cost`.
@@ -236,8 +237,8 @@ pub(crate) fn figures(
         prefetch_loads: c.prefetch_loads,
         useful: c.useful,
         wasted: c.wasted,
-        precision: c.precision(),
-        coverage: c.coverage(),
+        precision: c.precision_defined(),
+        coverage: c.coverage_defined(),
         loads_per_token: c.loads_per_token(),
         timeline,
     };

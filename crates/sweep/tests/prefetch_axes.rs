@@ -81,7 +81,7 @@ fn prefetch_axes_expand_and_replay_as_cachesim_does() {
                     (f.prefetch_loads, f.useful, f.wasted),
                     (counts.prefetch_loads, counts.useful, counts.wasted)
                 );
-                assert_eq!((f.precision, f.coverage), (counts.precision(), counts.coverage()));
+                assert_eq!((f.precision, f.coverage), (counts.precision_defined(), counts.coverage_defined()));
                 assert_eq!(f.timeline.len(), 4);
                 for ((t, c), (tl, dev)) in f.timeline.iter().zip(&row.cost).zip(timelines.iter().zip(&devices)) {
                     assert_eq!((t.tok_s, t.stall_s_per_token), (tl.tok_s, tl.stall_s_per_token), "{}", row.key);
@@ -151,7 +151,7 @@ fn a_hand_computed_prefetch_grid() {
     assert_eq!(plain.cost[0].ssd_mb_per_token, 2.0);
     assert_eq!((oracle.counts.misses, oracle.counts.hits), (0, 4));
     let f = oracle.prefetch.as_ref().unwrap();
-    assert_eq!((f.prefetch_loads, f.useful, f.wasted, f.precision, f.coverage), (4, 4, 0, 1.0, 1.0));
+    assert_eq!((f.prefetch_loads, f.useful, f.wasted, f.precision, f.coverage), (4, 4, 0, Some(1.0), Some(1.0)));
     assert_eq!(f.loads_per_token, 1.0);
     assert_eq!(oracle.cost[0].ssd_mb_per_token, 2.0);
     assert!((f.timeline[0].tok_s - 4.0 / 0.018).abs() < 1e-9, "{}", f.timeline[0].tok_s);
@@ -194,4 +194,32 @@ fn bad_prefetch_axes_are_refused_naming_the_key() {
         "coact_calibration": "missing.safetensors", "blocks": [{"policies": ["lru"], "cap": [4], "prefetch": ["oracle:1"]}]}"#;
     let g = Grid::from_json(text, dir.path()).unwrap();
     assert!(prepare(&g, &input(&a, "a"), &input(&b, "b")).is_ok());
+}
+
+/// A budget of 0 prefetches nothing: precision is 0/0, which a row writes as `null`, as
+/// `replay --json` does (not `0.0`, which would read as "every prefetch wasted").
+#[test]
+fn precision_of_no_prefetch_is_null_as_in_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = traces(3);
+    let text = r#"{"traces": {"in_sample": "a", "out_of_sample": "b"}, "variants": ["full"],
+        "blocks": [{"policies": ["lru"], "cap": [4], "prefetch": ["oracle:0", "oracle:2"]}]}"#;
+    let g = Grid::from_json(text, dir.path()).unwrap();
+    let p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
+    let rows = p.run(&a.view(), &b.view(), &|_| {});
+    let check = |key: &str, loads: bool| {
+        let mut n = 0;
+        for r in rows.iter().filter(|r| r.key == key) {
+            let f = r.prefetch.as_ref().unwrap();
+            assert_eq!(f.prefetch_loads > 0, loads, "{key}");
+            let expect = loads.then(|| f.useful as f64 / f.prefetch_loads as f64);
+            assert_eq!(f.precision, expect, "{key}");
+            let v = serde_json::to_value(f).unwrap();
+            assert_eq!(v["precision"].is_null(), !loads, "{key}: {v}");
+            n += 1;
+        }
+        assert_eq!(n, 2, "{key}: one row per trace");
+    };
+    check("full/lru/0/0/4/2/pf:oracle:0", false);
+    check("full/lru/0/0/4/2/pf:oracle:2", true);
 }

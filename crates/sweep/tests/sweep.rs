@@ -245,7 +245,7 @@ fn shards_merge_into_the_unsharded_output() {
         v[i].0 = name.into();
         v
     };
-    let files = |sha: &str| vec![sweep::InputRef { source: "keep.json".into(), sha256: sha.into() }];
+    let files = |sha: &str| vec![sweep::InputRef { source: "keep.json".into(), digest: trace_io::Digest::parse(sha) }];
     let check = |parts: Vec<(String, SweepOutput)>, expect: &str| {
         let e = merge_err(parts);
         assert_eq!(e, format!("cannot merge: {expect}"));
@@ -263,8 +263,10 @@ fn shards_merge_into_the_unsharded_output() {
             format!("out/shard-1 (shard 1/3) {same_as}: its in-sample statistics (SHA-256) differs: s vs different"),
         ),
         (
-            with(2, &|p| p.provenance.out_of_sample.sha256 = "1".into()),
-            format!("out/shard-0 (shard 0/3) {same_as}: its out-of-sample trace (digest) differs: 0 vs 1"),
+            with(2, &|p| p.provenance.out_of_sample.digest = trace_io::Digest::parse("1")),
+            format!(
+                "out/shard-0 (shard 0/3) {same_as}: its out-of-sample trace (digest) differs: sha256:0 vs sha256:1"
+            ),
         ),
         (
             with(1, &|p| p.provenance.tool_version = "0.9".into()),
@@ -307,7 +309,10 @@ fn shards_merge_into_the_unsharded_output() {
     let mut two = with(0, &|p| p.provenance.files = files("aa"));
     two[1].1.provenance.files = files("bb");
     two[2].1.provenance.files = files("aa");
-    check(two, &format!("out/shard-1 (shard 1/3) {same_as}: its file keep.json differs (SHA-256): aa vs bb"));
+    check(
+        two,
+        &format!("out/shard-1 (shard 1/3) {same_as}: its file keep.json differs (digest): sha256:aa vs sha256:bb"),
+    );
     // A row of shard 1 also in shard 0 (a hand-edited or mislabelled output) is named with both.
     let mut dup = parts.clone();
     let row = dup[1].1.rows[0].clone();
@@ -440,10 +445,11 @@ fn provenance(g: &Grid) -> sweep::Provenance {
     sweep::Provenance {
         tool_version: "test".into(),
         grid: g.clone(),
-        in_sample: sweep::InputRef { source: "a".into(), sha256: "0".into() },
-        out_of_sample: sweep::InputRef { source: "b".into(), sha256: "0".into() },
+        in_sample: sweep::InputRef { source: "a".into(), digest: trace_io::Digest::parse("0") },
+        out_of_sample: sweep::InputRef { source: "b".into(), digest: trace_io::Digest::parse("0") },
         stats_sha256: "s".into(),
         files: Vec::new(),
         keep_maps: Vec::new(),
+        grid_dir: None,
     }
 }

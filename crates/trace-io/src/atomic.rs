@@ -210,6 +210,41 @@ pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result
     tmp.persist(path)
 }
 
+/// Writes several files as one output (a JSON and the CSV beside it): every file's contents go
+/// to a temporary file beside it first, and only when all of them are complete (written and
+/// flushed) are they renamed into place, in order. A failure while writing (a full disk) leaves
+/// every target untouched; a target that is a directory is refused before any rename. Unlike
+/// [`OutputSet`] the files may lie in a directory shared with other files (the working
+/// directory); the renames need no space, so the window between two of them is small, but it is
+/// not one atomic step.
+///
+/// # Errors
+/// [`io::ErrorKind::IsADirectory`] for a target that is a directory; the I/O error of creating,
+/// writing or renaming (not wrapped with the path).
+pub fn write_atomic_files(files: &[(&Path, &[u8])]) -> io::Result<()> {
+    if let Some((p, _)) = files.iter().find(|(p, _)| p.is_dir()) {
+        return Err(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            format!("{} is a directory: the output cannot replace it", p.display()),
+        ));
+    }
+    let mut temps = Vec::with_capacity(files.len());
+    for &(path, bytes) in files {
+        let tmp = TempFile::beside(path)?;
+        {
+            let mut w = BufWriter::with_capacity(1 << 20, tmp.file());
+            w.write_all(bytes)?;
+            w.flush()?;
+        }
+        tmp.file().sync_data()?;
+        temps.push(tmp);
+    }
+    for (tmp, &(path, _)) in temps.into_iter().zip(files) {
+        tmp.persist(path)?;
+    }
+    Ok(())
+}
+
 /// A set of files written into one directory as a whole: built in a staging directory beside the
 /// target and swapped into place by [`OutputSet::commit`], so that the target holds either the
 /// previous set or the new one, never a mix of two runs or a part of one.

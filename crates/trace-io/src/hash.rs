@@ -69,9 +69,68 @@ pub fn verify_digest(path: impl AsRef<Path>, recorded: &str) -> Result<bool> {
     Ok(hash_file(path, algo)?.eq_ignore_ascii_case(hex))
 }
 
+/// A digest named by its algorithm: `blake3` (what this build writes for traces) or `sha256`.
+/// Serialized as one string, `ALGO:HEX`; read from `ALGO:HEX` or from a bare hex string, the
+/// SHA-256 of records written before the algorithm was named ([`split_digest`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Digest {
+    /// The algorithm's name (`blake3`, `sha256`).
+    pub algorithm: String,
+    /// The digest in hex, as recorded.
+    pub hex: String,
+}
+
+impl Digest {
+    /// A digest as recorded (`ALGO:HEX`, or bare hex for SHA-256).
+    pub fn parse(recorded: &str) -> Digest {
+        let (algorithm, hex) = split_digest(recorded);
+        Digest { algorithm: algorithm.to_string(), hex: hex.to_string() }
+    }
+
+    /// A SHA-256 given in hex.
+    pub fn sha256(hex: impl Into<String>) -> Digest {
+        Digest { algorithm: "sha256".into(), hex: hex.into() }
+    }
+}
+
+impl std::fmt::Display for Digest {
+    /// `ALGO:HEX`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.algorithm, self.hex)
+    }
+}
+
+impl serde::Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Digest, D::Error> {
+        Ok(Digest::parse(&String::deserialize(d)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A digest reads from both recorded forms and writes `ALGO:HEX`.
+    #[test]
+    fn digests_are_named_by_algorithm() {
+        let check = |recorded: &str, algorithm: &str, written: &str| {
+            let d: Digest = serde_json::from_str(&format!("\"{recorded}\"")).unwrap();
+            assert_eq!((d.algorithm.as_str(), d.hex.as_str()), (algorithm, &written[algorithm.len() + 1..]));
+            assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{written}\""));
+            assert_eq!(Digest::parse(recorded), d);
+        };
+        check("blake3:ab12", "blake3", "blake3:ab12");
+        check("sha256:cd34", "sha256", "sha256:cd34");
+        // A bare hex string is what records written before the algorithm was named hold: SHA-256.
+        check("ef56", "sha256", "sha256:ef56");
+        assert_eq!(Digest::sha256("ef56").to_string(), "sha256:ef56");
+    }
 
     /// BLAKE3 and SHA-256 of "abc" (the published test vectors), through the file functions, and
     /// both recorded forms verify; another byte does not.

@@ -40,11 +40,13 @@ pub mod synth;
 mod view;
 mod write;
 
-pub use atomic::{OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic};
+pub use atomic::{
+    OutputSet, TEMP_PREFIX, remove_stale_temporaries, remove_temporaries, write_atomic, write_atomic_files,
+};
 pub use check::Reads;
 pub use error::{Result, TraceError, ValueProblem};
 pub use file::TraceFile;
-pub use hash::{HASH_ALGO, bytes_digest, hash_file, split_digest, trace_digest, verify_digest};
+pub use hash::{Digest, HASH_ALGO, bytes_digest, hash_file, split_digest, trace_digest, verify_digest};
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};

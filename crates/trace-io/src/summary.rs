@@ -2,7 +2,7 @@
 //! next-token expert reuse against a shuffled-order control, sequence and engine-step sizes.
 //!
 //! Everything here reads a validated [`TraceView`] once per layer in trace order (plus one pass in
-//! a fixed permuted order for the control), allocates O(E + T) and never fails.
+//! a fixed permuted order for the control), allocates O(E + T · k) and never fails.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -54,12 +54,12 @@ pub fn shuffled_order(tokens: usize, seed: u64) -> Vec<u32> {
 pub fn layer_usage(v: &TraceView<'_>, l: usize, perm: &[u32]) -> LayerUsage {
     let s = v.shape();
     let (m, k) = (s.candidates, s.top_k);
-    let ids = v.layer_ids(l);
+    // The used ids of the layer, k per token, read once in trace order: the shuffled pass below
+    // then jumps around this compact copy (T · k ids) instead of the mapped rows of m ids.
+    let used_ids: Vec<u16> = v.layer_ids(l).chunks_exact(m).flat_map(|row| row[..k].iter().copied()).collect();
     let mut count = vec![0u64; s.num_experts];
-    for row in ids.chunks_exact(m) {
-        for &e in &row[..k] {
-            count[e as usize] += 1;
-        }
+    for &e in &used_ids {
+        count[e as usize] += 1;
     }
     let total: u64 = count.iter().sum();
     let entropy_bits: f64 = count
@@ -74,25 +74,39 @@ pub fn layer_usage(v: &TraceView<'_>, l: usize, perm: &[u32]) -> LayerUsage {
     sorted.sort_unstable_by(|a, b| b.cmp(a));
     let top = s.num_experts.div_ceil(10);
     let top10pct_share = sorted[..top].iter().sum::<u64>() as f64 / total.max(1) as f64;
-    let used = |t: usize| &ids[t * m..t * m + k];
-    let reuse_rate = |order: &mut dyn Iterator<Item = usize>| {
-        let Some(mut prev) = order.next() else { return f64::NAN };
+    let used = |t: usize| &used_ids[t * k..t * k + k];
+    // `stamp[e]` = the position in `order` of the last token that used e: e was used by the
+    // previous token exactly when its stamp is the previous position. O(k) per token instead of
+    // comparing every pair of the two rows (the used ids of a row are distinct: validated).
+    let mut stamp = vec![0u64; s.num_experts];
+    let mut reuse_rate = |order: &mut dyn Iterator<Item = usize>| {
+        stamp.fill(0);
+        let Some(first) = order.next() else { return f64::NAN };
+        let mut pos = 1u64;
+        for &e in used(first) {
+            stamp[e as usize] = pos;
+        }
         let (mut hits, mut slots) = (0u64, 0u64);
         for t in order {
-            let a = used(prev);
-            hits += used(t).iter().filter(|e| a.contains(e)).count() as u64;
+            pos += 1;
+            for &e in used(t) {
+                let st = &mut stamp[e as usize];
+                hits += u64::from(*st == pos - 1);
+                *st = pos;
+            }
             slots += k as u64;
-            prev = t;
         }
         if slots == 0 { f64::NAN } else { hits as f64 / slots as f64 }
     };
+    let next_token_reuse = reuse_rate(&mut (0..s.tokens));
+    let shuffled_reuse = reuse_rate(&mut perm.iter().map(|&t| t as usize));
     LayerUsage {
         layer_id: v.meta().layer_ids[l],
         experts_used: count.iter().filter(|&&c| c > 0).count(),
         entropy_bits,
         top10pct_share,
-        next_token_reuse: reuse_rate(&mut (0..s.tokens)),
-        shuffled_reuse: reuse_rate(&mut perm.iter().map(|&t| t as usize)),
+        next_token_reuse,
+        shuffled_reuse,
     }
 }
 
@@ -163,6 +177,36 @@ mod tests {
         assert_eq!(u.next_token_reuse, 0.8);
         // Control order 0 3 1 4 2 5 uses 0 1 0 1 0 1: no reuse.
         assert_eq!(u.shuffled_reuse, 0.0);
+    }
+
+    /// The O(k) reuse count equals the definition (of the used slots of each token, those whose
+    /// expert the previous token also used) on a top-4 trace, in both orders.
+    #[test]
+    fn reuse_equals_the_pairwise_definition() {
+        let cfg = crate::synth::SynthConfig {
+            layers: 2,
+            experts: 16,
+            top_k: 4,
+            candidates: 8,
+            tokens: 700,
+            ..Default::default()
+        };
+        let t = crate::synth::generate(&cfg).unwrap();
+        let v = t.view();
+        let perm = shuffled_order(700, SHUFFLE_SEED);
+        for l in 0..2 {
+            let ids = v.layer_ids(l);
+            let used = |t: usize| &ids[t * 8..t * 8 + 4];
+            let naive = |order: &[usize]| {
+                let hits: usize =
+                    order.windows(2).map(|w| used(w[1]).iter().filter(|e| used(w[0]).contains(e)).count()).sum();
+                hits as f64 / (4 * (order.len() - 1)) as f64
+            };
+            let u = layer_usage(&v, l, &perm);
+            assert_eq!(u.next_token_reuse, naive(&(0..700).collect::<Vec<_>>()), "layer {l}");
+            assert_eq!(u.shuffled_reuse, naive(&perm.iter().map(|&t| t as usize).collect::<Vec<_>>()), "layer {l}");
+            assert!(u.next_token_reuse > 0.0 && u.shuffled_reuse > 0.0 && u.next_token_reuse < 1.0, "{u:?}");
+        }
     }
 
     #[test]

@@ -198,11 +198,11 @@ fn a_provenance_hash_edited() {
     check(
         |fx| {
             edit_json(&fx.path("sweep/results.json"), |v| {
-                v["provenance"]["out_of_sample"]["sha256"] = json!("0".repeat(64));
+                v["provenance"]["out_of_sample"]["digest"] = json!("0".repeat(64));
             });
         },
         &format!(
-            "sweep/results.json: provenance.out_of_sample.sha256 is {}, but ../heldout.safetensors has ",
+            "sweep/results.json: provenance.out_of_sample.digest is sha256:{}, but ../heldout.safetensors has ",
             "0".repeat(64)
         ),
     );
@@ -258,7 +258,7 @@ fn a_caps_file_changed_after_the_sweep() {
     check(
         |fx| std::fs::write(fx.root().join("caps.json"), "[4, 6, 6, 8]\n").unwrap(),
         &format!(
-            "sweep/results.json: provenance.files[0].sha256 (caps.json) is {}, but ../caps.json has ",
+            "sweep/results.json: provenance.files[0].digest (caps.json) is sha256:{}, but ../caps.json has ",
             trace_io::sha256_hex(b"[4, 6, 5, 8]\n")
         ),
     );

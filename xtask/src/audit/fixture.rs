@@ -58,7 +58,8 @@ pub fn fixture() -> Fixture {
     Fixture { dir }
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// Copies the directory tree `from` into `to` (created).
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let p = e.unwrap().path();
@@ -163,6 +164,9 @@ pub fn write_saliency(out: &Path, stats: &Stats, held_stats: &Stats) {
 /// resolved there): provenance with the paths relative to ROOT and the traces' SHA-256.
 pub fn run_sweep(root: &Path, grid: &Grid, dest: &Path) {
     let recorded = grid.relative_to(root);
+    // Not recorded: the fixture is copied for each test, and the template's directory would still
+    // hold the inputs a test removes or edits (outputs written before `grid_dir` existed lack it).
+    let grid_dir = None;
     let (cf, hf) =
         (TraceFile::open(&grid.traces.in_sample).unwrap(), TraceFile::open(&grid.traces.out_of_sample).unwrap());
     let (cs, hs) = (
@@ -180,18 +184,19 @@ pub fn run_sweep(root: &Path, grid: &Grid, dest: &Path) {
         .zip(recorded.files())
         .map(|(path, written)| InputRef {
             source: written.display().to_string(),
-            sha256: trace_io::sha256_file(path).unwrap(),
+            digest: trace_io::Digest::sha256(trace_io::sha256_file(path).unwrap()),
         })
         .collect();
     let out = SweepOutput {
         provenance: Provenance {
             tool_version: "test".into(),
             grid: recorded.clone(),
-            in_sample: InputRef { source: csrc.clone(), sha256: cs.clone() },
-            out_of_sample: InputRef { source: hsrc.clone(), sha256: hs.clone() },
+            in_sample: InputRef { source: csrc.clone(), digest: trace_io::Digest::parse(&cs) },
+            out_of_sample: InputRef { source: hsrc.clone(), digest: trace_io::Digest::parse(&hs) },
             stats_sha256: p.stats.sha256(),
             files,
             keep_maps: p.keep_maps(),
+            grid_dir,
         },
         shard: None,
         rows: p.run(&cf.view(), &hf.view(), &|_| {}),

@@ -5,7 +5,8 @@
 //! a sweep, to the working directory of the run for statistics and plans) or as `embedded:NAME`.
 //! [`Finder::locate`] looks for it, in order: in `--trace-dir` (by file name), by file name in the
 //! output's directory, beside it (its parent), in the audited directory and beside that, then as
-//! recorded (absolute, or relative to the output's directory and to the working directory); an
+//! recorded (absolute, or relative to the grid's directory when a sweep records it, to the
+//! output's directory and to the working directory); an
 //! `embedded:NAME` input is the workspace's committed file `NAME` (`cargo xtask gen-data --check`
 //! keeps it equal to the embedded bytes). The first candidate whose hash matches is the input; when
 //! none matches, the first one found is named with its hash.
@@ -90,7 +91,9 @@ impl Finder {
 
     /// The places `recorded` may be, for an output at `output` (a file under the audited directory),
     /// in search order, without duplicates.
-    pub fn candidates(&self, recorded: &str, output: &Path) -> Vec<PathBuf> {
+    /// A relative `recorded` is also looked for under `base` (the grid's directory a sweep
+    /// records), before the paths as recorded.
+    pub fn candidates_from(&self, recorded: &str, output: &Path, base: Option<&Path>) -> Vec<PathBuf> {
         if let Some(name) = recorded.strip_prefix("embedded:") {
             return vec![crate::workspace_root().join(name)];
         }
@@ -112,6 +115,9 @@ impl Finder {
         if rec.is_absolute() {
             out.push(rec.to_path_buf());
         } else {
+            if let Some(b) = base {
+                out.push(b.join(rec));
+            }
             out.push(here.join(rec));
             out.push(rec.to_path_buf());
         }
@@ -142,7 +148,18 @@ impl Finder {
     /// Finds the input `recorded` of the output at `output`, verified against `hash` when one was
     /// recorded (an empty value means none was).
     pub fn locate(&self, recorded: &str, output: &Path, hash: Option<RecordedHash<'_>>) -> Located {
-        let cands = self.candidates(recorded, output);
+        self.locate_from(recorded, output, hash, None)
+    }
+
+    /// [`Finder::locate`], looking also under `base` ([`Finder::candidates_from`]).
+    pub fn locate_from(
+        &self,
+        recorded: &str,
+        output: &Path,
+        hash: Option<RecordedHash<'_>>,
+        base: Option<&Path>,
+    ) -> Located {
+        let cands = self.candidates_from(recorded, output, base);
         let existing: Vec<&PathBuf> = cands.iter().filter(|p| p.is_file()).collect();
         let Some(first) = existing.first() else { return Located::Missing(cands) };
         let Some(hash) = hash.filter(|h| !h.value.is_empty()) else { return Located::Found((*first).clone()) };

@@ -11,8 +11,11 @@
 //! traces and renders reports.
 
 #[cfg(test)]
+mod axes_tests;
+#[cfg(test)]
 mod corruption_tests;
 mod crossfile;
+mod derived;
 pub mod dir;
 #[cfg(test)]
 mod fixture;
@@ -233,25 +236,11 @@ fn differential(trace: &TraceView<'_>, maps: &[&KeepMap]) -> Check {
 pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Vec<Check> {
     let warmup = grid.warmup;
     let mut out = Vec::new();
-    // Derived fields follow §5-§6 from the counts.
+    // Derived fields follow from the counts, each row kind by its cost model (§6, §10, §11, §12-§13).
     let mut first = None;
     for r in rows {
-        let c = &r.counts;
-        let hr = if c.picks == 0 { 0.0 } else { c.hits as f64 / c.picks as f64 };
-        let mpt = if c.tokens == 0 { 0.0 } else { c.misses as f64 / c.tokens as f64 };
-        let mut ok = r.hit_rate == hr && r.misses_per_token == mpt && c.hits + c.misses == c.picks;
-        // One cost entry per profile and bandwidth, in grid order (none dropped, none added).
-        let costs: Vec<(&DeviceProfile, f64)> =
-            profiles.iter().flat_map(|p| p.bandwidth_gbps.iter().map(move |b| (p, *b))).collect();
-        ok &= r.cost.len() == costs.len();
-        for (cost, &(p, bw)) in r.cost.iter().zip(&costs) {
-            let tok_s = 1.0 / (p.compute_ms / 1000.0 + mpt * p.expert_mb / (1000.0 * bw));
-            let ssd = mpt * p.expert_mb;
-            ok &= (cost.tok_s - tok_s).abs() <= 1e-9 * tok_s && cost.bandwidth_gbps == bw && cost.profile == p.name;
-            ok &= (cost.ssd_mb_per_token - ssd).abs() <= 1e-9 * ssd.max(1.0);
-        }
-        if !ok && first.is_none() {
-            first = Some(format!("{} ({})", r.key, r.sample.as_str()));
+        if let Some(problem) = derived::row_problem(profiles, r) {
+            first.get_or_insert(problem);
         }
     }
     let mut f = BTreeMap::new();

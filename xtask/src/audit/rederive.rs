@@ -53,15 +53,17 @@ pub(super) fn sweep_rederive(
         )];
     }
     let prov = &out.provenance;
+    let grid_dir = prov.grid_dir.as_deref().map(Path::new);
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for (which, input) in [("in_sample", &prov.in_sample), ("out_of_sample", &prov.out_of_sample)] {
-        let hash = RecordedHash::parse(&input.sha256);
-        match finder.locate(&input.source, path, Some(hash)) {
+        let recorded = input.digest.to_string();
+        let hash = RecordedHash::parse(&recorded);
+        match finder.locate_from(&input.source, path, Some(hash), grid_dir) {
             Located::Found(p) => found.push(p),
             Located::Mismatch { path: p, actual } => problems.push(format!(
-                "{name}: provenance.{which}.sha256 is {}, but {} has {} {}: not the trace this sweep ran on",
-                input.sha256,
+                "{name}: provenance.{which}.digest is {}, but {} has {} {}: not the trace this sweep ran on",
+                input.digest,
                 finder.show(&p),
                 hash.algorithm(),
                 actual
@@ -98,6 +100,7 @@ fn replay_rows(
     opts: &Options,
 ) -> Result<Vec<Check>> {
     let prov = &out.provenance;
+    let grid_dir = prov.grid_dir.as_deref().map(Path::new);
     let calib = TraceFile::open(&traces[0])?;
     let held = TraceFile::open(&traces[1])?;
     // The grid as run: its recorded paths found again (keep-map files, per-layer caps files).
@@ -107,13 +110,14 @@ fn replay_rows(
     // Each verified against its hash in `provenance.files` when the output records one.
     let locate_plain = |what: &str, rec: &str| -> std::result::Result<PathBuf, String> {
         let recorded = prov.files.iter().enumerate().find(|(_, f)| f.source == rec);
-        let hash = recorded.map(|(_, f)| RecordedHash::parse(&f.sha256));
-        match finder.locate(rec, path, hash) {
+        let digest = recorded.map(|(_, f)| f.digest.to_string());
+        let hash = digest.as_deref().map(RecordedHash::parse);
+        match finder.locate_from(rec, path, hash, grid_dir) {
             Located::Found(p) => Ok(p),
             Located::Mismatch { path: p, actual } => {
-                let (i, sha) = recorded.map_or((0, ""), |(i, f)| (i, f.sha256.as_str()));
+                let (i, sha) = recorded.map_or((0, String::new()), |(i, f)| (i, f.digest.to_string()));
                 Err(format!(
-                    "{name}: provenance.files[{i}].sha256 ({rec}) is {sha}, but {} has {actual}: not the {what} this sweep read",
+                    "{name}: provenance.files[{i}].digest ({rec}) is {sha}, but {} has {actual}: not the {what} this sweep read",
                     finder.show(&p)
                 ))
             }
@@ -137,9 +141,26 @@ fn replay_rows(
                 Err(e) => return Ok(vec![fail(format!("{name}: rows replayed"), e)]),
             }
         }
+        // Pin maps and the co-activation calibration trace, recorded relative to the grid's
+        // directory as the keep maps are: found again, not read from the working directory.
+        for pin in b.pin.iter_mut().flatten() {
+            match locate_plain("pin map", &pin.display().to_string()) {
+                Ok(p) => *pin = p,
+                Err(e) => return Ok(vec![fail(format!("{name}: rows replayed"), e)]),
+            }
+        }
     }
-    let ins = TraceInput { view: calib.view(), source: &prov.in_sample.source, sha256: &prov.in_sample.sha256 };
-    let oos = TraceInput { view: held.view(), source: &prov.out_of_sample.source, sha256: &prov.out_of_sample.sha256 };
+    if let Some(calib) = &mut grid.coact_calibration {
+        match locate_plain("coact_calibration trace", &calib.display().to_string()) {
+            Ok(p) => *calib = p,
+            Err(e) => return Ok(vec![fail(format!("{name}: rows replayed"), e)]),
+        }
+    }
+    // The digests as the sweep was given them (the in-sample one goes into the statistics).
+    let (ins_digest, oos_digest) =
+        (recorded_digest(&prov.in_sample.digest), recorded_digest(&prov.out_of_sample.digest));
+    let ins = TraceInput { view: calib.view(), source: &prov.in_sample.source, sha256: &ins_digest };
+    let oos = TraceInput { view: held.view(), source: &prov.out_of_sample.source, sha256: &oos_digest };
     let mut prepared = sweep::prepare(&grid, &ins, &oos)
         .map_err(|e| anyhow::anyhow!("the grid in its provenance does not prepare on its traces: {e}"))?;
     if let Some(shard) = out.shard {
@@ -221,32 +242,40 @@ fn replay_rows(
         .map(|v| Ok((v.label.as_str(), Keep::from_layers(&shape, &v.keep.layers)?)))
         .collect::<Result<_>>()?;
     let views = [calib.view(), held.view()];
-    let replayed: Vec<Result<ReplayCounts>> = chosen
+    let devices: Vec<cachesim::TimelineDevice> = prov
+        .grid
+        .device_profiles()
+        .map_err(|e| anyhow::anyhow!("the device profiles of the grid in its provenance: {e}"))?
+        .iter()
+        .flat_map(|p| {
+            p.bandwidth_gbps.iter().map(|&bw| cachesim::TimelineDevice {
+                expert_mb: p.expert_mb,
+                compute_ms: p.compute_ms,
+                bandwidth_gbps: bw,
+            })
+        })
+        .collect();
+    let replayed: Vec<Result<Option<String>>> = chosen
         .par_iter()
         .map(|&p| {
             let (i, c) = present[p];
-            let view = &views[usize::from(out.rows[i].sample == Sample::OutOfSample)];
-            let cfg = sweep::replay_config(&prov.grid, c);
-            let keep = &keeps[c.variant.as_str()];
-            match c.prefetch {
-                // Prefetch and the shuffled order: SEMANTICS.md §12's reference replayer.
-                Some(pk) => {
-                    let shuffled = pk.shuffle.map(|seed| cachesim::shuffle::Shuffled::new(view, seed));
-                    let sh = shuffled.as_ref().map(cachesim::shuffle::Shuffled::view);
-                    let opts = pk.options(prepared.coact());
-                    Ok(cachesim::reference_prefetch::replay(sh.as_ref().unwrap_or(view), keep, &cfg, &opts)?
-                        .counts
-                        .replay)
-                }
-                None => Ok(cachesim::reference::replay(view, keep, &cfg)?),
-            }
+            let row = &out.rows[i];
+            let view = &views[usize::from(row.sample == Sample::OutOfSample)];
+            let run = RowRun {
+                view,
+                keep: &keeps[c.variant.as_str()],
+                cfg: sweep::replay_config(&prov.grid, c),
+                coact: prepared.coact(),
+                devices: &devices,
+            };
+            run.difference(row, c)
         })
         .collect();
     let mut first = None;
     let mut mismatches = 0usize;
-    for (&p, counts) in chosen.iter().zip(replayed) {
+    for (&p, diff) in chosen.iter().zip(replayed) {
         let row = &out.rows[present[p].0];
-        if let Some(diff) = first_difference(&row.counts, &counts?) {
+        if let Some(diff) = diff? {
             mismatches += 1;
             first.get_or_insert_with(|| {
                 format!("{name}: row {} ({}): {diff} by the reference replayer", row.key, row.sample.as_str())
@@ -268,6 +297,101 @@ fn replay_rows(
         first,
     ));
     Ok(checks)
+}
+
+/// One row's reference replay: the trace, keep set, configuration and what prefetch rows need.
+struct RowRun<'a> {
+    view: &'a trace_io::TraceView<'a>,
+    keep: &'a Keep,
+    cfg: cachesim::ReplayConfig,
+    coact: Option<&'a cachesim::CoactTable>,
+    /// One per profile and bandwidth, in the order of a row's `cost`.
+    devices: &'a [cachesim::TimelineDevice],
+}
+
+impl RowRun<'_> {
+    /// The first figure of `row` (configuration `c`) that the reference replayer of its kind
+    /// does not give: the plain one (§5), the deployed one (§9-§11: pins, cap 0, tier 2,
+    /// batches) or the prefetch one (§12, with the §13 timeline on every device).
+    fn difference(&self, row: &sweep::Row, c: &sweep::ConfigKey) -> Result<Option<String>> {
+        if let Some(d) = &c.deploy {
+            let dep = d.deployment(&self.view.shape())?;
+            let got = cachesim::reference_deploy::replay(self.view, self.keep, &self.cfg, &dep)?;
+            if let Some(diff) = first_difference(&row.counts, &got.counts) {
+                return Ok(Some(diff));
+            }
+            let Some(f) = &row.deploy else { return Ok(Some("deploy figures missing".into())) };
+            let pairs = [
+                ("pinned_hits", f.pinned_hits, got.pinned_hits),
+                ("t2_hits", f.t2_hits, got.t2_hits),
+                ("storage_reads", f.storage_reads, got.storage_reads),
+                ("steps", f.steps, got.steps),
+                ("rows", f.rows, got.rows),
+            ];
+            return Ok(pairs
+                .iter()
+                .find(|(_, a, b)| a != b)
+                .map(|(k, a, b)| format!("deploy.{k} is {a} in results.json, {b}")));
+        }
+        let Some(pk) = c.prefetch else {
+            return Ok(first_difference(&row.counts, &cachesim::reference::replay(self.view, self.keep, &self.cfg)?));
+        };
+        let shuffled = pk.shuffle.map(|seed| cachesim::shuffle::Shuffled::new(self.view, seed));
+        let sh = shuffled.as_ref().map(cachesim::shuffle::Shuffled::view);
+        let view = sh.as_ref().unwrap_or(self.view);
+        let mut opts = pk.options(self.coact);
+        let replay = |opts: &cachesim::PrefetchOptions<'_>| {
+            cachesim::reference_prefetch::replay(view, self.keep, &self.cfg, opts)
+        };
+        if pk.prefetch.is_none() {
+            return Ok(first_difference(&row.counts, &replay(&opts)?.counts.replay));
+        }
+        let Some(f) = &row.prefetch else { return Ok(Some("prefetch figures missing".into())) };
+        if f.timeline.len() != self.devices.len() {
+            return Ok(Some(format!(
+                "prefetch.timeline has {} entries, the profiles give {}",
+                f.timeline.len(),
+                self.devices.len()
+            )));
+        }
+        for (i, (dev, t)) in self.devices.iter().zip(&f.timeline).enumerate() {
+            opts.timeline = Some(*dev);
+            let got = replay(&opts)?;
+            if i == 0 {
+                if let Some(diff) = first_difference(&row.counts, &got.counts.replay) {
+                    return Ok(Some(diff));
+                }
+                let pairs = [
+                    ("prefetch_loads", f.prefetch_loads, got.counts.prefetch_loads),
+                    ("useful", f.useful, got.counts.useful),
+                    ("wasted", f.wasted, got.counts.wasted),
+                ];
+                if let Some((k, a, b)) = pairs.iter().find(|(_, a, b)| a != b) {
+                    return Ok(Some(format!("prefetch.{k} is {a} in results.json, {b}")));
+                }
+            }
+            let tl = got.timeline.expect("asked for");
+            // The fast timeline keeps times exactly, the reference in f64: equal to rounding.
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12);
+            if !close(t.tok_s, tl.tok_s) {
+                return Ok(Some(format!("prefetch.timeline[{i}].tok_s is {} in results.json, {}", t.tok_s, tl.tok_s)));
+            }
+            if !close(t.stall_s_per_token, tl.stall_s_per_token) {
+                return Ok(Some(format!(
+                    "prefetch.timeline[{i}].stall_s_per_token is {} in results.json, {}",
+                    t.stall_s_per_token, tl.stall_s_per_token
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A digest in the form a sweep hands to the statistics (`Stats::meta.source_sha256`): `ALGO:HEX`,
+/// or the bare hex of a SHA-256 as outputs written before the algorithm was named hold it, so that
+/// the recomputed statistics hash as recorded.
+fn recorded_digest(d: &trace_io::Digest) -> String {
+    if d.algorithm == "sha256" { d.hex.clone() } else { d.to_string() }
 }
 
 /// The first count that differs (fields in serialization order, per-layer entries by index), as

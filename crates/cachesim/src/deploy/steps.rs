@@ -64,14 +64,16 @@ impl StepPlan {
 ///
 /// Returns the token index of each row in served order (a permutation of `0..tokens`) and the
 /// first row of each step followed by `tokens` (`[steps + 1]`). `seq_offsets` must start at 0
-/// and increase strictly below `tokens` (trace-io checks it); `batch` >= 1.
+/// and increase strictly below `tokens` (trace-io checks it); `batch` >= 1. A `batch` above the
+/// number of sequences gives the result of `batch` = sequences (the other slots never hold a
+/// sequence), and allocates only that many slots: memory is O(tokens) whatever `batch`.
 pub fn rebatch_order(seq_offsets: &[u64], tokens: usize, batch: usize) -> (Vec<u32>, Vec<usize>) {
     let mut bounds: Vec<usize> = seq_offsets.iter().map(|&o| o as usize).collect();
     bounds.push(tokens);
     let sequences: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
     let mut next_seq = 0;
     // (next token, end) of each slot's sequence; None = free.
-    let mut slots: Vec<Option<(usize, usize)>> = vec![None; batch.max(1)];
+    let mut slots: Vec<Option<(usize, usize)>> = vec![None; batch.clamp(1, sequences.len().max(1))];
     for slot in slots.iter_mut() {
         if next_seq < sequences.len() {
             *slot = Some(sequences[next_seq]);
@@ -114,5 +116,16 @@ mod tests {
         assert_eq!(rebatch_order(&offs, 7, 2), (vec![0, 3, 1, 4, 2, 5, 6], vec![0, 2, 4, 6, 7]));
         // B larger than the sequences: all start at once.
         assert_eq!(rebatch_order(&offs, 7, 8), (vec![0, 3, 4, 6, 1, 5, 2], vec![0, 4, 6, 7]));
+    }
+
+    /// B far above the number of sequences is B = sequences, and allocates no slot per B
+    /// (a `batch` of `usize::MAX` slots cannot be allocated at all).
+    #[test]
+    fn rebatch_huge_batch_is_batch_of_sequences() {
+        let offs = [0, 3, 4, 6];
+        let four = rebatch_order(&offs, 7, 4);
+        for b in [5, 1_000_000_000, usize::MAX] {
+            assert_eq!(rebatch_order(&offs, 7, b), four, "batch {b}");
+        }
     }
 }

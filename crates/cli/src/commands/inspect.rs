@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use rayon::prelude::*;
 use trace_io::TraceFile;
 use trace_io::summary::{SHUFFLE_SEED, SizeSummary, layer_usage, shuffled_order, span_sizes};
 
@@ -31,7 +32,9 @@ pub fn run(a: &InspectArgs) -> Result<()> {
     let s = v.shape();
     let m = v.meta();
     let perm = shuffled_order(s.tokens, SHUFFLE_SEED);
-    let layers: Vec<_> = (0..s.layers).map(|l| layer_usage(&v, l, &perm)).collect();
+    // Layers on every core (the summary read one layer after another on one thread); `collect` keeps
+    // their order, so the output is the same whatever the thread count.
+    let layers: Vec<_> = (0..s.layers).into_par_iter().map(|l| layer_usage(&v, l, &perm)).collect();
     drop(perm);
     let seq_sizes = v.seq_offsets().map(|o| span_sizes(o, s.tokens));
     let step_sizes = v.step_offsets().map(|o| span_sizes(o, s.tokens));

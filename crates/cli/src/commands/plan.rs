@@ -157,8 +157,6 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
         obj.insert("layer_pins".into(), serde_json::json!(pins));
     }
     let json = serde_json::to_vec_pretty(&value)?;
-    trace_io::write_atomic(&a.output, |w| w.write_all(&json))
-        .with_context(|| format!("writing {}", a.output.display()))?;
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(["layer_id", "cap", "misses", "misses_per_token"])?;
     for l in &c.layers {
@@ -168,8 +166,9 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
         }
     }
     let bytes = w.into_inner()?;
-    trace_io::write_atomic(&csv_path, |w| w.write_all(&bytes))
-        .with_context(|| format!("writing {}", csv_path.display()))?;
+    // Both or neither: a full disk while writing the CSV must not leave the JSON without it.
+    trace_io::write_atomic_files(&[(&a.output, &json), (&csv_path, &bytes)])
+        .with_context(|| format!("writing {} and {}", a.output.display(), csv_path.display()))?;
     if a.json {
         super::status(format_args!("wrote {} and {}", a.output.display(), csv_path.display()));
         return super::json::print(&value);

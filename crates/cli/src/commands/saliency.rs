@@ -39,7 +39,7 @@ pub struct StatsArgs {
     /// held-out statistics, refused by REAP metrics), or `reject` the corpus.
     #[arg(long, default_value = "drop", requires = "reap_agg")]
     pub non_finite_reap: NonFiniteReap,
-    /// Output statistics JSON.
+    /// Output statistics JSON (`-` for standard output; the status line then goes to stderr).
     #[arg(short, long, required_unless_present = "list_corpora")]
     pub output: Option<PathBuf>,
     /// With --list-corpora: print the corpora as JSON (kind `moe-offload-reap-corpora`).
@@ -84,7 +84,8 @@ pub struct KeepArgs {
     pub allow_short_layers: bool,
     /// Output keep-map JSON for one map; for several (or when it is an existing directory, or
     /// ends with `/`) a directory that receives one `<label>.json` per map, e.g.
-    /// `frequency@32.json`, `frequency@budget1536.json`.
+    /// `frequency@32.json`, `frequency@budget1536.json`. `-`: one map to standard output (the
+    /// status line then goes to stderr).
     #[arg(short, long)]
     pub output: PathBuf,
     /// Print the maps written as JSON (kind `moe-offload-keep-maps`: path, label, experts kept
@@ -114,10 +115,10 @@ pub struct RetentionArgs {
 /// Runs `stats`.
 pub fn stats(a: &StatsArgs) -> Result<()> {
     if let Some(o) = &a.output {
-        super::refuse_stdout(o, "statistics are written to a file: give -o stats.json")?;
         super::refuse_overwrite(o, a.trace.iter().chain(&a.reap_agg).map(PathBuf::as_path))?;
     }
-    let mut out = std::io::stdout().lock();
+    // `-o -`: the statistics go to standard output, the lines about them to standard error.
+    let mut out: Box<dyn Write> = a.output.as_deref().map_or_else(|| Box::new(std::io::stdout()), super::human);
     if let Some(agg) = &a.reap_agg {
         if a.list_corpora {
             let corpora = Stats::reap_agg_summary(agg)?;
@@ -174,11 +175,11 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
             })?;
             stats.meta.top_k = k;
         }
-        stats.write_json(output)?;
+        super::write_output(output, &stats.to_json_bytes()?)?;
         writeln!(
             out,
             "wrote {}: corpus {corpus}, {} x {} experts, top-k {}, statistics: {}",
-            output.display(),
+            super::shown(output),
             super::layers(stats.layers.len()),
             stats.meta.num_experts,
             stats.meta.top_k,
@@ -202,11 +203,11 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     let (view, digest) = rayon::join(|| f.view_for(Reads::stats(f.shape().top_k)), || trace_io::trace_digest(trace));
     let stats = Stats::from_trace(&view?, trace.display().to_string(), digest?);
     working.finish();
-    stats.write_json(output)?;
+    super::write_output(output, &stats.to_json_bytes()?)?;
     writeln!(
         out,
         "wrote {}: {}, statistics: {}",
-        output.display(),
+        super::shown(output),
         super::layers(stats.layers.len()),
         stats.present_statistics().join(", ")
     )?;
@@ -215,7 +216,13 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
 
 /// Runs `keep`.
 pub fn keep(a: &KeepArgs) -> Result<()> {
-    super::refuse_stdout(&a.output, "keep maps are written to files: give -o keep.json or -o DIR/; --json lists them")?;
+    let to_stdout = super::is_stdout(&a.output);
+    if to_stdout && (a.k.len() + a.budget.len() > 1 || a.json) {
+        bail!(
+            "-o -: one keep map goes to standard output, several are written to files (give -o DIR/), and --json \
+             lists maps written to files: drop --json, or give one --k or --budget"
+        );
+    }
     super::refuse_overwrite(&a.output, [a.stats.as_path()])?;
     let stats = Stats::read_json(&a.stats)?;
     let cfg = KeepConfig {
@@ -247,10 +254,10 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
         maps
     };
     // Every map is built before any file is written: a failing K leaves no partial output.
-    let mut out = std::io::stdout().lock();
+    let mut out = super::human(&a.output);
     // A path written as a directory (`maps/`) is one too, existing or not.
     let dir_like = a.output.as_os_str().to_string_lossy().ends_with(std::path::is_separator);
-    let into_dir = maps.len() > 1 || a.output.is_dir() || dir_like;
+    let into_dir = !to_stdout && (maps.len() > 1 || a.output.is_dir() || dir_like);
     // Several maps are one output set: the directory gets all of them or none.
     let set = if into_dir {
         let set = trace_io::OutputSet::begin(&a.output)
@@ -269,7 +276,7 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     for map in &mut maps {
         let path = if into_dir { a.output.join(format!("{}.json", map.label())) } else { a.output.clone() };
         if !into_dir {
-            map.write_json(&path)?;
+            super::write_output(&path, &map.to_json_bytes()?)?;
         }
         let sizes: Vec<usize> = map.layers.iter().map(Vec::len).collect();
         let (lo, hi) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
@@ -281,7 +288,7 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
             }));
             continue;
         }
-        write!(out, "wrote {}: {} ({}", path.display(), map.label(), super::layers(map.layers.len()))?;
+        write!(out, "wrote {}: {} ({}", super::shown(&path), map.label(), super::layers(map.layers.len()))?;
         if map.budget.is_some() {
             write!(out, ", {} experts, per-layer K {lo}..={hi}", map.total_kept())?;
         }

@@ -200,7 +200,10 @@ pub fn run(a: &SweepArgs) -> Result<()> {
         .iter()
         .zip(recorded.files())
         .map(|(path, written)| {
-            Ok(InputRef { source: written.display().to_string(), sha256: trace_io::sha256_file(path)? })
+            Ok(InputRef {
+                source: written.display().to_string(),
+                digest: trace_io::Digest::sha256(trace_io::sha256_file(path)?),
+            })
         })
         .collect::<Result<Vec<_>, trace_io::TraceError>>()?;
     if let Some(shard) = a.shard {
@@ -216,11 +219,17 @@ pub fn run(a: &SweepArgs) -> Result<()> {
         provenance: Provenance {
             tool_version: super::version(),
             grid: recorded,
-            in_sample: InputRef { source: calib_src.clone(), sha256: calib.1.clone() },
-            out_of_sample: InputRef { source: heldout_src.clone(), sha256: heldout.1.clone() },
+            in_sample: InputRef { source: calib_src.clone(), digest: trace_io::Digest::parse(&calib.1) },
+            out_of_sample: InputRef { source: heldout_src.clone(), digest: trace_io::Digest::parse(&heldout.1) },
             stats_sha256: prepared.stats.sha256(),
             files,
             keep_maps: prepared.keep_maps(),
+            // The canonical grid file's directory: the same from every working directory.
+            grid_dir: a
+                .grid
+                .as_deref()
+                .and_then(|g| g.canonicalize().ok())
+                .and_then(|g| g.parent().map(|d| d.display().to_string())),
         },
         shard: a.shard,
         rows,
@@ -271,8 +280,9 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     writeln!(
         out,
         "Next: `moe-offload report {} -o report.html` (plots and tables); on your own routing: `moe-offload import ...` \
-         then `moe-offload sweep data/grids/default.json --in-sample YOURS.safetensors --out-of-sample HELDOUT.safetensors -o DIR` \
-         (docs/importers.md, docs/sweep.md).",
+         then `moe-offload sweep data/grids/starter.json --in-sample YOURS.safetensors --out-of-sample HELDOUT.safetensors -o DIR` \
+         (docs/importers.md, docs/sweep.md; the starter grid needs no output norms and fits any model with 8 or \
+         more experts and top-k up to 6).",
         a.output.display()
     )?;
     Ok(())

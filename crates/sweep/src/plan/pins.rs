@@ -79,7 +79,8 @@ fn top_pins(stats: &Stats, keep: &Keep, p: usize) -> Vec<Vec<u16>> {
 ///
 /// # Errors
 /// [`SweepError::Plan`] when the policy is not lru (the one-pass pinned curve is LRU's), the
-/// count list is empty, no candidate fits, or the replay disagrees with the plan; cachesim
+/// count list is empty or holds a count above E, no candidate fits, or the replay disagrees
+/// with the plan; cachesim
 /// errors as they come.
 pub fn search_pinned(req: &PlanRequest<'_>, outcome: &PlanOutcome, pin_counts: &[usize]) -> Result<PinnedPlan> {
     let bad = |reason: String| Err(SweepError::Plan { reason });
@@ -98,6 +99,12 @@ pub fn search_pinned(req: &PlanRequest<'_>, outcome: &PlanOutcome, pin_counts: &
     counts.dedup();
     let (cv, hv) = (req.in_sample, req.out_of_sample);
     let shape = cv.shape();
+    if let Some(&c) = counts.iter().find(|&&c| c > shape.num_experts) {
+        return bad(format!(
+            "--pin-counts: {c} is more than the {} experts of a layer: give counts up to {}",
+            shape.num_experts, shape.num_experts
+        ));
+    }
     let stats = Stats::from_trace(cv, req.in_sample_name.clone(), String::new());
     let base =
         CurveConfig { k_used: req.k_used, warmup: req.warmup, semantics: Semantics::KWay, reset_at_sequence: false };

@@ -8,7 +8,7 @@ use anyhow::Result;
 use sweep::{Row, Sample, SweepOutput};
 
 use super::html::{figure, legend, swatches, table};
-use super::svg::{Axes, Marker, Series, Style, bar_plot, color, policy_color, xy_plot};
+use super::svg::{Axes, Marker, Series, Style, bar_plot, color, mark_identical, policy_color, xy_plot};
 
 /// (variant, policy, cap, k_used, pin, tier2) of a row: what a batch curve holds fixed.
 type CurveKey = (String, String, usize, usize, String, String);
@@ -37,8 +37,18 @@ fn deployment_name(r: &Row) -> String {
 
 /// The section; a note when the sweep has no deployed rows.
 pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
-    let oos: Vec<&Row> =
-        sweep.rows.iter().filter(|r| r.sample == Sample::OutOfSample && r.config.lambda == 0.0).collect();
+    // Rows of this section's axes only: no prefetch or shuffled order (the prefetch section's),
+    // no per-layer caps (their memory is not one cap), λ = 0.
+    let oos: Vec<&Row> = sweep
+        .rows
+        .iter()
+        .filter(|r| {
+            r.sample == Sample::OutOfSample
+                && r.config.lambda == 0.0
+                && r.config.prefetch.is_none()
+                && r.config.layer_caps.is_none()
+        })
+        .collect();
     if !oos.iter().any(|r| r.config.deploy.is_some()) {
         return Ok("<p>No deployed configurations in this sweep. Add <code>pin</code>, <code>tier2</code> or \
                    <code>batch</code> lists to a grid block (docs/grid-format.md, docs/deployments.md) to compare \
@@ -60,7 +70,7 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
         }
     }
     if !curves.is_empty() {
-        let series: Vec<Series> = curves
+        let mut series: Vec<Series> = curves
             .into_iter()
             .enumerate()
             .map(|(i, (k, mut points))| {
@@ -76,6 +86,8 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
                 Series::new(name, points, style)
             })
             .collect();
+        // Equal curves (a policy that behaves as another here) are named and dashed, not hidden.
+        mark_identical(&mut series);
         let axes = Axes { log_x: true, ..Axes::lines("batch size B (requests served at once)", "misses per token") };
         html += &figure(
             "Misses per token against the batch size B (held-out trace)",
@@ -88,7 +100,9 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
     // Pinned / cached / tiered side by side, per total memory (pins + cap) and k_used.
     let per_token: Vec<&Row> =
         oos.iter().copied().filter(|r| r.config.deploy.as_ref().is_none_or(|d| d.batch.is_none())).collect();
-    let mut groups: BTreeMap<(usize, usize), Vec<&Row>> = BTreeMap::new();
+    // Per (memory, k_used, variant): a variant's rows side by side (a chart of every variant's
+    // rows grew to thousands of pixels, its bars' labels alike).
+    let mut groups: BTreeMap<(usize, usize, String), Vec<&Row>> = BTreeMap::new();
     for r in &per_token {
         let pins = r
             .config
@@ -96,40 +110,33 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
             .as_ref()
             .and_then(|d| d.pin.as_ref())
             .map_or(0, |p| p.layers.iter().map(Vec::len).max().unwrap_or(0));
-        groups.entry((pins + r.config.cap, r.config.k_used)).or_default().push(r);
+        groups.entry((pins + r.config.cap, r.config.k_used, r.config.variant.clone())).or_default().push(r);
     }
-    for ((memory, k_used), rows) in &groups {
-        if !rows.iter().any(|r| r.config.deploy.is_some()) {
+    for ((memory, k_used, variant), rows) in &mut groups {
+        // The deployed rows and, beside them, the plain caches of their policies: the
+        // configurations a deployment is compared with, not every plain row of the grid.
+        let deployed: Vec<String> =
+            rows.iter().filter(|r| r.config.deploy.is_some()).map(|r| r.config.policy.to_string()).collect();
+        if deployed.is_empty() {
             continue;
         }
-        let names: Vec<String> = rows.iter().map(|r| deployment_name(r)).collect();
-        let measures = [
-            ("misses per token", rows.iter().map(|r| Some(r.misses_per_token)).collect::<Vec<_>>()),
-            (
-                "storage reads per token",
-                rows.iter()
-                    .map(|r| {
-                        let reads = r
-                            .config
-                            .deploy
-                            .as_ref()
-                            .map_or(r.counts.misses, |_| r.deploy.as_ref().map_or(0, |d| d.storage_reads));
-                        Some(reads as f64 / r.counts.tokens.max(1) as f64)
-                    })
-                    .collect(),
-            ),
-        ];
-        let series: Vec<(String, Vec<Option<f64>>)> =
-            measures.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
-        let colors = [color(0), color(1)];
-        let labels: Vec<String> = series.iter().map(|s| s.0.clone()).collect();
-        html += &figure(
-            &format!("Pinned, cached and tiered at {memory} experts of fast memory per layer (k_used {k_used})"),
-            &bar_plot(&names, &series, &colors, "deployment", "per token")?,
-            &swatches(&labels, &colors),
-            "Held-out trace. Memory per layer = pins (the largest layer's) + cap; a tier 2 adds slower memory \
-             whose hits are not storage reads.",
-        );
+        rows.retain(|r| deployed.contains(&r.config.policy.to_string()));
+        let parts = rows.len().div_ceil(MAX_BARS);
+        for (part, rows) in rows.chunks(MAX_BARS).enumerate() {
+            let title = if parts > 1 {
+                format!(
+                    "Pinned, cached and tiered at {memory} experts of fast memory per layer (variant {variant}, \
+                     k_used {k_used}; part {} of {parts})",
+                    part + 1
+                )
+            } else {
+                format!(
+                    "Pinned, cached and tiered at {memory} experts of fast memory per layer (variant {variant}, \
+                     k_used {k_used})"
+                )
+            };
+            html += &bars(&title, rows)?;
+        }
     }
     let header = ["key", "misses/token", "pinned hits/token", "tier-2 hits/token", "storage reads/token", "loads/step"];
     let rows: Vec<Vec<String>> = oos
@@ -149,4 +156,38 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
         .collect();
     html += &table(&header, &rows);
     Ok(html)
+}
+
+/// Most bars in one chart (each 140 px wide): more rows of a group go to further charts.
+const MAX_BARS: usize = 12;
+
+/// One bar chart of `rows` (a variant's rows at one memory): misses and storage reads per token.
+fn bars(title: &str, rows: &[&Row]) -> Result<String> {
+    let names: Vec<String> = rows.iter().map(|r| deployment_name(r)).collect();
+    let measures = [
+        ("misses per token", rows.iter().map(|r| Some(r.misses_per_token)).collect::<Vec<_>>()),
+        (
+            "storage reads per token",
+            rows.iter()
+                .map(|r| {
+                    let reads = r
+                        .config
+                        .deploy
+                        .as_ref()
+                        .map_or(r.counts.misses, |_| r.deploy.as_ref().map_or(0, |d| d.storage_reads));
+                    Some(reads as f64 / r.counts.tokens.max(1) as f64)
+                })
+                .collect(),
+        ),
+    ];
+    let series: Vec<(String, Vec<Option<f64>>)> = measures.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
+    let colors = [color(0), color(1)];
+    let labels: Vec<String> = series.iter().map(|s| s.0.clone()).collect();
+    Ok(figure(
+        title,
+        &bar_plot(&names, &series, &colors, "deployment", "per token")?,
+        &swatches(&labels, &colors),
+        "Held-out trace. Memory per layer = pins (the largest layer's) + cap; a tier 2 adds slower memory \
+         whose hits are not storage reads.",
+    ))
 }

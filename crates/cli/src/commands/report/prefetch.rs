@@ -69,6 +69,16 @@ fn by_budget(
     series
 }
 
+/// The timeline tok/s of a row without prefetch (SEMANTICS.md §13): with nothing prefetched a
+/// token takes its compute plus its demand loads one after another, and forced misses load
+/// nothing, so tok/s = 1 / (compute_ms / 1000 + (misses − forced) / tokens · expert_mb /
+/// (1000 · bw)). `None` for a row without counted tokens.
+fn timeline_without_prefetch(r: &Row, p: &sweep::DeviceProfile, bw: f64) -> Option<f64> {
+    let c = &r.counts;
+    let loads = (c.tokens > 0).then(|| (c.misses - c.forced_misses) as f64 / c.tokens as f64)?;
+    Some(1.0 / (p.compute_ms / 1000.0 + loads * p.expert_mb / (1000.0 * bw)))
+}
+
 /// The section; a note when the sweep has no prefetch or shuffled rows.
 pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
     let oos: Vec<&Row> = sweep.rows.iter().filter(|r| r.sample == Sample::OutOfSample).collect();
@@ -82,8 +92,9 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
     let mut html = String::new();
     let charts: BTreeSet<ChartKey> = oos.iter().filter(|r| prefetch_of(r).is_some()).map(|r| chart_key(r)).collect();
     let point = oos.iter().find_map(|r| r.cost.first()).map(|c| (c.profile.clone(), c.bandwidth_gbps));
+    let first_profile = sweep.provenance.grid.device_profiles().ok().and_then(|p| p.into_iter().next());
     for key in &charts {
-        let series = by_budget(&oos, key, |r| r.prefetch.as_ref().map(|p| p.precision), |_| None);
+        let series = by_budget(&oos, key, |r| r.prefetch.as_ref().and_then(|p| p.precision), |_| None);
         let axes = Axes { unit_y: true, ..Axes::lines("budget B (proposals per token and layer)", "precision") };
         html += &figure(
             &format!("Precision against the budget: {} (held-out trace)", chart_title(key)),
@@ -94,14 +105,17 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
         );
         if let Some((profile, bw)) = &point {
             let tok_s = |r: &Row| r.cost.first().map(|c| c.tok_s);
-            let series = by_budget(&oos, key, tok_s, tok_s);
+            // B = 0 on the timeline too, not the plain row's §6 figure (which prices forced misses).
+            let zero = |r: &Row| timeline_without_prefetch(r, first_profile.as_ref()?, *bw);
+            let series = by_budget(&oos, key, tok_s, zero);
             html += &figure(
                 &format!("tok/s on the timeline against the budget: {} ({profile} at {bw} GB/s)", chart_title(key)),
                 &xy_plot(&series, &Axes::lines("budget B (proposals per token and layer)", "tokens per second"))?,
                 &legend(&series),
                 "The timeline of SEMANTICS.md §13 (one compute stream, one I/O channel; prefetch loads queue ahead \
-                 of the demand loads of the layer). B = 0 is the configuration without prefetch, whose timeline \
-                 equals §6's additive figure. Colour: policy; marker: predictor.",
+                 of the demand loads of the layer; forced misses load nothing). B = 0 is the configuration without \
+                 prefetch on the same timeline: compute plus its demand loads (misses − forced misses), not the \
+                 §6 figure of its row, which also prices forced misses. Colour: policy; marker: predictor.",
             );
         }
     }
@@ -113,8 +127,8 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
             let p = r.prefetch.as_ref()?;
             Some(vec![
                 r.key.clone(),
-                format!("{:.4}", p.precision),
-                format!("{:.4}", p.coverage),
+                p.precision.map_or_else(|| "-".into(), |x| format!("{x:.4}")),
+                p.coverage.map_or_else(|| "-".into(), |x| format!("{x:.4}")),
                 format!("{:.4}", r.misses_per_token),
                 format!("{:.4}", p.loads_per_token),
                 r.cost.first().map_or_else(|| "-".into(), |c| format!("{:.3}", c.tok_s)),

@@ -351,11 +351,8 @@ pub(super) fn provenance(sweep: &SweepOutput) -> String {
         &[
             vec!["tool version".into(), p.tool_version.clone()],
             vec!["grid".into(), p.grid.name.clone()],
-            vec!["in-sample trace".into(), format!("{} (sha256 {})", p.in_sample.source, p.in_sample.sha256)],
-            vec![
-                "out-of-sample trace".into(),
-                format!("{} (sha256 {})", p.out_of_sample.source, p.out_of_sample.sha256),
-            ],
+            vec!["in-sample trace".into(), format!("{} ({})", p.in_sample.source, p.in_sample.digest)],
+            vec!["out-of-sample trace".into(), format!("{} ({})", p.out_of_sample.source, p.out_of_sample.digest)],
             vec!["in-sample statistics sha256".into(), p.stats_sha256.clone()],
             vec!["warmup tokens".into(), p.grid.warmup.to_string()],
             vec!["rows".into(), sweep.rows.len().to_string()],

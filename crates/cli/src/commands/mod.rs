@@ -138,7 +138,6 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-#[expect(clippy::large_enum_variant, reason = "parsed once per process; replay's flags are many")]
 enum Command {
     /// Convert recorded routing into a moe-offload trace (or per-expert counts into statistics).
     #[command(

@@ -141,6 +141,7 @@ fn run(a: &Args) -> Result<serde_json::Value> {
         k_used: a.k_used,
         warmup: a.warmup,
         max_slot_replacement: a.max_slot_replacement,
+        quality: None,
     };
     let steps = curve_steps(&cv.shape(), a.policy, a.k_used)
         .saturating_add(curve_steps(&hv.shape(), a.policy, a.k_used))

@@ -85,7 +85,10 @@ fn run(
         .iter()
         .zip(recorded.files())
         .map(|(path, written)| {
-            Ok(InputRef { source: written.display().to_string(), sha256: trace_io::sha256_file(path)? })
+            Ok(InputRef {
+                source: written.display().to_string(),
+                digest: trace_io::Digest::sha256(trace_io::sha256_file(path)?),
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let rows = prepared.run(&ins.view, &oos.view, &|_| {});
@@ -93,11 +96,13 @@ fn run(
         provenance: Provenance {
             tool_version: format!("moe-offload {} (python package)", env!("CARGO_PKG_VERSION")),
             grid: recorded,
-            in_sample: InputRef { source: cs.clone(), sha256: calib.1.clone() },
-            out_of_sample: InputRef { source: hs.clone(), sha256: heldout.1.clone() },
+            in_sample: InputRef { source: cs.clone(), digest: trace_io::Digest::parse(&calib.1) },
+            out_of_sample: InputRef { source: hs.clone(), digest: trace_io::Digest::parse(&heldout.1) },
             stats_sha256: prepared.stats.sha256(),
             files,
             keep_maps: prepared.keep_maps(),
+            // The canonical grid file's directory, as the CLI records it.
+            grid_dir: path.canonicalize().ok().and_then(|g| g.parent().map(|d| d.display().to_string())),
         },
         shard: None,
         rows,

@@ -111,7 +111,10 @@ fn refusals_say_why() {
     let t = s(&trace);
     let cases: &[(&[&str], &str)] = &[
         (&["--cap", "2", "--exec", "host", "--tier2", "lru:4", "--profile-file", s(&hw)], "no second tier"),
-        (&["--cap", "2", "--exec", "host", "--prefetch", "oracle:1", "--profile-file", s(&hw)], "--prefetch with --exec host"),
+        (
+            &["--cap", "2", "--exec", "host", "--prefetch", "oracle:1", "--profile-file", s(&hw)],
+            "--prefetch with --exec host",
+        ),
         (&["--cap", "2", "--exec", "host:32", "--profile-file", s(&hw)], "needs cap = 0"),
         (&["--cap", "2", "--overlap", "concurrent"], "add --exec host"),
         (&["--cap", "2", "--host-gbps", "40"], "--host-gbps prices hybrid execution"),

@@ -26,6 +26,8 @@ pub const REAP_CORPORA: &str = "moe-offload-reap-corpora";
 pub const KEEP_MAPS: &str = "moe-offload-keep-maps";
 /// `moe-offload sweep --json` and `sweep merge --json`: the summary the table prints.
 pub const SWEEP_SUMMARY: &str = "moe-offload-sweep-summary";
+/// `moe-offload profile show --json`: a device profile's fields, units and derived figures.
+pub const PROFILE: &str = "moe-offload-profile";
 /// `moe-offload export keep-set`.
 pub const KEEP_SET: &str = "moe-offload-keep-set";
 

@@ -5,6 +5,7 @@ mod import;
 mod inspect;
 mod json;
 mod plan;
+mod profile;
 mod replay;
 mod replay_deploy;
 mod replay_prefetch;
@@ -205,6 +206,12 @@ enum Command {
         after_help = "Example:\n  moe-offload plan --in-sample calib.safetensors --out-of-sample translation.safetensors \\\n      --variants full,frequency@48 --budget-gb 8 --profile dsv2-lite-bf16 --max-slot-replacement 0.2 -o plan.json"
     )]
     Plan(plan::PlanArgs),
+    /// Print a device profile's fields with their units (a preset or a profile file).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  moe-offload profile show dsv2-lite-bf16\n  moe-offload profile show --file data/profiles/laptop-16gb-ddr5.json --json"
+    )]
+    Profile(profile::ProfileCmd),
 }
 
 /// Runs the parsed command.
@@ -220,6 +227,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Sweep(a) => sweep::run(&a),
         Command::Mrc(a) => plan::mrc(&a),
         Command::Plan(a) => plan::plan(&a),
+        Command::Profile(c) => profile::run(&c),
         Command::Report(a) => report::run(&a),
         Command::Export(c) => export::run(&c),
         Command::Completions { shell } => {

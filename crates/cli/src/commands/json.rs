@@ -12,6 +12,8 @@ use serde_json::Value;
 
 /// `moe-offload plan` (the file and `--json`).
 pub const PLAN: &str = "moe-offload-plan";
+/// `moe-offload plan --exec host` (the file): pins per layer chosen by tok/s (SEMANTICS.md §14).
+pub const HYBRID_PLAN: &str = "moe-offload-hybrid-plan";
 /// `moe-offload mrc` (the file and `--json`): per-layer misses of every cache size.
 pub const MRC: &str = "moe-offload-mrc";
 /// `moe-offload inspect --json`.

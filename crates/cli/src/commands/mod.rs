@@ -5,6 +5,7 @@ mod import;
 mod inspect;
 mod json;
 mod plan;
+mod plan_hybrid;
 mod profile;
 mod replay;
 mod replay_deploy;

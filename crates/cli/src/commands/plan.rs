@@ -300,7 +300,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         out_of_sample: &hv,
         out_of_sample_name: a.out_of_sample.display().to_string(),
         variants: &a.variants,
-        budget_gb: budget_gb,
+        budget_gb,
         pinned_gb: a.pinned_gb,
         profile: &profile,
         policy: a.policy,

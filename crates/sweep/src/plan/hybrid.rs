@@ -5,7 +5,7 @@
 //! Layer l pins the top n_l experts of its in-sample counts (ties: lower id first). On the
 //! out-of-sample trace, step s of layer l then has m = the chosen experts ranked n_l or below
 //! as host runs, so h(s, l) = m · max(expert_mb / (1000 · host_gbps), host_ms_per_row / 1000)
-//! + host_sync_ms / 1000 when m > 0, and g = compute / (1000 · L) (no loads, no copies). With no
+//! plus host_sync_ms / 1000 when m > 0, and g = compute / (1000 · L) (no loads, no copies). With no
 //! copies §14's step time is Σ_l (g + h) or Σ_l max(g, h): a sum over layers, so the total time
 //! is Σ_l T_l(n_l) with T_l(n) = Σ_s layer_time(g, h(s, l)) — one pass per layer gives every
 //! T_l(n), n = 0..E ([`LayerCurves`]), and [`allocate`] minimises Σ_l T_l(n_l) exactly under
@@ -209,7 +209,7 @@ pub fn plan_hybrid(req: &HybridPlanRequest<'_>) -> crate::Result<HybridPlan> {
         return Err(bad("plan.k_used", format!("{} must be between 1 and the traces' top-k", req.k_used)));
     }
     let free_mb = (req.gpu_budget_gb - req.kv_gb) * 1000.0;
-    if !(free_mb >= 0.0) {
+    if free_mb.is_nan() || free_mb < 0.0 {
         return Err(bad(
             "plan.gpu_budget_gb",
             format!("the KV cache ({} GB) does not fit in the budget of {} GB", req.kv_gb, req.gpu_budget_gb),

@@ -102,10 +102,11 @@ impl DeviceProfile {
     /// [`DeviceProfile::check`].
     ///
     /// # Errors
-    /// [`SweepError::Io`] if the file cannot be read, [`SweepError::Json`] naming the file for a
-    /// malformed or unknown field, [`SweepError::Grid`] (key `profile.FIELD`) for a bad value.
+    /// [`SweepError::Io`](crate::SweepError::Io) if the file cannot be read, [`SweepError::Json`](crate::SweepError::Json) naming the file for a
+    /// malformed or unknown field, [`SweepError::Grid`](crate::SweepError::Grid) (key `profile.FIELD`) for a bad value.
     pub fn read(path: &std::path::Path) -> crate::Result<DeviceProfile> {
-        let bytes = trace_io::read_regular(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
+        let bytes =
+            trace_io::read_regular(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
         let mut v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|source| crate::SweepError::Json { path: path.into(), source })?;
         if let Some(o) = v.as_object_mut() {
@@ -122,7 +123,7 @@ impl DeviceProfile {
     /// Checks every field: sizes and times finite and >= 0, bandwidths finite and > 0.
     ///
     /// # Errors
-    /// [`SweepError::Grid`] with key `profile.FIELD` (the profile's name in the reason).
+    /// [`SweepError::Grid`](crate::SweepError::Grid) with key `profile.FIELD` (the profile's name in the reason).
     pub fn check(&self) -> crate::Result<()> {
         let bad = |field: &str, v: f64, what: &str| {
             Err(crate::SweepError::Grid {
@@ -157,7 +158,7 @@ impl DeviceProfile {
     /// host and link fields, with `overlap` (else the profile's, else sequential).
     ///
     /// # Errors
-    /// [`SweepError::Grid`] (key `profile.host_gbps`) when the profile has no `host_gbps`.
+    /// [`SweepError::Grid`](crate::SweepError::Grid) (key `profile.host_gbps`) when the profile has no `host_gbps`.
     pub fn hybrid(&self, overlap: Option<cachesim::hybrid::Overlap>) -> crate::Result<cachesim::hybrid::HybridDevice> {
         let host_gbps = self.host_gbps.ok_or_else(|| crate::SweepError::Grid {
             key: "profile.host_gbps".into(),

@@ -28,8 +28,8 @@ mod summary;
 pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use deploy_axes::{DeployFigures, DeployKey, NamedPins};
 pub use deploy_cost::DeployCost;
-pub use hybrid_axes::{HybridCostEntry, HybridFigures, HybridKey};
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
+pub use hybrid_axes::{HybridCostEntry, HybridFigures, HybridKey};
 pub use output::{
     BestOf, InputRef, KeepRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, keep_map_sha256,
     write_atomic,

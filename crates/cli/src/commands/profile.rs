@@ -15,6 +15,9 @@ use super::{align_numbers, json as kinds};
 #[derive(Debug, Subcommand)]
 pub enum ProfileCmd {
     /// Print every field of a device profile with its unit: a preset by name, or a profile file.
+    #[command(
+        after_help = "Examples:\n  moe-offload profile show dsv2-lite-bf16\n  moe-offload profile show --file data/profiles/laptop-16gb-ddr5.json --json"
+    )]
     Show(ShowArgs),
 }
 

@@ -1,7 +1,7 @@
 //! `moe-offload`: the command-line tool. The only crate of the workspace that prints.
 //!
 //! Subcommands: `import`, `synth`, `inspect`, `stats`, `keep`, `retention`, `replay`, `mrc`,
-//! `plan`, `sweep` (and `sweep merge`), `report`, `export`, `completions`. Run `moe-offload --help` for the list
+//! `plan`, `profile`, `sweep` (and `sweep merge`), `report`, `export`, `completions`. Run `moe-offload --help` for the list
 //! and `moe-offload <command> --help` for each, with examples.
 //!
 //! Output goes through `writeln!` on locked stdout and stderr handles, never `println!` or

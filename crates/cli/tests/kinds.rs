@@ -172,6 +172,13 @@ const CASES: &[Case] = &[
         kind: "moe-offload-keep-set",
         check: |v| assert_eq!(u(&v["k"]), 8),
     },
+    Case {
+        args: "profile show dsv2-lite-bf16 --json",
+        at: At::Stdout,
+        kind: "moe-offload-profile",
+        // 3 · 2048 · 1408 · 16 / 8 / 10^6 MB
+        check: |v| assert_eq!(v["profile"]["expert_mb"].as_f64(), Some(17.301504)),
+    },
 ];
 
 /// Splits a case's arguments, with `{d}` replaced by the test directory.

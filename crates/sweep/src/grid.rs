@@ -125,6 +125,21 @@ pub struct Block {
     /// real order (default `[null]`).
     #[serde(default = "none_list", skip_serializing_if = "is_none_list")]
     pub shuffle: Vec<Option<u64>>,
+    /// Hybrid execution (SEMANTICS.md §14): `transfer`, `host` or `host:R` (default
+    /// `["transfer"]`, the replay of §5–§13).
+    #[serde(default = "transfer_list", skip_serializing_if = "is_transfer_list")]
+    pub exec: Vec<cachesim::hybrid::Exec>,
+    /// §14: the overlaps a hybrid configuration is priced with, each its own configuration
+    /// (default `[]`: each profile's own overlap, else sequential).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlap: Vec<cachesim::hybrid::Overlap>,
+}
+
+fn transfer_list() -> Vec<cachesim::hybrid::Exec> {
+    vec![cachesim::hybrid::Exec::Transfer]
+}
+fn is_transfer_list(v: &[cachesim::hybrid::Exec]) -> bool {
+    v == [cachesim::hybrid::Exec::Transfer]
 }
 
 fn none_list<T>() -> Vec<Option<T>> {
@@ -171,6 +186,9 @@ pub struct ConfigKey {
     /// Prefetch and the shuffled order (SEMANTICS.md §12); `None` = the plain replay of §5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<crate::PrefetchKey>,
+    /// Hybrid execution (SEMANTICS.md §14); `None` = `exec = transfer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<crate::HybridKey>,
 }
 
 /// Per-layer cache capacities with the name they carry in keys.
@@ -196,6 +214,7 @@ impl Ord for ConfigKey {
             .then_with(|| self.layer_caps.cmp(&o.layer_caps))
             .then_with(|| self.deploy.cmp(&o.deploy))
             .then_with(|| self.prefetch.cmp(&o.prefetch))
+            .then_with(|| self.hybrid.cmp(&o.hybrid))
     }
 }
 
@@ -222,8 +241,11 @@ impl fmt::Display for ConfigKey {
         if let Some(d) = &self.deploy {
             f.write_str(&d.suffix())?;
         }
-        match &self.prefetch {
-            Some(p) => f.write_str(&p.suffix()),
+        if let Some(p) = &self.prefetch {
+            f.write_str(&p.suffix())?;
+        }
+        match &self.hybrid {
+            Some(h) => f.write_str(&h.suffix()),
             None => Ok(()),
         }
     }
@@ -430,8 +452,19 @@ impl Grid {
             let deploys = crate::deploy_axes::expand_axes(&b.pin, &b.tier2, &b.batch, bi)?;
             let deployed = deploys.iter().any(Option::is_some);
             let prefetches = crate::prefetch_axes::expand_axes(&b.prefetch, &b.shuffle, deployed, bi)?;
-            let axes: Vec<(&Option<crate::DeployKey>, &Option<crate::PrefetchKey>)> =
-                deploys.iter().flat_map(|d| prefetches.iter().map(move |p| (d, p))).collect();
+            let has_tier2 = b.tier2.iter().any(Option::is_some);
+            let has_prefetch = b.prefetch.iter().any(|p| p.as_deref().is_some_and(|p| p != "none"));
+            let hybrids = crate::hybrid_axes::expand_axes(&b.exec, &b.overlap, has_tier2, has_prefetch, bi)?;
+            let hybrids = &hybrids;
+            #[allow(clippy::type_complexity, reason = "one tuple per axis")]
+            let axes: Vec<(
+                &Option<crate::DeployKey>,
+                &Option<crate::PrefetchKey>,
+                &Option<crate::HybridKey>,
+            )> = deploys
+                .iter()
+                .flat_map(|d| prefetches.iter().flat_map(move |p| hybrids.iter().map(move |h| (d, p, h))))
+                .collect();
             let specs: Vec<&String> = match &b.variants {
                 Some(v) => v.iter().collect(),
                 None => self.variants.iter().collect(),
@@ -449,7 +482,7 @@ impl Grid {
                     for &lambda in &b.lambda {
                         for &j in &b.j {
                             for (cap, layer_caps) in &caps {
-                                for (&k, &(deploy, prefetch)) in
+                                for (&k, &(deploy, prefetch, hybrid)) in
                                     b.k_used.iter().flat_map(|k| axes.iter().map(move |a| (k, a)))
                                 {
                                     out.push(ConfigKey {
@@ -462,6 +495,7 @@ impl Grid {
                                         layer_caps: layer_caps.clone(),
                                         deploy: deploy.clone(),
                                         prefetch: *prefetch,
+                                        hybrid: *hybrid,
                                     });
                                 }
                             }

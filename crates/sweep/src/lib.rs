@@ -17,6 +17,7 @@ mod cost;
 mod deploy_axes;
 mod deploy_cost;
 mod grid;
+mod hybrid_axes;
 mod hybrid_json;
 mod merge;
 mod output;
@@ -29,6 +30,7 @@ pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
 pub use deploy_axes::{DeployFigures, DeployKey, NamedPins};
 pub use deploy_cost::DeployCost;
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};
+pub use hybrid_axes::{HybridCostEntry, HybridFigures, HybridKey};
 pub use hybrid_json::hybrid_fields;
 pub use output::{
     BestOf, InputRef, KeepRef, Provenance, RESULTS_KIND, Shard, SweepOutput, best_per_variant, keep_map_sha256,

@@ -89,7 +89,9 @@ pub struct SweepOutput {
 /// (SEMANTICS.md §12): their misses are demand misses, or those of another token order.
 pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
     let mut groups: BTreeMap<(&str, usize, usize, Option<&str>), Vec<&Row>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.config.deploy.is_none() && r.config.prefetch.is_none()) {
+    for r in
+        rows.iter().filter(|r| r.config.deploy.is_none() && r.config.prefetch.is_none() && r.config.hybrid.is_none())
+    {
         let named = r.config.layer_caps.as_ref().map(|c| c.name.as_str());
         groups.entry((&r.config.variant, r.config.cap, r.config.k_used, named)).or_default().push(r);
     }

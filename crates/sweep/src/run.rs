@@ -106,6 +106,10 @@ pub struct Row {
     /// §13): the rows of configurations with a predictor only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<crate::PrefetchFigures>,
+    /// Host runs, loads, copies and the §14 cost per profile (SEMANTICS.md §14): the rows of
+    /// configurations with `exec` host or host:R only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<crate::HybridFigures>,
 }
 
 /// What [`Prepared::calibrate`] found.
@@ -229,6 +233,14 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
             let cfg = replay_config(grid, key);
             let keep = &keeps[variants.iter().position(|x| x.label == key.variant).expect("keys come from variants")];
             let checked = match (&key.deploy, &key.prefetch) {
+                _ if key.hybrid.is_some() => {
+                    let h = key.hybrid.expect("hybrid");
+                    crate::hybrid_axes::check_profiles(key, &h, &profiles)?;
+                    key.deploy
+                        .as_ref()
+                        .map_or_else(|| Ok(Default::default()), |d| d.deployment(&v.shape()))
+                        .and_then(|dep| cachesim::hybrid::validate(v, keep, &cfg, &dep, h.exec))
+                }
                 (Some(d), _) => {
                     d.deployment(&v.shape()).and_then(|dep| cachesim::deploy::validate(v, keep, &cfg, &dep))
                 }
@@ -414,8 +426,9 @@ impl Prepared {
     ) -> Vec<Row> {
         // Plain configurations share work in one queue; deployed ones replay one by one (each
         // with its layers in parallel).
+        let (hybrid, rest): (Vec<&ConfigKey>, Vec<&ConfigKey>) = self.configs.iter().partition(|k| k.hybrid.is_some());
         let (special, plain): (Vec<&ConfigKey>, Vec<&ConfigKey>) =
-            self.configs.iter().partition(|k| k.deploy.is_some() || k.prefetch.is_some());
+            rest.into_iter().partition(|k| k.deploy.is_some() || k.prefetch.is_some());
         let (deployed, prefetched): (Vec<&ConfigKey>, Vec<&ConfigKey>) =
             special.into_iter().partition(|k| k.deploy.is_some());
         let keep_of = |key: &ConfigKey| {
@@ -452,6 +465,7 @@ impl Prepared {
             }
         }
         rows.extend(self.run_prefetch(&prefetched, in_sample, out_of_sample, progress));
+        rows.extend(self.run_hybrid(&hybrid, in_sample, out_of_sample, progress));
         // Configurations are sorted by key: rows in that order, in-sample first.
         rows.sort_by(|a, b| a.config.cmp(&b.config).then(a.sample.cmp(&b.sample)));
         rows
@@ -482,7 +496,50 @@ impl Prepared {
             cost,
             deploy: None,
             prefetch: None,
+            hybrid: None,
         }
+    }
+
+    /// The rows of the hybrid configurations (SEMANTICS.md §14), both traces, one configuration
+    /// after another (each with its layers in parallel). Keys that differ only in their overlap
+    /// are adjacent in key order and share one replay: the events are recorded once and priced
+    /// per overlap and profile.
+    fn run_hybrid(
+        &self,
+        keys: &[&ConfigKey],
+        in_sample: &TraceView<'_>,
+        out_of_sample: &TraceView<'_>,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for (view, sample) in [(in_sample, Sample::InSample), (out_of_sample, Sample::OutOfSample)] {
+            let mut last: Option<(ConfigKey, cachesim::hybrid::HybridCounts, cachesim::hybrid::HybridEvents)> = None;
+            for key in keys {
+                let h = key.hybrid.expect("hybrid keys");
+                let mut bare = (*key).clone();
+                bare.hybrid = Some(crate::HybridKey { overlap: None, ..h });
+                if last.as_ref().is_none_or(|(k, _, _)| *k != bare) {
+                    let vi =
+                        self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
+                    let cfg = replay_config(&self.grid, key);
+                    let dep = key
+                        .deploy
+                        .as_ref()
+                        .map_or_else(Default::default, |d| d.deployment(&view.shape()).expect("validated by prepare"));
+                    let (c, e) = crate::hybrid_axes::replay(view, &self.keeps[vi], &cfg, &dep, h.exec);
+                    last = Some((bare, c, e));
+                }
+                // Every key counts its share of [`Prepared::work`], replayed or shared.
+                progress((view.shape().layers * view.shape().tokens) as u64);
+                let (_, counts, events) = last.as_ref().expect("replayed");
+                let figures = crate::hybrid_axes::figures(&self.profiles, counts, events, &h);
+                let mut row = self.row(key, sample, counts.deploy.counts.clone());
+                row.cost = crate::hybrid_axes::costs(&self.profiles, &figures);
+                row.hybrid = Some(figures);
+                rows.push(row);
+            }
+        }
+        rows
     }
 
     /// The rows of the configurations with a prefetch key, both traces, one configuration after

@@ -163,6 +163,7 @@ mod tests {
             cost,
             deploy: None,
             prefetch: None,
+            hybrid: None,
         }
     }
 

@@ -421,6 +421,8 @@ fn refusals(grid: &Grid, ins: &TraceInput<'_>, oos: &TraceInput<'_>) -> Check {
         batch: vec![None],
         prefetch: vec![None],
         shuffle: vec![None],
+        exec: vec![cachesim::hybrid::Exec::Transfer],
+        overlap: Vec::new(),
     };
     let cases: Vec<(&str, &str, Grid)> = vec![
         ("cap < k_used", "is below k_used", Grid { blocks: vec![block("lru", 0.0, k - 1, None)], ..grid.clone() }),

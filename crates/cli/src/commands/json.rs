@@ -12,6 +12,8 @@ use serde_json::Value;
 
 /// `moe-offload plan` (the file and `--json`).
 pub const PLAN: &str = "moe-offload-plan";
+/// `moe-offload plan --exec host` (the file): pins per layer chosen by tok/s (SEMANTICS.md §14).
+pub const HYBRID_PLAN: &str = "moe-offload-hybrid-plan";
 /// `moe-offload mrc` (the file and `--json`): per-layer misses of every cache size.
 pub const MRC: &str = "moe-offload-mrc";
 /// `moe-offload inspect --json`.
@@ -26,6 +28,8 @@ pub const REAP_CORPORA: &str = "moe-offload-reap-corpora";
 pub const KEEP_MAPS: &str = "moe-offload-keep-maps";
 /// `moe-offload sweep --json` and `sweep merge --json`: the summary the table prints.
 pub const SWEEP_SUMMARY: &str = "moe-offload-sweep-summary";
+/// `moe-offload profile show --json`: a device profile's fields, units and derived figures.
+pub const PROFILE: &str = "moe-offload-profile";
 /// `moe-offload export keep-set`.
 pub const KEEP_SET: &str = "moe-offload-keep-set";
 

@@ -5,7 +5,9 @@ mod import;
 mod inspect;
 mod json;
 mod plan;
+mod plan_hybrid;
 mod plan_quality;
+mod profile;
 mod replay;
 mod replay_deploy;
 mod replay_hybrid;
@@ -207,6 +209,12 @@ enum Command {
         after_help = "Example:\n  moe-offload plan --in-sample calib.safetensors --out-of-sample translation.safetensors \\\n      --variants full,frequency@48 --budget-gb 8 --profile dsv2-lite-bf16 --max-slot-replacement 0.2 -o plan.json"
     )]
     Plan(plan::PlanArgs),
+    /// Print a device profile's fields with their units (a preset or a profile file).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  moe-offload profile show dsv2-lite-bf16\n  moe-offload profile show --file data/profiles/laptop-16gb-ddr5.json --json"
+    )]
+    Profile(profile::ProfileCmd),
 }
 
 /// Runs the parsed command.
@@ -222,6 +230,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Sweep(a) => sweep::run(&a),
         Command::Mrc(a) => plan::mrc(&a),
         Command::Plan(a) => plan::plan(&a),
+        Command::Profile(c) => profile::run(&c),
         Command::Report(a) => report::run(&a),
         Command::Export(c) => export::run(&c),
         Command::Completions { shell } => {

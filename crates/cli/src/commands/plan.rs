@@ -214,8 +214,8 @@ pub struct PlanArgs {
     #[arg(long, value_delimiter = ',', default_value = "full")]
     pub variants: Vec<String>,
     /// Memory for cached experts, in GB (10^9 bytes; >= 0).
-    #[arg(long, value_parser = crate::args::non_negative)]
-    pub budget_gb: f64,
+    #[arg(long, value_parser = crate::args::non_negative, required_unless_present = "exec")]
+    pub budget_gb: Option<f64>,
     /// Memory pinned for other things inside the budget, in GB.
     #[arg(long, default_value_t = 0.0)]
     pub pinned_gb: f64,
@@ -268,16 +268,23 @@ pub struct PlanArgs {
     /// instead of the table; status lines go to stderr.
     #[arg(long)]
     pub json: bool,
+    /// `--exec host` and its flags (SEMANTICS.md §14): pins chosen by tok/s.
+    #[command(flatten)]
+    pub hybrid: super::plan_hybrid::HybridFlags,
 }
 
 /// Runs `plan`.
 pub fn plan(a: &PlanArgs) -> Result<()> {
+    if a.hybrid.exec.is_some() {
+        return super::plan_hybrid::run(a);
+    }
+    let budget_gb = a.budget_gb.context("--budget-gb is required without --exec")?;
     super::refuse_overwrite(&a.output, [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
     if let Some(max) = a.max_slot_replacement.filter(|m| !(0.0..=1.0).contains(m)) {
         bail!("--max-slot-replacement {max}: a fraction of slots, between 0 and 1");
     }
-    if !a.budget_gb.is_finite() || !a.pinned_gb.is_finite() {
-        bail!("--budget-gb {} and --pinned-gb {} must be finite numbers of GB", a.budget_gb, a.pinned_gb);
+    if !budget_gb.is_finite() || !a.pinned_gb.is_finite() {
+        bail!("--budget-gb {} and --pinned-gb {} must be finite numbers of GB", budget_gb, a.pinned_gb);
     }
     if a.pinned_gb < 0.0 {
         bail!("--pinned-gb {}: memory pinned inside the budget cannot be negative", a.pinned_gb);
@@ -305,7 +312,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         out_of_sample: &hv,
         out_of_sample_name: a.out_of_sample.display().to_string(),
         variants: &a.variants,
-        budget_gb: a.budget_gb,
+        budget_gb,
         pinned_gb: a.pinned_gb,
         profile: &profile,
         policy: a.policy,
@@ -329,7 +336,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let report = serde_json::json!({
         "kind": super::json::PLAN,
         "tool_version": super::version(),
-        "budget_gb": a.budget_gb,
+        "budget_gb": budget_gb,
         "pinned_gb": a.pinned_gb,
         "profile": profile,
         "slots": slots,
@@ -365,7 +372,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     writeln!(
         out,
         "budget {} GB ({} pinned): {slots} expert slots of {:.3} MB (profile {}{}); policy {}; plan in {}\n",
-        a.budget_gb,
+        budget_gb,
         a.pinned_gb,
         profile.expert_mb,
         profile.name,

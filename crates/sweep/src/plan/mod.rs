@@ -12,6 +12,7 @@
 //! [`search`] is the whole `moe-offload plan`: curves of every candidate variant, the allocation,
 //! the uniform baseline, the choice and its verification by replay, behind a [`PlanRequest`].
 
+pub mod hybrid;
 mod pins;
 mod quality;
 mod search;

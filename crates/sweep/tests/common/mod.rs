@@ -1,5 +1,7 @@
 //! Helpers shared by the sweep crate's integration tests.
 
+#![allow(dead_code, reason = "each test file uses a different subset")]
+
 use sweep::TraceInput;
 use trace_io::TraceData;
 use trace_io::synth::{SynthConfig, generate};

@@ -1,0 +1,144 @@
+//! `moe-offload plan --exec host --gpu-budget-gb X`: pinned experts per layer chosen by the
+//! out-of-sample tok/s of hybrid execution (SEMANTICS.md §14; [`sweep::plan::hybrid`]), at both
+//! granularities: per expert (kTransformers-style counts and lists, llama.cpp forks'
+//! `--moe-hot-count`) and per layer (llama.cpp's `-ot ...=CPU` and `--n-cpu-moe N`).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use cachesim::hybrid::{Exec, Overlap};
+use clap::Args;
+use serde_json::json;
+use sweep::DeviceProfile;
+use sweep::plan::hybrid::{Granularity, HybridPlan, HybridPlanRequest, plan_hybrid};
+use trace_io::TraceFile;
+
+/// The flags of `plan --exec host`.
+#[derive(Debug, Args)]
+pub struct HybridFlags {
+    /// Plan for hybrid execution (SEMANTICS.md §14): `host` (pins chosen by tok/s, cap 0).
+    #[arg(long)]
+    pub exec: Option<Exec>,
+    /// GPU memory for pinned experts and the KV cache, GB (default: the profile's gpu_gb).
+    #[arg(long, value_parser = crate::args::non_negative)]
+    pub gpu_budget_gb: Option<f64>,
+    /// GPU memory the KV cache takes from the budget, GB.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::non_negative)]
+    pub kv_gb: f64,
+    /// How host and GPU parts of a layer combine (default: the profile's, else sequential).
+    #[arg(long)]
+    pub overlap: Option<Overlap>,
+    /// A profile file (docs/grid-format.md, "Profiles"); instead of `--profile NAME`.
+    #[arg(long, conflicts_with = "profile")]
+    pub profile_file: Option<PathBuf>,
+}
+
+/// The llama.cpp flags of a per-layer plan: `-ot` for the CPU layers, and `--n-cpu-moe N` when
+/// they are exactly the model's first N layers that have experts.
+fn llama_layer_flags(layer_ids: &[u32], counts: &[usize]) -> (Option<String>, Option<usize>) {
+    let cpu: Vec<u32> = layer_ids.iter().zip(counts).filter(|(_, n)| **n == 0).map(|(&id, _)| id).collect();
+    let Some(&last) = cpu.iter().max() else { return (None, Some(0)) };
+    let ot = format!(
+        "-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.=CPU\"",
+        cpu.iter().map(ToString::to_string).collect::<Vec<_>>().join("|")
+    );
+    let first_n = layer_ids.iter().filter(|&&id| id <= last).all(|id| cpu.contains(id));
+    (Some(ot), first_n.then_some(last as usize + 1))
+}
+
+/// Runs `plan --exec host`.
+pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
+    let h = &a.hybrid;
+    if h.exec != Some(Exec::Host) {
+        bail!("--exec {}: plan supports exec host (static pins, cap 0)", h.exec.map_or("-".into(), |e| e.to_string()));
+    }
+    super::refuse_overwrite(&a.output, [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
+    let calib = TraceFile::open(&a.in_sample)?;
+    let held = TraceFile::open(&a.out_of_sample)?;
+    let (cv, hv) = (calib.view(), held.view());
+    super::require_tokens(cv.shape(), &a.in_sample)?;
+    super::require_tokens(hv.shape(), &a.out_of_sample)?;
+    let mut profile = match &h.profile_file {
+        Some(f) => DeviceProfile::read(f).with_context(|| format!("--profile-file {}", f.display()))?,
+        None => {
+            let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cv.meta().model)).flatten();
+            let name = a.profile.as_deref().or(inferred).unwrap_or("reference");
+            DeviceProfile::preset(name).with_context(|| format!("unknown profile {name:?}; see docs/grid-format.md"))?
+        }
+    };
+    if let Some(mb) = a.expert_mb {
+        profile.expert_mb = mb;
+    }
+    let device = profile.hybrid(h.overlap)?;
+    let budget = h.gpu_budget_gb.or(profile.gpu_gb).with_context(|| {
+        format!(
+            "--gpu-budget-gb: give the GPU memory for experts and KV cache (profile {:?} has no gpu_gb)",
+            profile.name
+        )
+    })?;
+    let req = HybridPlanRequest {
+        in_sample: &cv,
+        out_of_sample: &hv,
+        device,
+        gpu_budget_gb: budget,
+        kv_gb: h.kv_gb,
+        k_used: a.k_used.unwrap_or(cv.shape().top_k),
+        warmup: a.warmup,
+        granularity: Granularity::Expert,
+    };
+    let per_expert = plan_hybrid(&req)?;
+    let per_layer = plan_hybrid(&HybridPlanRequest { granularity: Granularity::Layer, ..req })?;
+    let ids = &cv.meta().layer_ids;
+    let (ot, n_cpu_moe) = llama_layer_flags(ids, &per_layer.counts);
+    let hot = sweep::plan::hot_count_list(ids, &per_expert.counts);
+    let doc = json!({
+        "kind": super::json::HYBRID_PLAN,
+        "tool_version": super::version(),
+        "exec": "host",
+        "overlap": device.overlap,
+        "gpu_budget_gb": budget,
+        "kv_gb": h.kv_gb,
+        "profile": profile,
+        "k_used": req.k_used,
+        "warmup": a.warmup,
+        "in_sample": a.in_sample.display().to_string(),
+        "out_of_sample": a.out_of_sample.display().to_string(),
+        "layer_ids": ids,
+        "per_expert": per_expert,
+        "per_layer": per_layer,
+        "llama_cpp": { "moe_hot_count": hot, "ot": ot, "n_cpu_moe": n_cpu_moe },
+    });
+    let bytes = serde_json::to_vec_pretty(&doc)?;
+    super::write_output(&a.output, &[bytes, b"\n".to_vec()].concat())?;
+    if a.json {
+        return Ok(());
+    }
+    let mut out = super::human(&a.output);
+    let line = |p: &HybridPlan| {
+        format!(
+            "{:.2} tok/s ({:.2} all-CPU, {:.2} all-GPU), {:.3} GB of GPU memory",
+            p.tok_s, p.baseline_tok_s, p.all_gpu_tok_s, p.gpu_gb
+        )
+    };
+    writeln!(
+        out,
+        "plan --exec host, {} overlap, budget {budget} GB (KV {} GB), profile {}",
+        device.overlap, h.kv_gb, profile.name
+    )?;
+    writeln!(out, "per expert: {}", line(&per_expert))?;
+    writeln!(
+        out,
+        "  pinned per layer: {}",
+        per_expert.counts.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    )?;
+    writeln!(out, "  llama.cpp --moe-hot-count {hot}")?;
+    writeln!(out, "per layer: {}", line(&per_layer))?;
+    match (&ot, n_cpu_moe) {
+        (None, _) => writeln!(out, "  every layer's experts on the GPU")?,
+        (Some(ot), Some(n)) => writeln!(out, "  llama.cpp {ot}  (or --n-cpu-moe {n})")?,
+        (Some(ot), None) => writeln!(out, "  llama.cpp {ot}")?,
+    }
+    writeln!(out, "wrote {}", super::shown(&a.output))?;
+    Ok(())
+}

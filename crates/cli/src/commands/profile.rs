@@ -1,0 +1,145 @@
+//! `moe-offload profile show`: every field of a device profile (a preset or a profile file) with
+//! its unit, so that a profile's figures can be checked before they price a replay, a sweep or a
+//! plan (SEMANTICS.md §6, §10, §11, §14; docs/grid-format.md, "Profiles").
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use sweep::DeviceProfile;
+
+use super::{align_numbers, json as kinds};
+
+/// `moe-offload profile ...`.
+#[derive(Debug, Subcommand)]
+pub enum ProfileCmd {
+    /// Print every field of a device profile with its unit: a preset by name, or a profile file.
+    #[command(
+        after_help = "Examples:\n  moe-offload profile show dsv2-lite-bf16\n  moe-offload profile show --file data/profiles/laptop-16gb-ddr5.json --json"
+    )]
+    Show(ShowArgs),
+}
+
+/// `moe-offload profile show [NAME | --file FILE] [--json]`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// A preset's name (reference, dsv2-lite-bf16, qwen15-moe-bf16, mixtral-8x7b-q4).
+    #[arg(conflicts_with = "file")]
+    name: Option<String>,
+    /// A profile file (one JSON object, as `--profile-file` and grid profiles take it).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Print one JSON document (`kind` moe-offload-profile) instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One line of the table: a field, its value as written (`None` = absent), its unit and what an
+/// absent value means.
+struct Field {
+    name: &'static str,
+    value: Option<Value>,
+    unit: &'static str,
+    absent: &'static str,
+}
+
+/// Every field of `p`, in the order of [`DeviceProfile`].
+fn fields(p: &DeviceProfile) -> Vec<Field> {
+    let num = |v: Option<f64>| v.map(Value::from);
+    let f = |name, value, unit, absent| Field { name, value, unit, absent };
+    vec![
+        f("name", Some(p.name.clone().into()), "", ""),
+        f("expert_mb", num(Some(p.expert_mb)), "MB (10^6 bytes) per expert as stored", ""),
+        f("compute_ms", num(Some(p.compute_ms)), "ms per token (dense compute on the GPU)", ""),
+        f("bandwidth_gbps", Some(json!(p.bandwidth_gbps)), "GB/s (10^9 B/s), SSD reads (§6)", ""),
+        f("link_gbps", num(p.link_gbps), "GB/s, host-to-GPU link (§10, §14)", "none: no loads or copies allowed"),
+        f("compute_ms_per_step", num(p.compute_ms_per_step), "ms per engine step (§11)", "compute_ms x rows"),
+        f("host_gbps", num(p.host_gbps), "GB/s the CPU expert kernels reach (§14)", "none: exec host refused"),
+        f("host_ms_per_row", num(p.host_ms_per_row), "ms per row per expert on the CPU (§14)", "0"),
+        f("host_sync_ms", num(p.host_sync_ms), "ms per layer with host runs (§14)", "0"),
+        f("overlap", p.overlap.map(|o| o.to_string().into()), "sequential or concurrent (§14)", "sequential"),
+        f("gpu_gb", num(p.gpu_gb), "GB (10^9 bytes) for experts and KV cache", "none: give --gpu-budget-gb"),
+    ]
+}
+
+/// Figures that follow from the profile: one expert's host-run time at the memory bound and its
+/// link time τ (§14), in ms.
+fn derived(p: &DeviceProfile) -> Vec<(&'static str, Option<f64>, &'static str)> {
+    vec![
+        (
+            "host_ms_per_expert",
+            p.host_gbps.map(|b| p.expert_mb / b),
+            "ms, expert_mb / host_gbps (a host run's memory bound)",
+        ),
+        ("link_ms_per_expert", p.link_gbps.map(|b| p.expert_mb / b), "ms, expert_mb / link_gbps (tau of §14)"),
+        (
+            "rows_memory_bound",
+            p.host_gbps.zip(p.host_ms_per_row.filter(|&r| r > 0.0)).map(|(b, r)| p.expert_mb / b / r),
+            "rows below which a host run is memory bound",
+        ),
+    ]
+}
+
+/// Runs `moe-offload profile`.
+pub fn run(cmd: &ProfileCmd) -> Result<()> {
+    match cmd {
+        ProfileCmd::Show(a) => show(a),
+    }
+}
+
+/// The profile named by `a`: a preset, or a profile file (read and checked by
+/// [`DeviceProfile::read`]); and where it came from.
+fn load(a: &ShowArgs) -> Result<(DeviceProfile, String)> {
+    if let Some(file) = &a.file {
+        let p = DeviceProfile::read(file).with_context(|| format!("reading the profile file {}", file.display()))?;
+        return Ok((p, file.display().to_string()));
+    }
+    let Some(name) = a.name.as_deref() else { bail!("profile show: give a preset's name or --file FILE") };
+    match DeviceProfile::preset(name) {
+        Some(p) => Ok((p, "preset".into())),
+        None => {
+            let names: Vec<&str> = sweep::PRESETS.iter().map(|p| p.0).chain(["reference"]).collect();
+            bail!("unknown profile {name:?}; expected one of: {} (or --file FILE for a profile file)", names.join(", "))
+        }
+    }
+}
+
+fn show(a: &ShowArgs) -> Result<()> {
+    let (p, source) = load(a)?;
+    let fields = fields(&p);
+    let derived = derived(&p);
+    if a.json {
+        let mut profile = serde_json::Map::new();
+        let mut units = serde_json::Map::new();
+        for f in &fields {
+            profile.insert(f.name.into(), f.value.clone().unwrap_or(Value::Null));
+            units.insert(f.name.into(), f.unit.into());
+        }
+        let derived: serde_json::Map<String, Value> =
+            derived.iter().map(|(n, v, _)| ((*n).to_string(), v.map_or(Value::Null, Value::from))).collect();
+        let doc = json!({"source": source, "profile": profile, "units": units, "derived": derived});
+        return kinds::print(&kinds::tagged(kinds::PROFILE, doc));
+    }
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::ASCII_MARKDOWN);
+    t.set_header(["field", "value", "unit", "when absent"]);
+    for f in &fields {
+        let value = match &f.value {
+            None => "-".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(v)) => v.iter().map(Value::to_string).collect::<Vec<_>>().join(", "),
+            Some(v) => v.to_string(),
+        };
+        t.add_row([f.name, &value, f.unit, f.absent]);
+    }
+    for (name, v, unit) in &derived {
+        t.add_row([*name, &v.map_or("-".into(), |v| format!("{v:.4}")), *unit, "(derived)"]);
+    }
+    align_numbers(&mut t);
+    let mut out = std::io::stdout().lock();
+    use std::io::Write as _;
+    writeln!(out, "profile {} ({source})", p.name)?;
+    writeln!(out, "{t}")?;
+    Ok(out.flush()?)
+}

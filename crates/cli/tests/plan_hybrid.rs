@@ -1,0 +1,53 @@
+//! `moe-offload plan --exec host`: the plan file (kind, both granularities, llama.cpp flags),
+//! its tok/s equal to `sweep::plan::hybrid` on the same traces, and refusals.
+
+mod common;
+
+use common::{fails, ok, s, synth};
+
+use serde_json::Value;
+
+const PROFILE: &str = r#"{"name": "hw", "expert_mb": 2.0, "compute_ms": 10.0, "host_gbps": 4.0,
+  "host_ms_per_row": 3.0, "host_sync_ms": 0.2, "gpu_gb": 1.0}"#;
+
+#[test]
+fn plan_exec_host_writes_both_granularities() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (c, h, p, out) = (d.join("c.safetensors"), d.join("h.safetensors"), d.join("hw.json"), d.join("plan.json"));
+    synth(&c, [3, 16, 2, 4, 400], &["--seed", "1"]);
+    synth(&h, [3, 16, 2, 4, 300], &["--seed", "2"]);
+    std::fs::write(&p, PROFILE).unwrap();
+    for overlap in ["sequential", "concurrent"] {
+        let args = ["plan", "--exec", "host", "--in-sample", s(&c), "--out-of-sample", s(&h), "--profile-file", s(&p)];
+        let text = ok(&[&args[..], &["--overlap", overlap, "--kv-gb", "0.01", "-o", s(&out)]].concat());
+        assert!(text.contains("per expert:") && text.contains("per layer:"), "{text}");
+        let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!(v["kind"], "moe-offload-hybrid-plan");
+        assert_eq!(v["overlap"], overlap);
+        // the profile's gpu_gb is the budget: 1 GB - 0.01 GB of KV fits every expert (96 x 2 MB)
+        assert_eq!(v["gpu_budget_gb"].as_f64(), Some(1.0));
+        let counts =
+            |g: &str| -> Vec<u64> { v[g]["counts"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect() };
+        assert!(counts("per_layer").iter().all(|&n| n == 0 || n == 16));
+        let (pe, pl) = (&v["per_expert"], &v["per_layer"]);
+        // more freedom never loses: per expert at least per layer
+        assert!(pe["tok_s"].as_f64().unwrap() >= pl["tok_s"].as_f64().unwrap());
+        assert!(pe["tok_s"].as_f64().unwrap() >= pe["baseline_tok_s"].as_f64().unwrap());
+        let pins = pe["pins"].as_array().unwrap();
+        for (l, n) in counts("per_expert").iter().enumerate() {
+            assert_eq!(pins[l].as_array().unwrap().len() as u64, *n);
+        }
+        assert!(v["llama_cpp"]["moe_hot_count"].as_str().unwrap().split(',').count() >= 3);
+    }
+    // A preset has no host_gbps; a budget below the KV cache; exec transfer
+    let base = ["plan", "--in-sample", s(&c), "--out-of-sample", s(&h), "-o", s(&out)];
+    let e = fails(&[&base[..], &["--exec", "host", "--profile", "reference", "--gpu-budget-gb", "1"]].concat());
+    assert!(e.contains("host_gbps"), "{e}");
+    let e = fails(
+        &[&base[..], &["--exec", "host", "--profile-file", s(&p), "--gpu-budget-gb", "1", "--kv-gb", "2"]].concat(),
+    );
+    assert!(e.contains("KV cache"), "{e}");
+    let e = fails(&[&base[..], &["--exec", "transfer", "--profile-file", s(&p)]].concat());
+    assert!(e.contains("exec host"), "{e}");
+}

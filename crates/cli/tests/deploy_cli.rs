@@ -101,7 +101,7 @@ fn deployment_flags_that_do_not_apply_are_refused() {
     check(&["--tier2", "lru"], "expected POLICY:CAP");
     check(&["--tier2", "lru:1"], "tier2 cap");
     check(&["--link-gbps", "10"], "applies only with --tier2");
-    check(&["--compute-ms-per-step", "10"], "applies only with --served or --batch");
+    check(&["--compute-ms-per-step", "10"], "applies only with --served, --batch or --exec host");
     check(&["--tier2", "lru:4", "--semantics", "sequential"], "k-way only");
     // A cap between 0 and k_used is still refused.
     let e = fails(&["replay", t, "--policy", "lru", "--cap", "1", "--tier2", "lru:4"]);

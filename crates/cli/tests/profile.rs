@@ -63,8 +63,8 @@ fn bad_profiles_are_refused_by_name_or_field() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("hw.json");
     for (json, want) in [
-        (r#"{"expert_mb": 1, "compute_ms": 1, "host_gbps": 0}"#, "profile.host_gbps"),
-        (r#"{"expert_mb": 1, "compute_ms": -2}"#, "profile.compute_ms"),
+        (r#"{"expert_mb": 1, "compute_ms": 1, "host_gbps": 0}"#, "profile \"hw\": host_gbps: 0 must be"),
+        (r#"{"expert_mb": 1, "compute_ms": -2}"#, "compute_ms: -2 must be"),
         (r#"{"expert_mb": 1, "compute_ms": 1, "host_gpbs": 3}"#, "host_gpbs"),
         (r#"{"expert_mb": 1"#, "hw.json"),
     ] {

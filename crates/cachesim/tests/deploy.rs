@@ -7,9 +7,7 @@ mod common;
 
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
 use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference_deploy};
-use common::{Synth, one_layer, random_keep, synth};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use common::{Synth, one_layer, random_keep, random_steps, synth, with_steps};
 use trace_io::{TraceData, TraceView};
 
 /// Both deployed replayers, asserted equal; the counts.
@@ -26,26 +24,6 @@ fn cfg0(policy: Policy, cap: usize) -> ReplayConfig {
 
 fn pins(view: &TraceView<'_>, layers: &[Vec<u16>]) -> Keep {
     Keep::from_layers(&view.shape(), layers).expect("valid pin map")
-}
-
-/// The same trace with `step_offsets` added.
-fn with_steps(trace: TraceData, steps: Vec<u64>) -> TraceData {
-    let (meta, tokens, m, mut parts) = trace.into_parts();
-    parts.step_offsets = Some(steps);
-    TraceData::new(meta, tokens, m, parts).expect("valid steps")
-}
-
-/// Seeded random step boundaries: steps of 1 to `max` rows.
-fn random_steps(seed: u64, tokens: usize, max: usize) -> Vec<u64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut offs = vec![0u64];
-    loop {
-        let next = offs.last().expect("non-empty") + rng.random_range(1..=max as u64);
-        if next as usize >= tokens {
-            return offs;
-        }
-        offs.push(next);
-    }
 }
 
 /// (hits, misses, pinned_hits) of a one-layer, k = 1 trace (`rows`, E = 4) with pins and a cap.

@@ -7,10 +7,8 @@ mod common;
 use cachesim::deploy::{Deployment, Schedule, Tier2};
 use cachesim::hybrid::{Exec, HybridCost, HybridCounts, HybridDevice, Overlap, replay_hybrid};
 use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference_hybrid};
-use common::{Synth, one_layer, random_keep, synth};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use trace_io::{TraceData, TraceView};
+use common::{Synth, one_layer, random_keep, random_steps, synth, with_steps};
+use trace_io::TraceView;
 
 /// A device: 10 MB experts, 1 ms dense compute per row, host 10 GB/s (a host run reads for at
 /// least 1 ms), no per-row host compute, no sync, a 10 GB/s link (τ = 1 ms).
@@ -63,12 +61,6 @@ fn both(
 
 fn cfg0(policy: Policy, cap: usize) -> ReplayConfig {
     ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, cap) }
-}
-
-fn with_steps(trace: TraceData, steps: Vec<u64>) -> TraceData {
-    let (meta, tokens, m, mut parts) = trace.into_parts();
-    parts.step_offsets = Some(steps);
-    TraceData::new(meta, tokens, m, parts).expect("valid steps")
 }
 
 /// One hand-computed case: a one-layer, k = 1 trace (`rows`, E = 4, optional step offsets),
@@ -300,18 +292,6 @@ const SMALL: Synth = Synth {
     sequences: 7,
     with_scores: true,
 };
-
-fn random_steps(seed: u64, tokens: usize, max: usize) -> Vec<u64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut offs = vec![0u64];
-    loop {
-        let next = offs.last().expect("non-empty") + rng.random_range(1..=max as u64);
-        if next as usize >= tokens {
-            return offs;
-        }
-        offs.push(next);
-    }
-}
 
 /// Every policy × λ × exec × overlap × schedule × pins × cap, fast against the reference, on a
 /// pruned keep set (forced misses) with per-row host compute and sync (both bounds occur).

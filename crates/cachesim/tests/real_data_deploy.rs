@@ -2,46 +2,11 @@
 //! token, pins, tier 2, re-batching) and the Qwen1.5-MoE vLLM trace (served steps), fast against
 //! the plain reference. Set `MOE_OFFLOAD_REAL_DATA`; without it these tests show as ignored.
 
+mod common;
+
 use cachesim::deploy::{Deployment, Schedule, Tier2};
 use cachesim::{Keep, Policy, ReplayConfig, reference_deploy};
-use trace_io::TraceData;
-use trace_io::import::esft::{EsftOptions, import_esft};
-use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog};
-
-fn translation() -> TraceData {
-    let dir = real_data::dir().join("esft-dsv2lite");
-    let opts = EsftOptions { domains: vec!["translation".into()], ..Default::default() };
-    import_esft(&dir, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display()))
-}
-
-fn qwen() -> TraceData {
-    let dir = real_data::dir().join("vllm-routelog-qwen15moe");
-    let files: Vec<_> = [0, 8, 12, 18, 23].iter().map(|l| dir.join(format!("moe_layer{l}.jsonl"))).collect();
-    let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
-    import_vllm_routelog(&files, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display())).trace
-}
-
-/// The `n` most frequent experts of each layer (ties: lowest id), as `keep --metric frequency`
-/// would pick from the trace's own counts.
-fn top_frequency(trace: &TraceData, n: usize) -> Vec<Vec<u16>> {
-    let view = trace.view();
-    let s = view.shape();
-    (0..s.layers)
-        .map(|l| {
-            let mut count = vec![0u64; s.num_experts];
-            for t in 0..s.tokens {
-                for &e in &view.row(l, t)[..s.top_k] {
-                    count[usize::from(e)] += 1;
-                }
-            }
-            let mut ids: Vec<u16> = (0..s.num_experts as u16).collect();
-            ids.sort_by_key(|&e| (std::cmp::Reverse(count[usize::from(e)]), e));
-            ids.truncate(n);
-            ids.sort_unstable();
-            ids
-        })
-        .collect()
-}
+use common::{real_qwen as qwen, real_translation as translation, top_frequency};
 
 #[test]
 #[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]

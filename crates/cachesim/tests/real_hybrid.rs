@@ -3,46 +3,17 @@
 //! reference, counts exactly and costs to 1e-12, and the all-CPU property on both. Set
 //! `MOE_OFFLOAD_REAL_DATA`; without it these tests show as ignored.
 
+mod common;
+
 use cachesim::deploy::{Deployment, Schedule};
 use cachesim::hybrid::{Exec, HybridDevice, Overlap, replay_hybrid};
 use cachesim::{Keep, Policy, ReplayConfig, reference_hybrid};
+use common::{real_qwen as qwen, real_translation as translation};
 use trace_io::TraceData;
-use trace_io::import::esft::{EsftOptions, import_esft};
-use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog};
 
-fn translation() -> TraceData {
-    let dir = real_data::dir().join("esft-dsv2lite");
-    let opts = EsftOptions { domains: vec!["translation".into()], ..Default::default() };
-    import_esft(&dir, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display()))
-}
-
-fn qwen() -> TraceData {
-    let dir = real_data::dir().join("vllm-routelog-qwen15moe");
-    let files: Vec<_> = [0, 8, 12, 18, 23].iter().map(|l| dir.join(format!("moe_layer{l}.jsonl"))).collect();
-    let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
-    import_vllm_routelog(&files, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display())).trace
-}
-
-/// The `n` most frequent experts of each layer (ties: lowest id).
+/// The `n` most frequent experts of each layer as a pin map.
 fn top_frequency(trace: &TraceData, n: usize) -> Keep {
-    let view = trace.view();
-    let s = view.shape();
-    let layers: Vec<Vec<u16>> = (0..s.layers)
-        .map(|l| {
-            let mut count = vec![0u64; s.num_experts];
-            for t in 0..s.tokens {
-                for &e in &view.row(l, t)[..s.top_k] {
-                    count[usize::from(e)] += 1;
-                }
-            }
-            let mut ids: Vec<u16> = (0..s.num_experts as u16).collect();
-            ids.sort_by_key(|&e| (std::cmp::Reverse(count[usize::from(e)]), e));
-            ids.truncate(n);
-            ids.sort_unstable();
-            ids
-        })
-        .collect();
-    Keep::from_layers(&s, &layers).expect("pins")
+    Keep::from_layers(&trace.view().shape(), &common::top_frequency(trace, n)).expect("pins")
 }
 
 /// dsv2-lite-bf16's expert (17.30 MB) and 20 ms per token, a CPU reaching 40 GB/s on experts

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use trace_io::import::esft::{EsftOptions, import_esft};
+use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog};
 use trace_io::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta};
 
 pub fn meta(num_experts: usize, top_k: usize, layers: usize) -> TraceMeta {
@@ -131,6 +133,63 @@ pub fn random_keep(seed: u64, layers: usize, num_experts: usize, p: f64, min_kep
             }
             kept.sort_unstable();
             kept
+        })
+        .collect()
+}
+
+/// The same trace with `step_offsets` added.
+pub fn with_steps(trace: TraceData, steps: Vec<u64>) -> TraceData {
+    let (meta, tokens, m, mut parts) = trace.into_parts();
+    parts.step_offsets = Some(steps);
+    TraceData::new(meta, tokens, m, parts).expect("valid steps")
+}
+
+/// Seeded random step boundaries: steps of 1 to `max` rows.
+pub fn random_steps(seed: u64, tokens: usize, max: usize) -> Vec<u64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut offs = vec![0u64];
+    loop {
+        let next = offs.last().expect("non-empty") + rng.random_range(1..=max as u64);
+        if next as usize >= tokens {
+            return offs;
+        }
+        offs.push(next);
+    }
+}
+
+/// The ESFT translation domain of the real data (`MOE_OFFLOAD_REAL_DATA`).
+pub fn real_translation() -> TraceData {
+    let dir = real_data::dir().join("esft-dsv2lite");
+    let opts = EsftOptions { domains: vec!["translation".into()], ..Default::default() };
+    import_esft(&dir, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display()))
+}
+
+/// The Qwen1.5-MoE vLLM route logs of the real data, five layers.
+pub fn real_qwen() -> TraceData {
+    let dir = real_data::dir().join("vllm-routelog-qwen15moe");
+    let files: Vec<_> = [0, 8, 12, 18, 23].iter().map(|l| dir.join(format!("moe_layer{l}.jsonl"))).collect();
+    let opts = VllmRoutelogOptions { num_experts: Some(60), ..Default::default() };
+    import_vllm_routelog(&files, &opts).unwrap_or_else(|e| panic!("importing {}: {e}", dir.display())).trace
+}
+
+/// The `n` most frequent experts of each layer (ties: lowest id), as `keep --metric frequency`
+/// would pick from the trace's own counts.
+pub fn top_frequency(trace: &TraceData, n: usize) -> Vec<Vec<u16>> {
+    let view = trace.view();
+    let s = view.shape();
+    (0..s.layers)
+        .map(|l| {
+            let mut count = vec![0u64; s.num_experts];
+            for t in 0..s.tokens {
+                for &e in &view.row(l, t)[..s.top_k] {
+                    count[usize::from(e)] += 1;
+                }
+            }
+            let mut ids: Vec<u16> = (0..s.num_experts as u16).collect();
+            ids.sort_by_key(|&e| (std::cmp::Reverse(count[usize::from(e)]), e));
+            ids.truncate(n);
+            ids.sort_unstable();
+            ids
         })
         .collect()
 }

@@ -31,9 +31,9 @@ pub(crate) use cache::{ABSENT, Cache};
 pub(crate) use evictor::{Evictor, Pick, Protected};
 pub(crate) use shared::{FTable, softmax_layer};
 pub(crate) use token_loop::{State, TokenSink, run, run_tokens};
-use trace_io::Shape;
+use trace_io::{Shape, TraceView};
 
-use crate::{Policy, ReplayConfig, Semantics};
+use crate::{Keep, Policy, ReplayConfig, Semantics};
 
 /// Configuration resolved against a trace, shared by all layers.
 pub(crate) struct Params<'a> {
@@ -71,6 +71,27 @@ impl<'a> Params<'a> {
             resets: if cfg.reset_at_sequence { seq_offsets.unwrap_or(&[]) } else { &[] },
         }
     }
+}
+
+/// Layer `l` on its own: the parameters with the layer's cap, and its slices with no table shared
+/// with other configurations (the token loops of prefetch and hybrid execution, one
+/// configuration at a time).
+pub(crate) fn layer_alone<'a>(
+    trace: &TraceView<'a>,
+    keep: &'a Keep,
+    cfg: &ReplayConfig,
+    l: usize,
+) -> (Params<'a>, LayerInput<'a>) {
+    let mut params = Params::new(&trace.shape(), cfg, trace.seq_offsets());
+    params.cap = cfg.cap_of(l);
+    let input = LayerInput {
+        ids: trace.layer_ids(l),
+        scores: trace.layer_scores(l),
+        keep: keep.layer_mask(l),
+        probs: None,
+        f_table: None,
+    };
+    (params, input)
 }
 
 /// One layer's slices: ids and scores `[T, m]`, keep mask `[E]`, and optionally the softmax of

@@ -19,16 +19,7 @@ pub(crate) fn token_misses(
     l: usize,
     events: &mut LayerEvents,
 ) -> LayerCounts {
-    let shape = trace.shape();
-    let mut params = Params::new(&shape, cfg, trace.seq_offsets());
-    params.cap = cfg.cap_of(l);
-    let input = LayerInput {
-        ids: trace.layer_ids(l),
-        scores: trace.layer_scores(l),
-        keep: keep.layer_mask(l),
-        probs: None,
-        f_table: None,
-    };
+    let (params, input) = crate::engine::layer_alone(trace, keep, cfg, l);
     with_policy(&params, &input, Visit { params: &params, input: &input, events })
 }
 

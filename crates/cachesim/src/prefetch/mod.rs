@@ -340,16 +340,8 @@ fn replay_layer<'a>(
     record: bool,
     chosen: Option<(&mut [u16], &mut [u16])>,
 ) -> (PfLayerCounts, Vec<LayerEvent>) {
+    let (params, input) = crate::engine::layer_alone(trace, keep, cfg, l);
     let shape = trace.shape();
-    let mut params = Params::new(&shape, cfg, trace.seq_offsets());
-    params.cap = cfg.cap_of(l);
-    let input = LayerInput {
-        ids: trace.layer_ids(l),
-        scores: trace.layer_scores(l),
-        keep: keep.layer_mask(l),
-        probs: None,
-        f_table: None,
-    };
     let mut events = if record { vec![LayerEvent::default(); shape.tokens] } else { Vec::new() };
     let out = Outputs { events: record.then_some(&mut events[..]), chosen };
     let k_used = params.k_used;

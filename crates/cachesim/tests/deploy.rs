@@ -7,7 +7,7 @@ mod common;
 
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
 use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference_deploy};
-use common::{Synth, one_layer, random_keep, random_steps, synth, with_steps};
+use common::{DEPLOY_SMALL as SMALL, one_layer, random_keep, random_steps, synth, with_steps};
 use trace_io::{TraceData, TraceView};
 
 /// Both deployed replayers, asserted equal; the counts.
@@ -167,17 +167,6 @@ fn rebatch_by_hand() {
     assert_eq!(b1.counts, cachesim::replay(&view, &keep, &cfg).expect("valid"));
     assert_eq!(b1.counts.misses, 4);
 }
-
-const SMALL: Synth = Synth {
-    layers: 2,
-    tokens: 150,
-    num_experts: 12,
-    top_k: 3,
-    candidates: 6,
-    reuse: 0.5,
-    sequences: 7,
-    with_scores: true,
-};
 
 fn lambdas(policy: Policy) -> &'static [f64] {
     if policy == Policy::Belady { &[0.0] } else { &[0.0, 0.09] }

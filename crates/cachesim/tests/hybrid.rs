@@ -7,7 +7,7 @@ mod common;
 use cachesim::deploy::{Deployment, Schedule, Tier2};
 use cachesim::hybrid::{Exec, HybridCost, HybridCounts, HybridDevice, Overlap, replay_hybrid};
 use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference_hybrid};
-use common::{Synth, one_layer, random_keep, random_steps, synth, with_steps};
+use common::{DEPLOY_SMALL as SMALL, Synth, one_layer, random_keep, random_steps, synth, with_steps};
 use trace_io::TraceView;
 
 /// A device: 10 MB experts, 1 ms dense compute per row, host 10 GB/s (a host run reads for at
@@ -281,17 +281,6 @@ fn refusals_name_the_reason() {
         assert!(matches!(err, CacheSimError::InvalidParameter { name, .. } if name == field), "{field}: {err}");
     }
 }
-
-const SMALL: Synth = Synth {
-    layers: 2,
-    tokens: 150,
-    num_experts: 12,
-    top_k: 3,
-    candidates: 6,
-    reuse: 0.5,
-    sequences: 7,
-    with_scores: true,
-};
 
 /// Every policy × λ × exec × overlap × schedule × pins × cap, fast against the reference, on a
 /// pruned keep set (forced misses) with per-row host compute and sync (both bounds occur).

@@ -3,11 +3,7 @@
 
 mod common;
 
-use common::{fails, ok, refs, s, synth};
-
-fn json(args: &[&str]) -> serde_json::Value {
-    serde_json::from_str(&ok(args)).unwrap()
-}
+use common::{fails, json, ok, refs, s, synth};
 
 #[test]
 fn pins_tier2_and_batch_on_a_synthetic_trace() {

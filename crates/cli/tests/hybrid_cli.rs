@@ -5,11 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{fails, ok, s, synth};
-
-fn json(args: &[&str]) -> serde_json::Value {
-    serde_json::from_str(&ok(args)).unwrap()
-}
+use common::{fails, json, ok, s, synth};
 
 /// A profile file: 10 MB experts, 2 ms dense compute per token, host 10 GB/s (1 ms per host
 /// run), a 10 GB/s link (1 ms per load or copy).

@@ -7,11 +7,7 @@ use std::io::Read as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{fails, ok, ok_in, s, synth};
-
-fn json(args: &[&str]) -> serde_json::Value {
-    serde_json::from_str(&ok(args)).unwrap()
-}
+use common::{fails, json, ok, ok_in, s, synth};
 
 /// B far above the number of sequences is B = sequences: the same counts, and no memory per B
 /// (the old code allocated a slot per B and grew to gigabytes).

@@ -2,12 +2,8 @@
 
 mod common;
 
-use common::{fails, ok, refs, s, synth};
+use common::{fails, json, ok, refs, s, synth};
 use serde_json::Value;
-
-fn json(args: &[&str]) -> Value {
-    serde_json::from_str(&ok(args)).expect("one JSON object")
-}
 
 /// Counts, derived figures and the timeline of a prefetch replay, beside the plain replay's.
 #[test]

@@ -3,13 +3,9 @@
 
 mod common;
 
-use common::{fails, ok, s, synth};
+use common::{fails, json, ok, s, synth};
 
 use std::path::{Path, PathBuf};
-
-fn json(args: &[&str]) -> serde_json::Value {
-    serde_json::from_str(&ok(args)).unwrap()
-}
 
 /// The rows of `retention --json` (its `maps`), after checking the document's kind.
 fn retention_json(args: &[&str]) -> serde_json::Value {

@@ -60,6 +60,19 @@ pub const BENCH_TRACE: Synth = Synth {
     with_scores: true,
 };
 
+/// The small trace of the deployed and hybrid matrices: 2 layers, 150 tokens, 12 experts, top-3
+/// of 6 candidates, 7 sequences, scores.
+pub const DEPLOY_SMALL: Synth = Synth {
+    layers: 2,
+    tokens: 150,
+    num_experts: 12,
+    top_k: 3,
+    candidates: 6,
+    reuse: 0.5,
+    sequences: 7,
+    with_scores: true,
+};
+
 /// Seed of [`BENCH_TRACE`] and of its pruned keep set.
 pub const BENCH_SEED: u64 = 42;
 

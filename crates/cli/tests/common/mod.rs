@@ -29,6 +29,11 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("stdout is UTF-8")
 }
 
+/// Runs a command that must succeed and print one JSON document; returns it.
+pub fn json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&ok(args)).expect("one JSON document on stdout")
+}
+
 /// Runs a command that must fail; returns its stderr.
 pub fn fails(args: &[&str]) -> String {
     let out = run(args);

@@ -17,10 +17,14 @@ use super::svg::{Axes, Series, Style, mark_identical, policy_color, xy_plot};
 /// Expert slots of fast memory a row's configuration takes over all layers: per layer its cache
 /// size plus its pinned experts. `None` for a configuration with a second tier or re-batching,
 /// or with prefetch or a shuffled order (SEMANTICS.md §12: priced by the timeline, or not a
-/// deployable order).
+/// deployable order), or with hybrid execution (§14: priced by its own model, in the hybrid
+/// section).
 pub(super) fn slots(r: &Row) -> Option<usize> {
     let d = r.config.deploy.as_ref();
-    if d.is_some_and(|d| d.tier2.is_some() || d.batch.is_some()) || r.config.prefetch.is_some() {
+    if d.is_some_and(|d| d.tier2.is_some() || d.batch.is_some())
+        || r.config.prefetch.is_some()
+        || r.config.hybrid.is_some()
+    {
         return None;
     }
     let layers = r.counts.layer_misses.len();

@@ -38,7 +38,8 @@ fn deployment_name(r: &Row) -> String {
 /// The section; a note when the sweep has no deployed rows.
 pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
     // Rows of this section's axes only: no prefetch or shuffled order (the prefetch section's),
-    // no per-layer caps (their memory is not one cap), λ = 0.
+    // no hybrid execution (the hybrid section's), no per-layer caps (their memory is not one cap),
+    // λ = 0.
     let oos: Vec<&Row> = sweep
         .rows
         .iter()
@@ -46,6 +47,7 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
             r.sample == Sample::OutOfSample
                 && r.config.lambda == 0.0
                 && r.config.prefetch.is_none()
+                && r.config.hybrid.is_none()
                 && r.config.layer_caps.is_none()
         })
         .collect();

@@ -8,6 +8,7 @@
 mod budget;
 mod deploy;
 mod html;
+mod hybrid;
 mod inputs;
 mod prefetch;
 mod sections;
@@ -103,6 +104,7 @@ fn render(sweep: &SweepOutput, retention: &[RetentionFile], mrc: &[MrcCurve], lo
             "Prefetch: precision and tok/s against the budget, real vs shuffled order",
             prefetch::section(sweep)?,
         ),
+        ("hybrid", "Hybrid execution: tok/s against experts per layer on the GPU", hybrid::section(sweep)?),
         ("retention", "Retention vs K", retention_html),
         ("provenance", "Provenance", sections::provenance(sweep)),
     ];

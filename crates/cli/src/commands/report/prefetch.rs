@@ -29,9 +29,9 @@ fn prefetch_of(r: &Row) -> Option<Prefetch> {
     r.config.prefetch.filter(|p| p.shuffle.is_none()).and_then(|p| p.prefetch)
 }
 
-/// A plain row: no prefetch, real order, no deployment.
+/// A plain row: no prefetch, real order, no deployment, exec transfer.
 fn is_plain(r: &Row) -> bool {
-    r.config.prefetch.is_none() && r.config.deploy.is_none()
+    r.config.prefetch.is_none() && r.config.deploy.is_none() && r.config.hybrid.is_none()
 }
 
 /// One series per (policy, predictor) of the rows of `key`: `y` against B; colour by policy,

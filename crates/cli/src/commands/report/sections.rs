@@ -33,10 +33,10 @@ fn variants(rows: &[&Row]) -> Vec<String> {
     seen
 }
 
-/// Rows of the plain configurations (λ = 0, no pins, tier 2, batches, prefetch or shuffled
-/// order) of one sample.
+/// Rows of the plain configurations (λ = 0, no pins, tier 2, batches, prefetch, shuffled order
+/// or hybrid execution) of one sample.
 fn plain(rows: &[Row], sample: Sample) -> Vec<&Row> {
-    let plain = |r: &&Row| r.config.deploy.is_none() && r.config.prefetch.is_none();
+    let plain = |r: &&Row| r.config.deploy.is_none() && r.config.prefetch.is_none() && r.config.hybrid.is_none();
     rows.iter().filter(|r| r.sample == sample && r.config.lambda == 0.0).filter(plain).collect()
 }
 
@@ -270,7 +270,7 @@ pub(super) fn lambda(m: &Model<'_>) -> Result<String> {
     type LamKey = (String, usize, usize, String, usize);
     let mut lam: BTreeMap<LamKey, Vec<(f64, f64)>> = BTreeMap::new();
     let all_oos = m.sweep.rows.iter().filter(|r| r.sample == Sample::OutOfSample);
-    for r in all_oos.filter(|r| r.config.lambda > 0.0 && r.config.prefetch.is_none()) {
+    for r in all_oos.filter(|r| r.config.lambda > 0.0 && r.config.prefetch.is_none() && r.config.hybrid.is_none()) {
         let c = &r.config;
         lam.entry((c.variant.clone(), c.cap, c.k_used, c.policy.to_string(), c.j))
             .or_default()
@@ -312,7 +312,9 @@ pub(super) fn shift(m: &Model<'_>) -> Result<String> {
     let rows = &m.sweep.rows;
     let ins: BTreeMap<&str, &Row> =
         rows.iter().filter(|r| r.sample == Sample::InSample).map(|r| (r.key.as_str(), r)).collect();
-    let all_oos: Vec<&Row> = rows.iter().filter(|r| r.sample == Sample::OutOfSample).collect();
+    // Hybrid rows count exactly the misses of their `exec transfer` twins (§14): not twice here.
+    let all_oos: Vec<&Row> =
+        rows.iter().filter(|r| r.sample == Sample::OutOfSample && r.config.hybrid.is_none()).collect();
     let series: Vec<Series> = policies(&all_oos)
         .iter()
         .map(|pol| {
@@ -403,7 +405,7 @@ fn matrix_table(rows: &[Row]) -> String {
 fn shift_table(rows: &[Row]) -> String {
     let ins: BTreeMap<&str, &Row> =
         rows.iter().filter(|r| r.sample == Sample::InSample).map(|r| (r.key.as_str(), r)).collect();
-    let oos: Vec<&Row> = rows.iter().filter(|r| r.sample == Sample::OutOfSample).collect();
+    let oos: Vec<&Row> = rows.iter().filter(|r| r.sample == Sample::OutOfSample && r.config.hybrid.is_none()).collect();
     let mut per: BTreeMap<String, (f64, f64, f64, usize)> = BTreeMap::new();
     for r in &oos {
         if let Some(i) = ins.get(r.key.as_str()) {

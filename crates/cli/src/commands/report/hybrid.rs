@@ -71,11 +71,12 @@ fn gpu_experts(r: &Row) -> (f64, f64) {
 }
 
 fn residency(r: &Row) -> Residency {
-    match gpu_experts(r) {
-        (p, c) if p == 0.0 && c == 0.0 => Residency::None,
-        (_, c) if c == 0.0 => Residency::Pins,
-        (p, _) if p == 0.0 => Residency::Cache,
-        _ => Residency::Both,
+    let (pins, cap) = gpu_experts(r);
+    match (pins > 0.0, cap > 0.0) {
+        (false, false) => Residency::None,
+        (true, false) => Residency::Pins,
+        (false, true) => Residency::Cache,
+        (true, true) => Residency::Both,
     }
 }
 

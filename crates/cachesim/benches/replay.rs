@@ -269,5 +269,44 @@ fn bench_hybrid(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_replay, bench_floor, bench_prefetch, bench_hybrid);
+/// Deployments (SEMANTICS.md §9–§11) against the plain replay in the same run (issue #40: at
+/// least half its picks/s): the benchmark trace cut into 64 sequences, cap 128 for the plain
+/// baseline `plain/lru`; `pins64/POLICY` pins 64 experts per layer under a cache of 64 (the same
+/// fast memory), `tier2/lru` adds a second tier of 256, `batch8/lru` re-batches by B = 8.
+fn bench_deploy(c: &mut Criterion) {
+    use cachesim::deploy::{Deployment, Schedule, Tier2};
+    let s = common::Synth { sequences: 64, ..common::BENCH_TRACE };
+    let trace = common::synth(common::BENCH_SEED, s);
+    let view = trace.view();
+    let shape = view.shape();
+    let keep = Keep::full(&shape);
+    let pins: Vec<Vec<u16>> = (0..s.layers).map(|_| (0..64).collect()).collect();
+    let pins = Some(Keep::from_layers(&shape, &pins).expect("pins"));
+    let pool = one_core_pool();
+    let picks = (s.layers * s.tokens * s.top_k) as u64;
+    let mut group = timed_group(c, "deploy");
+    group.throughput(Throughput::Elements(picks));
+    let lru = ReplayConfig::new(Policy::Lru, 128);
+    group.bench_function("plain/lru", |b| {
+        b.iter(|| pool.install(|| cachesim::replay(&view, &keep, &lru).expect("valid")))
+    });
+    let pinned = Deployment { pins, ..Deployment::default() };
+    let tier2 = Deployment { tier2: Some(Tier2 { policy: Policy::Lru, cap: 256 }), ..Deployment::default() };
+    let batch = Deployment { schedule: Schedule::Rebatch(8), ..Deployment::default() };
+    let mut cases: Vec<(String, ReplayConfig, &Deployment)> =
+        [Policy::Lru, Policy::Lfu, Policy::Belady, Policy::NearPickEma]
+            .into_iter()
+            .map(|p| (format!("pins64/{p}"), ReplayConfig::new(p, 64), &pinned))
+            .collect();
+    cases.push(("tier2/lru".into(), lru.clone(), &tier2));
+    cases.push(("batch8/lru".into(), lru.clone(), &batch));
+    for (name, cfg, dep) in &cases {
+        group.bench_function(name.as_str(), |b| {
+            b.iter(|| pool.install(|| cachesim::deploy::replay(&view, &keep, cfg, dep).expect("valid")))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_replay, bench_floor, bench_prefetch, bench_hybrid, bench_deploy);
 criterion_main!(benches);

@@ -1,7 +1,7 @@
 //! One tier's cache and the rule by which a step's set of experts goes through it
 //! (SEMANTICS.md §11 step 3, which is §5 step 4 with k-way protection when the set fits).
 
-use super::prio::Prio;
+use super::prio::{Order, Prio};
 
 /// Position of an expert that is not cached.
 const ABSENT: u32 = u32::MAX;
@@ -12,6 +12,11 @@ pub(crate) struct Level {
     /// `[E]`: index into `members`, or [`ABSENT`].
     pos: Vec<u32>,
     members: Vec<u16>,
+    /// `[E + 1]`: the cached experts as a list in key order, for a policy whose keys allow it
+    /// ([`Order`]): `next[x]` the expert of the next higher key, `prev[x]` the next lower;
+    /// index E is the sentinel (`next[E]` the lowest key, `prev[E]` the highest).
+    next: Vec<u32>,
+    prev: Vec<u32>,
     /// `[E]`: the stamp of the step whose set holds the expert / in which it was processed.
     in_set: Vec<u64>,
     done: Vec<u64>,
@@ -34,6 +39,8 @@ impl Level {
             cap,
             pos: vec![ABSENT; num_experts],
             members: Vec::with_capacity(cap),
+            next: vec![num_experts as u32; num_experts + 1],
+            prev: vec![num_experts as u32; num_experts + 1],
             in_set: vec![0; num_experts],
             done: vec![0; num_experts],
             stamp: 0,
@@ -45,6 +52,28 @@ impl Level {
     #[inline(always)]
     pub fn contains(&self, e: usize) -> bool {
         self.pos[e] != ABSENT
+    }
+
+    /// Index of the list's sentinel.
+    #[inline(always)]
+    fn sentinel(&self) -> usize {
+        self.pos.len()
+    }
+
+    fn unlink(&mut self, e: usize) {
+        let (p, n) = (self.prev[e], self.next[e]);
+        self.next[p as usize] = n;
+        self.prev[n as usize] = p;
+    }
+
+    /// Puts `e` (not in the list) at the high end: its key is now above every other.
+    fn link_highest(&mut self, e: usize) {
+        let z = self.sentinel();
+        let top = self.prev[z];
+        self.next[top as usize] = e as u32;
+        self.prev[e] = top;
+        self.next[e] = z as u32;
+        self.prev[z] = e as u32;
     }
 
     fn remove(&mut self, e: usize) {
@@ -67,6 +96,18 @@ impl Level {
     /// cached expert is in it, the lowest-priority one already processed in this step; if none
     /// is, the lowest-priority cached expert (ties: lowest id everywhere).
     fn victim<P: Prio>(&self, prio: &P) -> usize {
+        if P::ORDER != Order::Scan {
+            // The list is in key order and keys are distinct (one clock tick per access): the
+            // first expert from the low end that is not in the set is the scan's `outside`.
+            let z = self.sentinel();
+            let mut c = self.next[z] as usize;
+            while c != z {
+                if self.in_set[c] != self.stamp {
+                    return c;
+                }
+                c = self.next[c] as usize;
+            }
+        }
         let (mut outside, mut done, mut any) = (None::<(u128, u16)>, None::<(u128, u16)>, None::<(u128, u16)>);
         let lower = |best: Option<(u128, u16)>, cand: (u128, u16)| best.is_none_or(|b| cand < b);
         for &c in &self.members {
@@ -120,14 +161,24 @@ impl Level {
             let hit = self.contains(e);
             if hit {
                 out.hits += 1;
+                if P::ORDER == Order::EveryAccess {
+                    self.unlink(e);
+                    self.link_highest(e);
+                }
             } else {
                 out.misses += 1;
                 on_miss(e16);
                 if self.members.len() >= self.cap {
                     let v = self.victim(prio);
                     self.remove(v);
+                    if P::ORDER != Order::Scan {
+                        self.unlink(v);
+                    }
                 }
                 self.insert(e);
+                if P::ORDER != Order::Scan {
+                    self.link_highest(e);
+                }
             }
             prio.access(e, self.clock, !hit);
             self.done[e] = stamp;

@@ -7,10 +7,24 @@
 
 use crate::policy::softmax_row;
 
+/// Which accesses give an expert a key above every other key, so that a level can keep its
+/// cached experts in a list in key order instead of scanning them for a victim.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// Keys change otherwise (counts, next uses, credits): the level scans.
+    Scan,
+    /// Every access (lru: the key is the time of last access, and the clock only grows).
+    EveryAccess,
+    /// An insertion only (fifo: the key is the time of insertion).
+    Insertion,
+}
+
 /// What a tier's cache asks of a policy.
 pub(crate) trait Prio {
     /// Whether the policy takes credits after a step ([`Prio::credit_row`]).
     const CREDITS: bool = false;
+    /// Which accesses raise a key above all others ([`Order`]); nothing else may change a key.
+    const ORDER: Order = Order::Scan;
     /// The priority of cached expert `e`.
     fn key(&self, e: usize) -> u128;
     /// Expert `e` was accessed at clock `now`; `inserted`: it was just inserted.
@@ -38,6 +52,7 @@ impl Lru {
 }
 
 impl Prio for Lru {
+    const ORDER: Order = Order::EveryAccess;
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         u128::from(self.last[e])
@@ -60,6 +75,7 @@ impl Fifo {
 }
 
 impl Prio for Fifo {
+    const ORDER: Order = Order::Insertion;
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         u128::from(self.inserted[e])

@@ -37,6 +37,9 @@ fn main() {
     let counts = pool.install(|| cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("valid"));
     let secs = start.elapsed().as_secs_f64();
     let picks = (shape.layers * shape.tokens * shape.top_k) as f64;
-    println!("{counts:?}");
-    println!("{:.2} M picks/s", picks / secs / 1e6);
+    #[expect(clippy::print_stdout, reason = "a developer tool")]
+    {
+        println!("{policy} cap {cap} {mode}: {counts:?}");
+        println!("{:.2} M picks/s", picks / secs / 1e6);
+    }
 }

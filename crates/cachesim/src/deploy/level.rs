@@ -1,6 +1,7 @@
 //! One tier's cache and the rule by which a step's set of experts goes through it
 //! (SEMANTICS.md §11 step 3, which is §5 step 4 with k-way protection when the set fits).
 
+use super::freq::FreqList;
 use super::prio::{Order, Prio};
 
 /// Position of an expert that is not cached.
@@ -17,6 +18,8 @@ pub(crate) struct Level {
     /// index E is the sentinel (`next[E]` the lowest key, `prev[E]` the highest).
     next: Vec<u32>,
     prev: Vec<u32>,
+    /// The cached experts in lfu's key order ([`Order::Frequency`]).
+    freq: FreqList,
     /// `[E]`: the stamp of the step whose set holds the expert / in which it was processed.
     in_set: Vec<u64>,
     done: Vec<u64>,
@@ -41,6 +44,7 @@ impl Level {
             members: Vec::with_capacity(cap),
             next: vec![num_experts as u32; num_experts + 1],
             prev: vec![num_experts as u32; num_experts + 1],
+            freq: FreqList::new(num_experts, cap),
             in_set: vec![0; num_experts],
             done: vec![0; num_experts],
             stamp: 0,
@@ -96,7 +100,12 @@ impl Level {
     /// cached expert is in it, the lowest-priority one already processed in this step; if none
     /// is, the lowest-priority cached expert (ties: lowest id everywhere).
     fn victim<P: Prio>(&self, prio: &P) -> usize {
-        if P::ORDER != Order::Scan {
+        if P::ORDER == Order::Frequency
+            && let Some(v) = self.freq.lowest_where_not(|c| self.in_set[c] == self.stamp)
+        {
+            return v;
+        }
+        if P::ORDER == Order::EveryAccess || P::ORDER == Order::Insertion {
             // The list is in key order and keys are distinct (one clock tick per access): the
             // first expert from the low end that is not in the set is the scan's `outside`.
             let z = self.sentinel();
@@ -165,19 +174,26 @@ impl Level {
                     self.unlink(e);
                     self.link_highest(e);
                 }
+                if P::ORDER == Order::Frequency {
+                    self.freq.touch(e);
+                }
             } else {
                 out.misses += 1;
                 on_miss(e16);
                 if self.members.len() >= self.cap {
                     let v = self.victim(prio);
                     self.remove(v);
-                    if P::ORDER != Order::Scan {
-                        self.unlink(v);
+                    match P::ORDER {
+                        Order::EveryAccess | Order::Insertion => self.unlink(v),
+                        Order::Frequency => self.freq.remove(v),
+                        Order::Scan => {}
                     }
                 }
                 self.insert(e);
-                if P::ORDER != Order::Scan {
-                    self.link_highest(e);
+                match P::ORDER {
+                    Order::EveryAccess | Order::Insertion => self.link_highest(e),
+                    Order::Frequency => self.freq.insert(e),
+                    Order::Scan => {}
                 }
             }
             prio.access(e, self.clock, !hit);

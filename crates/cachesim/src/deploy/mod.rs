@@ -14,6 +14,7 @@
 //! - `steps`: the engine steps (per token, recorded `step_offsets`, or re-batched).
 //! - `level`: one tier's cache and the step rule of §11 step 3 (which is §5 step 4 when a
 //!   step's set fits in the cache).
+//! - `freq`: lfu's key order as count nodes, so that a level finds its victim without a scan.
 //! - `prio`: the priorities of §5 and §11 step 4, one type per policy.
 //! - `layer`: the step loop of one layer (selection, counts, tier 1, credits) and tier 2.
 //!
@@ -32,6 +33,7 @@
 //! - Not supported here (refused by `validate`): sequential semantics and resets at sequence
 //!   starts with any deployment feature; served replay together with re-batching.
 
+mod freq;
 mod layer;
 mod level;
 mod prio;

@@ -17,6 +17,8 @@ pub(crate) enum Order {
     EveryAccess,
     /// An insertion only (fifo: the key is the time of insertion).
     Insertion,
+    /// lfu's (accesses since insertion, time of last access): count nodes ([`super::freq`]).
+    Frequency,
 }
 
 /// What a tier's cache asks of a policy.
@@ -102,6 +104,7 @@ impl Lfu {
 }
 
 impl Prio for Lfu {
+    const ORDER: Order = Order::Frequency;
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         (u128::from(self.count[e]) << 64) | u128::from(self.last[e])

@@ -236,3 +236,28 @@ fn sweep_with_deployment_axes_and_its_report() {
     assert!(page.contains("Pinned, cached and tiered at 8 experts of fast memory per layer"), "pins 4 + cap 4");
     assert!(page.contains("full/lru/0/0/4/2/pin:hot4/t2:lru:8"));
 }
+
+/// A grid's `cap: [0]` without pins is what `replay --cap 0` is (it was refused with "invalid
+/// cap = 0"): every pick misses, with the same counts and tok/s, in a deployed row.
+#[test]
+fn a_grid_cap_of_zero_without_pins_is_replay_cap_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.safetensors");
+    synth(&trace, [2, 16, 2, 4, 300], &["--sequences", "4"]);
+    let grid = dir.path().join("grid.json");
+    let text = r#"{"traces": {"in_sample": "t.safetensors", "out_of_sample": "t.safetensors"},
+      "variants": ["full"], "blocks": [{"policies": ["lru", "fifo"], "cap": [0, 4]}]}"#;
+    std::fs::write(&grid, text).unwrap();
+    let out = dir.path().join("sweep");
+    ok(&["sweep", s(&grid), "-o", s(&out)]);
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let replay = json(&["replay", s(&trace), "--policy", "lru", "--cap", "0", "--json"]);
+    let row = rows["rows"].as_array().unwrap().iter().find(|r| r["key"] == "full/lru/0/0/0/2").expect("a cap-0 row");
+    assert_eq!(row["counts"]["misses"], replay["misses"]);
+    assert_eq!(row["counts"]["hits"], 0);
+    assert_eq!(row["cost"][0]["tok_s"], replay["cost"]["at"][0]["tok_s"]);
+    assert_eq!(row["deploy"]["storage_reads"], replay["misses"]);
+    // The cap-4 rows stay plain rows.
+    let plain = rows["rows"].as_array().unwrap().iter().find(|r| r["key"] == "full/lru/0/0/4/2").unwrap();
+    assert!(plain.get("deploy").is_none(), "{plain}");
+}

@@ -485,6 +485,16 @@ impl Grid {
                                 for (&k, &(deploy, prefetch, hybrid)) in
                                     b.k_used.iter().flat_map(|k| axes.iter().map(move |a| (k, a)))
                                 {
+                                    // A cap of 0 without pins is the deployed replay's (as
+                                    // `replay --cap 0`): every pick not pinned misses.
+                                    let no_cache =
+                                        *cap == 0 || layer_caps.as_ref().is_some_and(|c| c.caps.contains(&0));
+                                    let deploy = match deploy {
+                                        None if no_cache && prefetch.is_none() && hybrid.is_none() => {
+                                            Some(crate::DeployKey::default())
+                                        }
+                                        d => d.clone(),
+                                    };
                                     out.push(ConfigKey {
                                         variant: label.clone(),
                                         policy,
@@ -493,7 +503,7 @@ impl Grid {
                                         cap: *cap,
                                         k_used: k.unwrap_or(top_k),
                                         layer_caps: layer_caps.clone(),
-                                        deploy: deploy.clone(),
+                                        deploy,
                                         prefetch: *prefetch,
                                         hybrid: *hybrid,
                                     });

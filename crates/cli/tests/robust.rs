@@ -560,3 +560,42 @@ fn dash_output_is_refused_where_stdout_cannot_take_it() {
         assert!(!dir.path().join("-").exists(), "{a:?} wrote a file named -");
     }
 }
+
+/// A compressed input is named as such with the command that undoes it, by every reader (it was
+/// "invalid utf-8 sequence", "not a CSV row" or "header too large"): traces, grids, statistics,
+/// count files and routing logs, for each format's magic number.
+#[test]
+fn compressed_inputs_are_named_with_how_to_decompress() {
+    let dir = tempfile::tempdir().unwrap();
+    let [out, keep, counts, trace] = ["out", "k.json", "c.json", "t.safetensors"].map(|n| dir.path().join(n));
+    let formats: [(&str, &[u8], &str); 4] = [
+        (
+            "gz",
+            &[0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 3],
+            "gzip-compressed data: decompress it first (`gunzip -k FILE`)",
+        ),
+        ("zst", &[0x28, 0xb5, 0x2f, 0xfd, 0x24, 0x00], "zstd-compressed data: decompress it first (`zstd -d FILE`)"),
+        ("xz", &[0xfd, b'7', b'z', b'X', b'Z', 0, 0, 4], "xz-compressed data: decompress it first (`unxz -k FILE`)"),
+        ("bz2", b"BZh91AY&SY\x00\x00", "bzip2-compressed data: decompress it first (`bunzip2 -k FILE`)"),
+    ];
+    for (ext, magic, expect) in formats {
+        let f = dir.path().join(format!("input.{ext}"));
+        let mut bytes = magic.to_vec();
+        bytes.extend([7u8; 64]);
+        std::fs::write(&f, bytes).unwrap();
+        let p = s(&f);
+        let commands: [&[&str]; 6] = [
+            &["replay", p, "--policy", "lru", "--cap", "4"],
+            &["inspect", p],
+            &["sweep", p, "-o", s(&out)],
+            &["keep", p, "--metric", "frequency", "--k", "2", "-o", s(&keep)],
+            &["import", "counts", p, "--top-k", "2", "-o", s(&counts)],
+            &["import", "vllm-routelog", p, "--num-experts", "8", "-o", s(&trace)],
+        ];
+        for args in commands {
+            let e = fails(args);
+            assert!(e.contains(p) && e.contains(expect), "{args:?}: {e}");
+        }
+    }
+    assert!([out, keep, counts, trace].iter().all(|p| !p.exists()), "an output was written");
+}

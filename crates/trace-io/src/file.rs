@@ -256,7 +256,45 @@ pub(crate) fn open_regular_io(path: &Path, why: &str) -> std::io::Result<File> {
     if !after.is_file() {
         return refuse(after);
     }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        let mut head = [0u8; 10];
+        let n = file.read_at(&mut head, 0)?;
+        if let Some((format, tool)) = compression(&head[..n]) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{format}-compressed data: decompress it first (`{tool} FILE`); moe-offload reads uncompressed files"
+                ),
+            ));
+        }
+    }
     Ok(file)
+}
+
+/// The compression format whose magic number `head` (a file's first bytes) starts with, and the
+/// command that undoes it: gzip (RFC 1952: 1f 8b), zstd (RFC 8878: 28 b5 2f fd), xz (fd '7zXZ'
+/// 00), bzip2 ('BZh', a block size '1'..'9', then the block magic 31 41 59 26 53 59) and zip
+/// ('PK' 03 04). `None` for anything else: no text or trace input of ours starts so.
+pub fn compression(head: &[u8]) -> Option<(&'static str, &'static str)> {
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Some(("gzip", "gunzip -k"))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Some(("zstd", "zstd -d"))
+    } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        Some(("xz", "unxz -k"))
+    } else if head.len() >= 10
+        && head.starts_with(b"BZh")
+        && (b'1'..=b'9').contains(&head[3])
+        && head[4..10] == [0x31, 0x41, 0x59, 0x26, 0x53, 0x59]
+    {
+        Some(("bzip2", "bunzip2 -k"))
+    } else if head.starts_with(b"PK\x03\x04") {
+        Some(("zip", "unzip"))
+    } else {
+        None
+    }
 }
 
 /// What a file that is not a regular file is, in words.
@@ -457,4 +495,26 @@ fn check_dtype(tensor: &'static str, actual: Dtype, want: Dtype, expected: &'sta
         return Err(TraceError::Dtype { tensor, expected, actual: actual.to_string() });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod compression_tests {
+    use super::compression;
+
+    #[test]
+    fn magic_numbers() {
+        let check = |head: &[u8], expect: Option<&str>| assert_eq!(compression(head).map(|c| c.0), expect, "{head:?}");
+        check(&[0x1f, 0x8b, 8], Some("gzip"));
+        check(&[0x28, 0xb5, 0x2f, 0xfd], Some("zstd"));
+        check(&[0xfd, b'7', b'z', b'X', b'Z', 0], Some("xz"));
+        check(b"BZh91AY&SY", Some("bzip2"));
+        check(b"PK\x03\x04", Some("zip"));
+        // Text and traces of ours are not compressed: JSON, CSV, a header that starts "BZh".
+        check(b"{\"kind\"", None);
+        check(b"BZh,layer,expert", None);
+        check(b"layer,expert,count", None);
+        check(&[0x10, 0, 0, 0, 0, 0, 0, 0, b'{'], None);
+        check(&[0x1f], None);
+        check(&[], None);
+    }
 }

@@ -45,7 +45,7 @@ pub use atomic::{
 };
 pub use check::Reads;
 pub use error::{Result, TraceError, ValueProblem};
-pub use file::TraceFile;
+pub use file::{TraceFile, compression};
 pub use hash::{Digest, HASH_ALGO, bytes_digest, hash_file, split_digest, trace_digest, verify_digest};
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};

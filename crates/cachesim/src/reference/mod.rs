@@ -66,6 +66,9 @@ impl Entry {
     }
 }
 
+/// One row as the credits read it: F as (row position, expert), the whole row, its scores.
+type CreditRow<'a> = (Vec<(usize, u16)>, &'a [u16], Option<&'a [f32]>);
+
 /// The credits of §5 step 5 (§11 step 4 per step): near_pick's last time, and the scores S with
 /// the multiplier M of the lazy decay (credits x · M, a rescale when M exceeds 1e100).
 struct Credits {
@@ -84,7 +87,7 @@ impl Credits {
 
     /// One time step's credits: M multiplied once by 1/d, then every row's own credits in order,
     /// then the rescale. Each row is (F as (row position, expert), the whole row, its scores).
-    fn credit(&mut self, cfg: &ReplayConfig, time: usize, rows: &[(Vec<(usize, u16)>, &[u16], Option<&[f32]>)]) {
+    fn credit(&mut self, cfg: &ReplayConfig, time: usize, rows: &[CreditRow<'_>]) {
         match cfg.policy {
             Policy::NearPick => {
                 for (f, _, _) in rows {

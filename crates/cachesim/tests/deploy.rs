@@ -1,19 +1,19 @@
 //! Deployed replay (SEMANTICS.md §9–§11): hand-computed cases, the deployed path against the
 //! plain replayer where the spec says they agree, and against the plain reference of §9–§11
-//! (`reference_deploy`) over a matrix of policies, pins, tier 2, served steps and re-batching on
+//! (`reference::deploy`) over a matrix of policies, pins, tier 2, served steps and re-batching on
 //! seeded random traces.
 
 mod common;
 
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
-use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference_deploy};
+use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference};
 use common::{DEPLOY_SMALL as SMALL, one_layer, random_keep, random_steps, synth, with_steps};
 use trace_io::{TraceData, TraceView};
 
 /// Both deployed replayers, asserted equal; the counts.
 fn both(view: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Deployment) -> DeployCounts {
     let fast = cachesim::deploy::replay(view, keep, cfg, dep).expect("valid deployment");
-    let slow = reference_deploy::replay(view, keep, cfg, dep).expect("valid deployment");
+    let slow = reference::deploy::replay(view, keep, cfg, dep).expect("valid deployment");
     assert_eq!(fast, slow, "fast and reference disagree on {cfg:?}, {dep:?}");
     fast
 }
@@ -72,7 +72,7 @@ fn unsupported_combinations_are_refused_with_the_reason() {
     let check = |cfg: ReplayConfig, dep: Deployment, needle: &str| {
         let err = cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect_err(needle).to_string();
         assert!(err.contains(needle), "{err}");
-        let err = reference_deploy::replay(&view, &keep, &cfg, &dep).expect_err(needle).to_string();
+        let err = reference::deploy::replay(&view, &keep, &cfg, &dep).expect_err(needle).to_string();
         assert!(err.contains(needle), "{err}");
     };
     let t2 = |policy, cap| Deployment { tier2: Some(Tier2 { policy, cap }), ..Deployment::default() };

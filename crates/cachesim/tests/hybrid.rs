@@ -1,12 +1,12 @@
 //! Hybrid execution (SEMANTICS.md §14): hand-computed cases for each cost term, properties of
-//! the counts, and the fast replay against the plain reference (`reference_hybrid`) over every
+//! the counts, and the fast replay against the plain reference (`reference::hybrid`) over every
 //! policy × exec × overlap × schedule × pins on seeded random traces.
 
 mod common;
 
 use cachesim::deploy::{Deployment, Schedule, Tier2};
 use cachesim::hybrid::{Exec, HybridCost, HybridCounts, HybridDevice, Overlap, replay_hybrid};
-use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference_hybrid};
+use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference};
 use common::{DEPLOY_SMALL as SMALL, Synth, one_layer, random_keep, random_steps, synth, with_steps};
 use trace_io::TraceView;
 
@@ -49,7 +49,7 @@ fn both(
 ) -> (HybridCounts, HybridCost) {
     let (counts, events) = replay_hybrid(view, keep, cfg, dep, exec).expect("valid hybrid replay");
     let cost = events.cost(device).expect("a device that prices it");
-    let (ref_counts, ref_cost) = reference_hybrid::replay(view, keep, cfg, dep, exec, device).expect("valid");
+    let (ref_counts, ref_cost) = reference::hybrid::replay(view, keep, cfg, dep, exec, device).expect("valid");
     assert_eq!(counts, ref_counts, "counts: {cfg:?} {dep:?} {exec}");
     assert!(costs_close(&cost, &ref_cost), "cost: {cost:?} vs reference {ref_cost:?} for {cfg:?} {dep:?} {exec}");
     let deployed = cachesim::deploy::replay(view, keep, cfg, dep).expect("valid");

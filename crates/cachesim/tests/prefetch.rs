@@ -6,7 +6,7 @@ mod common;
 
 use cachesim::{
     CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig, Semantics,
-    TimelineDevice, reference_prefetch,
+    TimelineDevice, reference,
 };
 use common::{Synth, synth};
 use rand::{Rng, SeedableRng};
@@ -73,7 +73,7 @@ const DEV: TimelineDevice = TimelineDevice { expert_mb: 17.301504, compute_ms: 2
 /// fast one.
 fn both(view: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, opts: &PrefetchOptions<'_>) -> PrefetchReplay {
     let fast = cachesim::replay_prefetch(view, keep, cfg, opts).expect("valid");
-    let slow = reference_prefetch::replay(view, keep, cfg, opts).expect("valid");
+    let slow = reference::prefetch::replay(view, keep, cfg, opts).expect("valid");
     assert_eq!(fast.counts, slow.counts, "{cfg:?} {:?}", opts.prefetch);
     match (fast.timeline, slow.timeline) {
         (Some(a), Some(b)) => {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use cachesim::{
     CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchCounts, PrefetchOptions, PrefetchReplay, ReplayConfig,
-    Semantics, TimelineDevice, reference_prefetch,
+    Semantics, TimelineDevice, reference,
 };
 use trace_io::{Lookahead, Phase, ScoreKind, TraceMeta, TraceParts, TraceView};
 
@@ -41,7 +41,7 @@ fn parts(ids: &[u16]) -> TraceParts<'_> {
 fn check(view: &TraceView<'_>, cfg: &ReplayConfig, opts: &PrefetchOptions<'_>) -> PrefetchReplay {
     let keep = Keep::full(&view.shape());
     let fast = cachesim::replay_prefetch(view, &keep, cfg, opts).expect("valid");
-    let slow = reference_prefetch::replay(view, &keep, cfg, opts).expect("valid");
+    let slow = reference::prefetch::replay(view, &keep, cfg, opts).expect("valid");
     assert_eq!(fast.counts, slow.counts);
     fast
 }

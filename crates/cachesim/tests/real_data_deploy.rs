@@ -5,7 +5,7 @@
 mod common;
 
 use cachesim::deploy::{Deployment, Schedule, Tier2};
-use cachesim::{Keep, Policy, ReplayConfig, reference_deploy};
+use cachesim::{Keep, Policy, ReplayConfig, reference};
 use common::{real_qwen as qwen, real_translation as translation, top_frequency};
 
 #[test]
@@ -29,7 +29,7 @@ fn esft_translation_deployments_fast_equal_reference() {
     ];
     for (cfg, dep) in &cases {
         let fast = cachesim::deploy::replay(&view, &keep, cfg, dep).expect("valid");
-        let slow = reference_deploy::replay(&view, &keep, cfg, dep).expect("valid");
+        let slow = reference::deploy::replay(&view, &keep, cfg, dep).expect("valid");
         assert_eq!(fast, slow, "{cfg:?} {dep:?}");
         println!(
             "{} cap {} {:?}: misses/token {:.4}",
@@ -70,7 +70,7 @@ fn qwen_served_fast_equals_reference() {
         for cap in [8, 30] {
             let cfg = ReplayConfig::new(policy, cap);
             let fast = cachesim::deploy::replay(&view, &keep, &cfg, &served).expect("valid");
-            let slow = reference_deploy::replay(&view, &keep, &cfg, &served).expect("valid");
+            let slow = reference::deploy::replay(&view, &keep, &cfg, &served).expect("valid");
             assert_eq!(fast, slow, "{cfg:?}");
             // 129 steps; step 0 (65 rows from token 0) is inside the warmup of 64.
             assert_eq!((fast.steps, fast.rows), (128, shape.tokens as u64 - 65));
@@ -84,6 +84,6 @@ fn qwen_served_fast_equals_reference() {
     };
     let cfg = ReplayConfig::new(Policy::Lru, 8);
     let fast = cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("valid");
-    assert_eq!(fast, reference_deploy::replay(&view, &keep, &cfg, &dep).expect("valid"));
+    assert_eq!(fast, reference::deploy::replay(&view, &keep, &cfg, &dep).expect("valid"));
     assert!(fast.pinned_hits > 0 && fast.t2_hits > 0);
 }

@@ -7,7 +7,7 @@ mod common;
 
 use cachesim::deploy::{Deployment, Schedule};
 use cachesim::hybrid::{Exec, HybridDevice, Overlap, replay_hybrid};
-use cachesim::{Keep, Policy, ReplayConfig, reference_hybrid};
+use cachesim::{Keep, Policy, ReplayConfig, reference};
 use common::{real_qwen as qwen, real_translation as translation};
 use trace_io::TraceData;
 
@@ -39,7 +39,7 @@ fn check(trace: &TraceData, cases: &[(ReplayConfig, Deployment, Exec)]) {
         for overlap in Overlap::ALL {
             let dev = device(overlap);
             let cost = events.cost(&dev).expect("priced");
-            let (ref_counts, ref_cost) = reference_hybrid::replay(&view, &keep, cfg, dep, *exec, &dev).expect("valid");
+            let (ref_counts, ref_cost) = reference::hybrid::replay(&view, &keep, cfg, dep, *exec, &dev).expect("valid");
             assert_eq!(counts, ref_counts, "{cfg:?} {exec}");
             let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
             assert!(close(cost.tok_s, ref_cost.tok_s) && close(cost.host_s_per_row, ref_cost.host_s_per_row));

@@ -3,7 +3,7 @@
 //! to the real data directory; without it these tests show as ignored.
 
 use cachesim::{
-    CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchOptions, ReplayConfig, TimelineDevice, reference_prefetch,
+    CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchOptions, ReplayConfig, TimelineDevice, reference,
     shuffle::Shuffled,
 };
 use trace_io::TraceData;
@@ -39,7 +39,7 @@ fn fast_equals_reference_on_translation() {
                 timeline: Some(DEV),
             };
             let fast = cachesim::replay_prefetch(&view, &keep, &cfg, &opts).expect("valid");
-            let slow = reference_prefetch::replay(&view, &keep, &cfg, &opts).expect("valid");
+            let slow = reference::prefetch::replay(&view, &keep, &cfg, &opts).expect("valid");
             assert_eq!(fast.counts, slow.counts, "{policy} {predictor}:{budget}");
             let (a, b) = (fast.timeline.expect("asked"), slow.timeline.expect("asked"));
             assert!((a.tok_s - b.tok_s).abs() <= 1e-9 * a.tok_s, "{a:?} {b:?}");

@@ -5,8 +5,8 @@
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 
+use cachesim::Keep;
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
-use cachesim::{Keep, Policy};
 use trace_io::TraceView;
 
 use crate::{DeployCost, DeviceProfile};
@@ -108,14 +108,6 @@ impl DeployFigures {
     }
 }
 
-/// `POLICY:CAP` of a grid's `tier2` axis.
-pub(crate) fn parse_tier2(s: &str) -> Result<Tier2, String> {
-    let (p, c) = s.split_once(':').ok_or_else(|| "expected POLICY:CAP, e.g. lru:32".to_string())?;
-    let policy: Policy = p.parse().map_err(|e| format!("{e}"))?;
-    let cap = c.parse().map_err(|_| format!("{c:?} is not a whole number of experts"))?;
-    Ok(Tier2 { policy, cap })
-}
-
 /// Reads a pin-map file of a grid's `pin` axis (a keep-map JSON; per-layer sizes allowed).
 pub(crate) fn read_pins(path: &Path) -> Result<NamedPins, String> {
     let map = saliency::KeepMap::read_json(path).map_err(|e| e.to_string())?;
@@ -145,7 +137,7 @@ pub(crate) fn expand_axes(
         for t in tier2 {
             let tier2 = t
                 .as_deref()
-                .map(parse_tier2)
+                .map(|s| s.parse::<Tier2>().map_err(|e| e.to_string()))
                 .transpose()
                 .map_err(|r| err(format!("blocks[{block}].tier2: {}", t.as_deref().unwrap_or_default()), r))?;
             for &b in batch {

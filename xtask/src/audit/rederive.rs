@@ -316,7 +316,7 @@ impl RowRun<'_> {
     fn difference(&self, row: &sweep::Row, c: &sweep::ConfigKey) -> Result<Option<String>> {
         if let Some(d) = &c.deploy {
             let dep = d.deployment(&self.view.shape())?;
-            let got = cachesim::reference_deploy::replay(self.view, self.keep, &self.cfg, &dep)?;
+            let got = cachesim::reference::deploy::replay(self.view, self.keep, &self.cfg, &dep)?;
             if let Some(diff) = first_difference(&row.counts, &got.counts) {
                 return Ok(Some(diff));
             }
@@ -341,7 +341,7 @@ impl RowRun<'_> {
         let view = sh.as_ref().unwrap_or(self.view);
         let mut opts = pk.options(self.coact);
         let replay = |opts: &cachesim::PrefetchOptions<'_>| {
-            cachesim::reference_prefetch::replay(view, self.keep, &self.cfg, opts)
+            cachesim::reference::prefetch::replay(view, self.keep, &self.cfg, opts)
         };
         if pk.prefetch.is_none() {
             return Ok(first_difference(&row.counts, &replay(&opts)?.counts.replay));

@@ -59,6 +59,38 @@ pub struct Tier2 {
     pub cap: usize,
 }
 
+/// Error of parsing a [`Tier2`] from `POLICY:CAP`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseTier2Error {
+    /// No `:` between policy and capacity.
+    #[error("expected POLICY:CAP, e.g. lru:32")]
+    Form,
+    /// The policy is not a policy name.
+    #[error("{0}")]
+    Policy(#[source] crate::ParseNameError),
+    /// The capacity is not a whole number.
+    #[error("{given:?} is not a whole number of experts")]
+    Cap {
+        /// The text after the `:`.
+        given: String,
+        /// Why it is not a number.
+        #[source]
+        source: std::num::ParseIntError,
+    },
+}
+
+impl std::str::FromStr for Tier2 {
+    type Err = ParseTier2Error;
+    /// `POLICY:CAP`, e.g. `lru:32`; whether the policy may serve as tier 2 and whether CAP >=
+    /// `k_used` are checked by [`validate`], not here.
+    fn from_str(s: &str) -> std::result::Result<Tier2, ParseTier2Error> {
+        let (p, c) = s.split_once(':').ok_or(ParseTier2Error::Form)?;
+        let policy = p.parse().map_err(ParseTier2Error::Policy)?;
+        let cap = c.parse().map_err(|source| ParseTier2Error::Cap { given: c.to_string(), source })?;
+        Ok(Tier2 { policy, cap })
+    }
+}
+
 /// The unit of time of a replay (SEMANTICS.md §11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Schedule {

@@ -65,7 +65,7 @@ fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
     Ok(match path {
         Some(p) => {
             let map = KeepMap::read_json(p)?;
-            super::replay::check_map_fits(&map, v.meta(), p)?;
+            super::replay::inputs::check_map_fits(&map, v.meta(), p)?;
             Keep::from_layers(&v.shape(), &map.layers).with_context(|| format!("keep map {}", p.display()))?
         }
         None => Keep::full(&v.shape()),

@@ -12,9 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use trace_io::TraceView;
 
+use super::{Credits, Entry};
 use crate::{
-    Keep, LayerCounts, Policy, Predictor, PrefetchCounts, PrefetchOptions, PrefetchReplay, ReplayConfig, ReplayCounts,
-    Result, Semantics, Timeline,
+    Keep, LayerCounts, Predictor, PrefetchCounts, PrefetchOptions, PrefetchReplay, ReplayConfig, ReplayCounts, Result,
+    Semantics, Timeline,
 };
 
 /// Replays like [`crate::replay_prefetch`], plainly and on one thread.
@@ -31,9 +32,7 @@ pub fn replay(
     crate::validate(&shape, trace.parts().scores.is_some(), cfg)?;
     keep.check_shape(&shape)?;
     crate::validate_prefetch(trace, cfg, opts)?;
-    // Written for clarity, it builds F from whole rows: every candidate, whatever the policy.
-    let scores = cfg.lambda > 0.0 || cfg.policy == Policy::InvRouter;
-    crate::require(trace, trace_io::Reads { scores, ..trace_io::Reads::ids(usize::MAX) })?;
+    super::require_whole_rows(trace, cfg)?;
     let mut layers = Vec::new();
     let mut logs: Vec<Vec<TokenLog>> = Vec::new();
     let (mut prefetch_loads, mut useful) = (0, 0);
@@ -59,12 +58,6 @@ struct TokenLog {
     chosen: Vec<u16>,
 }
 
-struct Entry {
-    inserted_at: u64,
-    last_access: u64,
-    accesses: u64,
-}
-
 type LayerResult = (LayerCounts, u64, u64, Vec<TokenLog>);
 
 fn replay_layer(
@@ -80,35 +73,31 @@ fn replay_layer(
     let k_used = cfg.k_used_or(shape.top_k);
     let cap = cfg.cap_of(l);
     let kway = cfg.semantics == Semantics::KWay;
-    let sequence_starts: BTreeSet<usize> = match (cfg.reset_at_sequence, trace.seq_offsets()) {
-        (true, Some(offsets)) => offsets.iter().map(|&o| o as usize).collect(),
-        _ => BTreeSet::new(),
-    };
+    let sequence_starts = super::sequence_starts(trace, cfg);
     let mut counts = LayerCounts::default();
     let (mut prefetch_loads, mut useful) = (0u64, 0u64);
     let mut log: Vec<TokenLog> = Vec::new();
     let mut cache: BTreeMap<u16, Entry> = BTreeMap::new();
     // Prefetched experts not yet accessed by demand: expert -> made at a counted token.
     let mut prefetched: BTreeMap<u16, bool> = BTreeMap::new();
-    let mut near_last: BTreeMap<u16, usize> = BTreeMap::new();
-    let mut multiplier: f64 = 1.0;
-    let mut score: Vec<f64> = vec![0.0; num_experts];
-    let inverse_decay = 1.0 / cfg.decay;
+    let mut credits = Credits::new(num_experts);
     let mut clock: u64 = 0;
+    // The cached expert of lowest priority outside `exclude` (validate_prefetch() refuses belady).
+    let victim = |cache: &BTreeMap<u16, Entry>, credits: &Credits, exclude: &BTreeSet<u16>| -> u16 {
+        super::lowest(cfg.policy, cache, credits, |_| None, |c| !exclude.contains(&c))
+            .expect("a full cache holds an expert outside the protected set")
+    };
 
     for t in 0..shape.tokens {
         if sequence_starts.contains(&t) {
             cache.clear();
             prefetched.clear();
-            near_last.clear();
-            multiplier = 1.0;
-            score = vec![0.0; num_experts];
+            credits = Credits::new(num_experts);
         }
         let counted = t >= cfg.warmup;
         let row = trace.row(l, t);
-        let row_scores: Option<&[f32]> = trace.layer_scores(l).map(|s| &s[t * row.len()..(t + 1) * row.len()]);
-        let f: Vec<(usize, u16)> =
-            row.iter().enumerate().filter(|&(_, &e)| keep.is_kept(l, usize::from(e))).map(|(i, &e)| (i, e)).collect();
+        let z_row = super::row_scores(trace, l, t);
+        let f = super::kept_candidates(trace, keep, l, t);
         let n = k_used.min(f.len());
         let mut entry = TokenLog::default();
 
@@ -141,11 +130,11 @@ fn replay_layer(
                 clock += 1;
                 if cache.len() >= cap {
                     let exclude: BTreeSet<u16> = proposals.iter().copied().collect();
-                    let v = victim(cfg.policy, &cache, &exclude, &near_last, &score);
+                    let v = victim(&cache, &credits, &exclude);
                     cache.remove(&v);
                     prefetched.remove(&v);
                 }
-                cache.insert(e, Entry { inserted_at: clock, last_access: clock, accesses: 1 });
+                cache.insert(e, Entry::new(clock));
                 prefetched.insert(e, counted);
                 entry.prefetched.push(e);
                 if counted {
@@ -155,29 +144,9 @@ fn replay_layer(
         }
 
         // Step 2: selection (prefetched experts are resident).
-        let chosen: Vec<(usize, u16)> = if cfg.lambda == 0.0 {
-            f[..n].to_vec()
-        } else {
-            let z_row = row_scores.expect("validated");
-            let z = |i: usize| f64::from(z_row[i]);
-            let delta = if n <= 1 { 0.0 } else { z(f[0].0) - z(f[n - 1].0) };
-            let mut ranked: Vec<(f64, usize, usize, u16)> = Vec::new();
-            for (r, &(i, e)) in f.iter().enumerate() {
-                let boosted = r < cfg.j || cache.contains_key(&e);
-                ranked.push((if boosted { z(i) + cfg.lambda * delta } else { z(i) }, r, i, e));
-            }
-            ranked.sort_by(|a, b| b.0.partial_cmp(&a.0).expect("finite").then(a.1.cmp(&b.1)));
-            ranked[..n].iter().map(|&(_, _, i, e)| (i, e)).collect()
-        };
-
-        // Step 3.
+        let chosen = super::select(cfg, &f, n, z_row, |e| cache.contains_key(&e));
         if counted {
-            counts.picks += k_used as u64;
-            counts.misses += (k_used - n) as u64;
-            counts.forced_misses += (k_used - n) as u64;
-            let first = &row[..k_used];
-            counts.substituted += chosen.iter().filter(|(_, e)| !first.contains(e)).count() as u64;
-            counts.pruned_slots += first.iter().filter(|&&e| !keep.is_kept(l, usize::from(e))).count() as u64;
+            super::count_row(&mut counts, keep, l, row, k_used, n, &chosen);
         }
 
         // Step 4: demand accesses.
@@ -188,8 +157,7 @@ fn replay_layer(
                 if counted {
                     counts.hits += 1;
                 }
-                en.last_access = clock;
-                en.accesses += 1;
+                en.touch(clock);
                 if prefetched.remove(&e) == Some(true) {
                     useful += 1;
                 }
@@ -198,11 +166,11 @@ fn replay_layer(
                     counts.misses += 1;
                 }
                 if cache.len() >= cap {
-                    let v = victim(cfg.policy, &cache, &chosen_set, &near_last, &score);
+                    let v = victim(&cache, &credits, &chosen_set);
                     cache.remove(&v);
                     prefetched.remove(&v);
                 }
-                cache.insert(e, Entry { inserted_at: clock, last_access: clock, accesses: 1 });
+                cache.insert(e, Entry::new(clock));
                 entry.demand.push(e);
             }
         }
@@ -210,70 +178,9 @@ fn replay_layer(
         log.push(entry);
 
         // Step 5: credits.
-        match cfg.policy {
-            Policy::NearPick => {
-                for &(_, e) in f.iter().take(cfg.near_pick_n) {
-                    near_last.insert(e, t);
-                }
-            }
-            Policy::NearPickEma => {
-                multiplier *= inverse_decay;
-                for &(_, e) in f.iter().take(cfg.near_pick_n) {
-                    score[usize::from(e)] += 1.0 * multiplier;
-                }
-            }
-            Policy::InvRouter => {
-                multiplier *= inverse_decay;
-                let z_row = row_scores.expect("validated");
-                let max = z_row.iter().fold(f64::NEG_INFINITY, |a, &z| a.max(f64::from(z)));
-                let weights: Vec<f64> = z_row.iter().map(|&z| crate::exp::exp(f64::from(z) - max)).collect();
-                let mut sum = 0.0;
-                for &w in &weights {
-                    sum += w;
-                }
-                for (i, &e) in row.iter().enumerate() {
-                    score[usize::from(e)] += weights[i] / sum * multiplier;
-                }
-            }
-            Policy::Lru | Policy::Fifo | Policy::Lfu | Policy::Belady => {}
-        }
-        if multiplier > 1e100 {
-            for s in score.iter_mut() {
-                *s /= multiplier;
-            }
-            multiplier = 1.0;
-        }
+        credits.credit(cfg, t, &[(f, row, z_row)]);
     }
     (counts, prefetch_loads, useful, log)
-}
-
-/// The cached expert of lowest priority outside `exclude` (ties: lowest id).
-fn victim(
-    policy: Policy,
-    cache: &BTreeMap<u16, Entry>,
-    exclude: &BTreeSet<u16>,
-    near_last: &BTreeMap<u16, usize>,
-    score: &[f64],
-) -> u16 {
-    let mut best: Option<(u16, (f64, f64))> = None;
-    for (&c, en) in cache {
-        if exclude.contains(&c) {
-            continue;
-        }
-        let last = en.last_access as f64;
-        let pr = match policy {
-            Policy::Lru => (last, 0.0),
-            Policy::Fifo => (en.inserted_at as f64, 0.0),
-            Policy::Lfu => (en.accesses as f64, last),
-            Policy::NearPick => (near_last.get(&c).map_or(-1.0, |&t| t as f64), last),
-            Policy::NearPickEma | Policy::InvRouter => (score[usize::from(c)], last),
-            Policy::Belady => unreachable!("validate_prefetch() refuses belady"),
-        };
-        if best.is_none_or(|(_, b)| pr < b) {
-            best = Some((c, pr));
-        }
-    }
-    best.expect("a full cache holds an expert outside the protected set").0
 }
 
 /// The timeline of SEMANTICS.md §13, plainly: every load on one FIFO channel in f64 seconds.

@@ -7,7 +7,14 @@ use anyhow::{Context, Result, bail};
 use cachesim::{Keep, Policy, ReplayConfig, Semantics};
 use clap::Args;
 use saliency::KeepMap;
-use trace_io::{TraceFile, TraceMeta};
+use trace_io::TraceFile;
+
+use inputs::{PlanSettings, check_map_fits, parse_layer_caps, read_keep, read_keep_of};
+
+mod deploy;
+mod hybrid;
+pub mod inputs;
+mod prefetch;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -58,13 +65,13 @@ pub struct ReplayArgs {
     pub json: bool,
     /// Prefetch, timeline and shuffled-order control (`replay_prefetch`).
     #[command(flatten)]
-    pub extra: super::replay_prefetch::PrefetchArgs,
+    pub extra: prefetch::PrefetchArgs,
     /// Deployments: pins, a second tier, served steps, re-batching (SEMANTICS.md §9-§11).
     #[command(flatten)]
-    pub deploy: super::replay_deploy::DeployArgs,
+    pub deploy: deploy::DeployArgs,
     /// Hybrid execution: non-resident experts computed on the CPU (SEMANTICS.md §14).
     #[command(flatten)]
-    pub hybrid: super::replay_hybrid::HybridArgs,
+    pub hybrid: hybrid::HybridArgs,
 }
 
 /// Runs `replay`.
@@ -72,7 +79,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     // Shapes and offsets now; the content the replay reads once the configuration is known.
     let f = TraceFile::open_lazy(&a.trace)?;
     let shape = f.shape();
-    super::require_tokens(shape, &a.trace)?;
+    crate::commands::require_tokens(shape, &a.trace)?;
     let (map, keep) = match &a.keep {
         Some(p) => {
             let map = read_keep_of(p, a.deploy.pin.as_deref() == Some(p.as_path())).with_context(|| {
@@ -115,7 +122,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     if let Some(flag) = a.hybrid.stray_flag() {
         bail!("{flag} prices hybrid execution (SEMANTICS.md §14): add --exec host (or host:R), or drop {flag}");
     }
-    let dep = super::replay_deploy::deployment(&a.deploy, exec, f.meta(), &shape, read_keep)?;
+    let dep = deploy::deployment(&a.deploy, exec, f.meta(), &shape, read_keep)?;
     if exec.is_hybrid() {
         if dep.tier2.is_some() {
             bail!(
@@ -152,7 +159,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             );
         }
         let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
-        return super::replay_prefetch::run(a, &v, &keep, &cfg);
+        return prefetch::run(&a.extra, a.hybrid.profile_file.as_deref(), &a.trace, a.json, &v, &keep, &cfg);
     }
     let reads = if plain {
         cachesim::replay_reads(&shape, &keep, &cfg)
@@ -184,14 +191,13 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         e => e.into(),
     })?;
     let c = &dc.counts;
-    let profile = super::replay_hybrid::base_profile(a.hybrid.profile_file.as_deref(), a.extra.profile.as_deref(), &v)?;
+    let profile = hybrid::base_profile(a.hybrid.profile_file.as_deref(), a.extra.profile.as_deref(), &v)?;
     // The hybrid counts, profile, device and cost.
     let priced = match &hybrid {
         Some((hc, events)) => {
             let mut p = profile.clone();
-            let dev =
-                super::replay_hybrid::device(&a.hybrid, &mut p, a.deploy.link_gbps, a.deploy.compute_ms_per_step)?;
-            let cost = super::replay_hybrid::cost(events, &dev, exec)?;
+            let dev = hybrid::device(&a.hybrid, &mut p, a.deploy.link_gbps, a.deploy.compute_ms_per_step)?;
+            let cost = hybrid::cost(events, &dev, exec)?;
             Some((hc, p, dev, cost))
         }
         None => None,
@@ -206,18 +212,18 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if a.json {
         let mut j = serde_json::json!({
-            "kind": super::json::REPLAY,
+            "kind": crate::commands::json::REPLAY,
             "tokens": c.tokens, "picks": c.picks, "hits": c.hits, "misses": c.misses,
             "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
             "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,
         });
         if let (Some(j), serde_json::Value::Object(extra)) =
-            (j.as_object_mut(), super::replay_deploy::json_extras(&a.deploy, profile, &dep, &dc)?)
+            (j.as_object_mut(), deploy::json_extras(&a.deploy, profile, &dep, &dc)?)
         {
             j.extend(extra);
         }
         if let (Some(j), Some((hc, p, dev, cost))) = (j.as_object_mut(), &priced)
-            && let serde_json::Value::Object(h) = super::replay_hybrid::json_fields(exec, hc, p, dev, cost)
+            && let serde_json::Value::Object(h) = hybrid::json_fields(exec, hc, p, dev, cost)
         {
             j.extend(h);
         }
@@ -234,119 +240,26 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             format!("{:.4}", c.hit_rate()),
             format!("{:.4}", c.misses_per_token()),
         ]);
-        super::align_numbers(&mut t);
+        crate::commands::align_numbers(&mut t);
         writeln!(out, "{t}")?;
         if !plain && priced.is_none() {
-            writeln!(out, "{}", super::replay_deploy::summary_line(&dc, &dep))?;
+            writeln!(out, "{}", deploy::summary_line(&dc, &dep))?;
         }
         if let Some((hc, p, dev, cost)) = &priced {
-            writeln!(out, "{}", super::replay_hybrid::summary_line(exec, hc, p, dev, cost))?;
+            writeln!(out, "{}", hybrid::summary_line(exec, hc, p, dev, cost))?;
         }
     }
     Ok(())
 }
 
 /// Whether `--profile` is the only prefetch-section flag given.
-fn only_profile(e: &super::replay_prefetch::PrefetchArgs) -> bool {
+fn only_profile(e: &prefetch::PrefetchArgs) -> bool {
     e.profile.is_some()
         && e.prefetch.is_none()
         && !e.timeline
         && e.shuffle.is_none()
         && e.calib.is_none()
         && e.bandwidth.is_none()
-}
-
-/// Refuses a keep map made for another model shape.
-pub fn check_map_fits(map: &KeepMap, m: &TraceMeta, path: &Path) -> Result<()> {
-    if map.num_experts != m.num_experts || map.layer_ids != m.layer_ids {
-        bail!(
-            "keep map {} is for E = {} and layers {:?}; the trace has E = {} and layers {:?}: build the map from \
-             statistics of a trace of the same model (`moe-offload stats` then `moe-offload keep`)",
-            path.display(),
-            map.num_experts,
-            map.layer_ids,
-            m.num_experts,
-            m.layer_ids
-        );
-    }
-    Ok(())
-}
-
-/// A keep map file, or the chosen keep map of a plan written by `moe-offload plan`
-/// (`chosen.keep_map`).
-fn read_keep(p: &Path) -> Result<KeepMap> {
-    read_keep_of(p, false)
-}
-
-/// [`read_keep`]; for a plan made with `--pin-counts` given as `--pin` too (`pinned`), the pinned
-/// plan's keep map (`pinned.keep_map`), which may be another variant than `chosen`'s.
-fn read_keep_of(p: &Path, pinned: bool) -> Result<KeepMap> {
-    let bytes = trace_io::read_regular(p).with_context(|| format!("reading {}", p.display()))?;
-    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes)
-        && let Some(chosen) = v.get("chosen")
-    {
-        let (m, name) = match v.get("pinned").filter(|_| pinned) {
-            Some(pinned) => (&pinned["keep_map"], "pinned.keep_map"),
-            None => (&chosen["keep_map"], "chosen.keep_map"),
-        };
-        let map: KeepMap = serde_json::from_value(m.clone())
-            .with_context(|| format!("{}: the plan's {name} is not a keep map", p.display()))?;
-        map.validate().with_context(|| format!("{}: {name}", p.display()))?;
-        return Ok(map);
-    }
-    Ok(KeepMap::read_json(p)?)
-}
-
-/// The settings a plan was made with, as `moe-offload plan` records them (a plan written before
-/// it recorded k_used, warmup and its keep map has none of them).
-#[derive(Debug)]
-struct PlanSettings {
-    policy: String,
-    k_used: Option<usize>,
-    warmup: Option<usize>,
-    /// The chosen variant's keep-map label (`full`, `frequency@48`, ...).
-    variant: String,
-    /// The chosen keep map's kept experts per layer, when recorded (two maps of one label can
-    /// differ: built from other statistics).
-    keep_layers: Option<Vec<Vec<u16>>>,
-}
-
-/// `8,6,16` or a JSON file holding a list, or a plan JSON (`chosen.plan.caps`, with the settings
-/// the plan was made with; with `pinned`, the plan is also the `--pin` map and its pinned plan's
-/// caps and keep map are read: `pinned.plan.caps`, `pinned.plan.variant`, `pinned.keep_map`).
-fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<PlanSettings>)> {
-    if std::path::Path::new(s).is_file() {
-        let v: serde_json::Value =
-            serde_json::from_slice(&trace_io::read_regular(s)?).with_context(|| format!("reading {s}"))?;
-        let pinned = pinned && !v.is_array() && v.get("pinned").is_some();
-        let (list, variant) = match (v.is_array(), pinned) {
-            (true, _) => (&v, &serde_json::Value::Null),
-            (false, false) => (&v["chosen"]["plan"]["caps"], &v["chosen"]["variant"]),
-            (false, true) => (&v["pinned"]["plan"]["caps"], &v["pinned"]["plan"]["variant"]),
-        };
-        let caps = serde_json::from_value(list.clone())
-            .with_context(|| format!("{s}: expected a JSON list of caps or a plan written by `moe-offload plan`"))?;
-        let variant = variant.as_str().unwrap_or_default().to_string();
-        let keep_map = if pinned { &v["pinned"]["keep_map"] } else { &v["chosen"]["keep_map"] };
-        let keep_layers = serde_json::from_value(keep_map["layers"].clone()).ok();
-        let made_with = (!v.is_array()).then(|| PlanSettings {
-            policy: v["policy"].as_str().unwrap_or_default().to_string(),
-            k_used: v["k_used"].as_u64().map(|k| k as usize),
-            warmup: v["warmup"].as_u64().map(|w| w as usize),
-            variant,
-            keep_layers,
-        });
-        return Ok((caps, made_with));
-    }
-    let caps = s
-        .split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<usize>()
-                .with_context(|| format!("--layer-caps: {x:?} is not a whole number (expected e.g. 8,6,16)"))
-        })
-        .collect::<Result<_>>()?;
-    Ok((caps, None))
 }
 
 /// Refuses to replay a plan's caps under settings other than the plan's own: the figures would

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use cachesim::Keep;
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
 use cachesim::hybrid::Exec;
-use cachesim::{Keep, Policy};
 use clap::Args;
 use saliency::KeepMap;
 use sweep::{DeployCost, DeviceProfile};
@@ -45,14 +45,6 @@ impl DeployArgs {
     }
 }
 
-/// `POLICY:CAP`.
-fn parse_tier2(s: &str) -> Result<Tier2> {
-    let (p, c) = s.split_once(':').with_context(|| format!("--tier2 {s:?}: expected POLICY:CAP, e.g. lru:32"))?;
-    let policy: Policy = p.parse().with_context(|| format!("--tier2 {s:?}"))?;
-    let cap = c.parse().with_context(|| format!("--tier2 {s:?}: {c:?} is not a whole number of experts"))?;
-    Ok(Tier2 { policy, cap })
-}
-
 /// The deployment the flags ask for, with the pin map read and checked against the trace.
 pub fn deployment(
     a: &DeployArgs,
@@ -78,11 +70,11 @@ pub fn deployment(
     }
     let pins = match &a.pin {
         Some(p) => {
-            let layers = match plan_pins(p)? {
+            let layers = match super::inputs::plan_pins(p)? {
                 Some(layers) => layers,
                 None => {
                     let map = read_keep(p).with_context(|| format!("--pin {} is not a keep map", p.display()))?;
-                    super::replay::check_map_fits(&map, meta, p)?;
+                    super::inputs::check_map_fits(&map, meta, p)?;
                     map.layers
                 }
             };
@@ -95,29 +87,11 @@ pub fn deployment(
         (false, Some(b)) => Schedule::Rebatch(b),
         (false, None) => Schedule::PerToken,
     };
-    Ok(Deployment { pins, tier2: a.tier2.as_deref().map(parse_tier2).transpose()?, schedule })
-}
-
-/// The pins of a plan file (`moe-offload plan --pin-counts`: `pinned.plan.pins`, per layer), or
-/// `None` when `path` is not a plan. A plan made without `--pin-counts` pins nothing and is
-/// refused: its `chosen.keep_map` is the set of experts kept, not a hot set.
-fn plan_pins(path: &Path) -> Result<Option<Vec<Vec<u16>>>> {
-    let Ok(bytes) = trace_io::read_regular(path) else { return Ok(None) };
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return Ok(None) };
-    if v.get("chosen").is_none() {
-        return Ok(None);
-    }
-    let Some(pins) = v.get("pinned").map(|p| &p["plan"]["pins"]) else {
-        bail!(
-            "--pin {}: a plan made without --pin-counts pins nothing (its chosen.keep_map is the keep map, give it \
-             to --keep); plan with --pin-counts, or give a pin map",
-            path.display()
-        )
-    };
-    let layers = serde_json::from_value(pins.clone()).with_context(|| {
-        format!("--pin {}: the plan's pinned.plan.pins is not a list of expert ids per layer", path.display())
-    })?;
-    Ok(Some(layers))
+    Ok(Deployment {
+        pins,
+        tier2: a.tier2.as_deref().map(|s| s.parse::<Tier2>().with_context(|| format!("--tier2 {s:?}"))).transpose()?,
+        schedule,
+    })
 }
 
 /// The fields `--json` adds to the §5 ones, and the cost at each bandwidth of `profile` (replay's

@@ -1,5 +1,5 @@
 //! A plain reference of hybrid execution (SEMANTICS.md §14), written from the text: the
-//! reference deployed replay ([`crate::reference_deploy`]) gives, per layer and step, the misses
+//! reference deployed replay ([`super::deploy`]) gives, per layer and step, the misses
 //! that are not forced and the rows choosing each; this file decides, for each, whether it is a
 //! host run, a load or a host run plus a copy, and prices every step with the formulas of §14
 //! directly (f64, one step at a time). It shares no code with [`crate::hybrid`].
@@ -25,7 +25,7 @@ pub fn replay(
 ) -> Result<(HybridCounts, HybridCost)> {
     crate::hybrid::validate(trace, keep, cfg, dep, exec)?;
     dev.check()?;
-    let (deploy, layers) = crate::reference_deploy::replay_with_misses(trace, keep, cfg, dep)?;
+    let (deploy, layers) = super::deploy::replay_with_misses(trace, keep, cfg, dep)?;
     let num_layers = layers.len();
     let steps = layers.first().map_or(0, Vec::len);
     let mut out = HybridCounts { deploy, ..HybridCounts::default() };

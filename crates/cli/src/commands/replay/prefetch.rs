@@ -14,8 +14,6 @@ use serde_json::{Value, json};
 use sweep::DeviceProfile;
 use trace_io::{TraceFile, TraceView};
 
-use super::replay::ReplayArgs;
-
 /// The flags `replay` takes for prefetch, the timeline and the shuffled control.
 #[derive(Debug, Args)]
 pub struct PrefetchArgs {
@@ -57,8 +55,16 @@ impl PrefetchArgs {
 
 /// Runs `replay` with the flags of [`PrefetchArgs`] on the trace `v` (already opened, with its
 /// keep set and configuration).
-pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<()> {
-    let x = &a.extra;
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    x: &PrefetchArgs,
+    profile_file: Option<&std::path::Path>,
+    trace: &std::path::Path,
+    json: bool,
+    v: &TraceView<'_>,
+    keep: &Keep,
+    cfg: &ReplayConfig,
+) -> Result<()> {
     let coact_wanted = x.prefetch.is_some_and(|p| p.predictor == Predictor::Coact);
     if x.calib.is_some() && !coact_wanted {
         bail!("--calib is read only by the coact predictor: add --prefetch coact:B, or drop --calib");
@@ -78,12 +84,12 @@ pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -
         }
         _ => None,
     };
-    let profile = super::replay_hybrid::base_profile(a.hybrid.profile_file.as_deref(), x.profile.as_deref(), v)?;
+    let profile = super::hybrid::base_profile(profile_file, x.profile.as_deref(), v)?;
     let bw = x.bandwidth.or(profile.bandwidth_gbps.first().copied()).unwrap_or(3.9);
     let device = TimelineDevice { expert_mb: profile.expert_mb, compute_ms: profile.compute_ms, bandwidth_gbps: bw };
     let timeline = x.timeline.then_some(device);
     let opts = PrefetchOptions { prefetch: x.prefetch, coact: table.as_ref(), timeline };
-    let trace_name = a.trace.display().to_string();
+    let trace_name = trace.display().to_string();
     let calib_name = x.calib.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
     let explain = |e: CacheSimError| -> anyhow::Error {
         match e {
@@ -111,8 +117,8 @@ pub fn run(a: &ReplayArgs, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -
     working.finish();
     let report = report(x, &main, &plain, shuffled.as_ref(), &profile, bw);
     let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", super::json::tagged(super::json::REPLAY, report))?;
+    if json {
+        writeln!(out, "{}", crate::commands::json::tagged(crate::commands::json::REPLAY, report))?;
     } else {
         write_table(&mut out, &report)?;
     }

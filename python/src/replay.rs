@@ -383,13 +383,9 @@ fn check_map_fits(map: &saliency::KeepMap, m: &TraceMeta, name: &str) -> Result<
     Ok(())
 }
 
-/// `POLICY:CAP`.
+/// `POLICY:CAP`, by the one parser of `cachesim` (`Tier2::from_str`).
 fn parse_tier2(s: &str) -> Result<Tier2> {
-    let (p, c) =
-        s.split_once(':').ok_or_else(|| Error::Usage(format!("tier2 {s:?}: expected POLICY:CAP, e.g. lru:32")))?;
-    let policy: Policy = parse(&format!("tier2 {s:?}"), p)?;
-    let cap = c.parse().map_err(|_| Error::Usage(format!("tier2 {s:?}: {c:?} is not a whole number of experts")))?;
-    Ok(Tier2 { policy, cap })
+    s.parse().map_err(|e| Error::Usage(format!("tier2 {s:?}: {e}")))
 }
 
 /// The deployment the arguments ask for (the CLI's `replay_deploy::deployment`).

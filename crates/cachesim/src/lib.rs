@@ -89,6 +89,7 @@ pub use prefetch::{
     replay_prefetch_on, validate_prefetch,
 };
 pub use reads::{replay_reads, runs_reads};
+pub use schedule::Sharing;
 pub use timeline::{Timeline, TimelineDevice};
 
 /// The counts of one replay (SEMANTICS.md §5 "Results").
@@ -306,5 +307,20 @@ pub fn replay_many_traces(
     runs: &[(&Keep, &ReplayConfig)],
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<Vec<ReplayCounts>>> {
-    schedule::replay_many_traces(traces, runs, progress)
+    replay_many_traces_with(traces, runs, Sharing::default(), progress)
+}
+
+/// [`replay_many_traces`] with the configurations that share a keep set on a layer run as
+/// `sharing` says: in one pass over the rows ([`Sharing::Lockstep`], the default) or one after
+/// another ([`Sharing::PerConfig`]); the counts are the same.
+///
+/// # Errors
+/// As [`replay_many_traces`].
+pub fn replay_many_traces_with(
+    traces: &[TraceView<'_>],
+    runs: &[(&Keep, &ReplayConfig)],
+    sharing: Sharing,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<Vec<ReplayCounts>>> {
+    schedule::replay_many_traces(traces, runs, sharing, progress)
 }

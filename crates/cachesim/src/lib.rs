@@ -265,6 +265,8 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// - Configurations replay one keep set after another; when two or more prune the layer with
 ///   the same set, F (the kept candidates of every row, SEMANTICS.md §5 step 1) is built once
 ///   for the layer and read by all of them.
+/// - The configurations of one keep set on a layer run in one pass over its rows, a block of
+///   tokens at a time for all of them ([`Sharing::Lockstep`]).
 /// - The work is cut into tasks as [`replay_many_traces`] says.
 ///
 /// The counts are those of [`replay`] for each configuration, in the order of `runs`, whatever

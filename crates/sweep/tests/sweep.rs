@@ -161,7 +161,9 @@ fn one_pass_over_the_rows_writes_the_outputs_of_one_replay_per_configuration() {
     };
     let (one_pass, per_config) = (files(cachesim::Sharing::Lockstep), files(cachesim::Sharing::PerConfig));
     assert!(one_pass[0].len() > 10_000, "{} bytes", one_pass[0].len());
-    for (name, (x, y)) in ["results.json", "results.csv", "results-costs.csv"].iter().zip(one_pass.iter().zip(&per_config)) {
+    for (name, (x, y)) in
+        ["results.json", "results.csv", "results-costs.csv"].iter().zip(one_pass.iter().zip(&per_config))
+    {
         assert!(x == y, "{name} differs");
     }
 }

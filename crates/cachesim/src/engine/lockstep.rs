@@ -55,14 +55,16 @@ impl<P: Evictor> Member for Run<'_, P> {
         }
     }
     fn counts(&self) -> LayerCounts {
-        self.state.as_ref().map(|s| s.counts.clone()).unwrap_or_default()
+        self.state.as_ref().map(|s| s.counts).unwrap_or_default()
     }
 }
 
 /// Replays `members` (all on one layer of `tokens` tokens) in lockstep, `block` tokens at a
 /// time (the sweep uses [`block_tokens`]), and returns their counts in order: each equal to the
 /// member's replay alone (the token loop is resumable over consecutive ranges). `progress` is
-/// told the tokens replayed after each block (members × block length).
+/// told the tokens replayed after each block (members × block length). Memory: every member's
+/// state is alive at once (for `belady`, 4 bytes × T × k_used each; the reference grid's peak
+/// RSS did not move, docs/performance.md "Fourteenth round").
 pub(crate) fn run_lockstep(
     members: &mut [Box<dyn Member + '_>],
     tokens: usize,

@@ -86,6 +86,7 @@ pub use prefetch::{
     replay_prefetch_on, validate_prefetch,
 };
 pub use reads::{replay_reads, runs_reads};
+pub use schedule::Sharing;
 pub use timeline::{Timeline, TimelineDevice};
 
 /// The counts of one replay (SEMANTICS.md §5 "Results").
@@ -261,6 +262,8 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 /// - Configurations replay one keep set after another; when two or more prune the layer with
 ///   the same set, F (the kept candidates of every row, SEMANTICS.md §5 step 1) is built once
 ///   for the layer and read by all of them.
+/// - The configurations of one keep set on a layer run in one pass over its rows, a block of
+///   tokens at a time for all of them ([`Sharing::Lockstep`]).
 /// - The work is cut into tasks as [`replay_many_traces`] says.
 ///
 /// The counts are those of [`replay`] for each configuration, in the order of `runs`, whatever
@@ -303,5 +306,20 @@ pub fn replay_many_traces(
     runs: &[(&Keep, &ReplayConfig)],
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<Vec<ReplayCounts>>> {
-    schedule::replay_many_traces(traces, runs, progress)
+    replay_many_traces_with(traces, runs, Sharing::default(), progress)
+}
+
+/// [`replay_many_traces`] with the configurations that share a keep set on a layer run as
+/// `sharing` says: in one pass over the rows ([`Sharing::Lockstep`], the default) or one after
+/// another ([`Sharing::PerConfig`]); the counts are the same.
+///
+/// # Errors
+/// As [`replay_many_traces`].
+pub fn replay_many_traces_with(
+    traces: &[TraceView<'_>],
+    runs: &[(&Keep, &ReplayConfig)],
+    sharing: Sharing,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<Vec<ReplayCounts>>> {
+    schedule::replay_many_traces(traces, runs, sharing, progress)
 }

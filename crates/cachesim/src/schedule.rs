@@ -64,6 +64,7 @@ fn replay_unit(
     members: &Unit,
     progress: &(dyn Fn(usize) + Sync),
     f_table: &mut engine::FTable,
+    sharing: Sharing,
 ) -> Vec<LayerCounts> {
     let shape = trace.shape();
     let scores = trace.layer_scores(l);
@@ -81,26 +82,55 @@ fn replay_unit(
         let mask = runs[members[same[0]]].0.layer_mask(l);
         let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
             .then(|| f_table.rebuild(trace.layer_ids(l), mask, shape.candidates));
+        let input = |i: usize| engine::LayerInput {
+            ids: trace.layer_ids(l),
+            scores,
+            keep: runs[i].0.layer_mask(l),
+            probs: probs.as_deref().filter(|_| shares_softmax(runs[i].1)),
+            f_table: table,
+        };
+        if sharing == Sharing::Lockstep && same.len() >= 2 {
+            let mut group: Vec<Box<dyn engine::lockstep::Member + '_>> =
+                same.iter().map(|&b| crate::policy::lockstep_member(params(members[b]), input(members[b]))).collect();
+            let group_counts = engine::lockstep::run_lockstep(
+                &mut group,
+                shape.tokens,
+                engine::lockstep::block_tokens(shape.candidates),
+                progress,
+            );
+            for (&b, c) in same.iter().zip(group_counts) {
+                counts[b] = c;
+            }
+            continue;
+        }
         for b in same {
             let i = members[b];
-            let input = engine::LayerInput {
-                ids: trace.layer_ids(l),
-                scores,
-                keep: runs[i].0.layer_mask(l),
-                probs: probs.as_deref().filter(|_| shares_softmax(runs[i].1)),
-                f_table: table,
-            };
-            counts[b] = crate::policy::replay_layer(&params(i), &input);
+            counts[b] = crate::policy::replay_layer(&params(i), &input(i));
             progress(shape.tokens);
         }
     }
     counts
 }
 
-/// [`crate::replay_many_traces`].
+/// How [`crate::replay_many_traces_with`] runs the configurations of a layer that share a keep
+/// set (their counts are the same either way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sharing {
+    /// One pass over the layer's rows for all of them, a block of tokens at a time (each
+    /// configuration's token loop resumed block after block), so the rows and the shared
+    /// tables are read from the core's cache by every configuration (issue #40).
+    #[default]
+    Lockstep,
+    /// One configuration after another over the whole layer (the path before issue #40, kept to
+    /// compare against).
+    PerConfig,
+}
+
+/// [`crate::replay_many_traces_with`].
 pub(crate) fn replay_many_traces(
     traces: &[TraceView<'_>],
     runs: &[(&Keep, &ReplayConfig)],
+    sharing: Sharing,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<Vec<ReplayCounts>>> {
     for trace in traces {
@@ -137,7 +167,7 @@ pub(crate) fn replay_many_traces(
         .par_bridge()
         .map_init(engine::FTable::default, |f_table, i| {
             let (t, l, unit, _) = &tasks[i];
-            (i, replay_unit(&traces[*t], *l, runs, unit, progress, f_table))
+            (i, replay_unit(&traces[*t], *l, runs, unit, progress, f_table, sharing))
         })
         .collect();
     let mut per_trace: Vec<Vec<Vec<LayerCounts>>> =
@@ -217,19 +247,22 @@ mod tests {
             cfgs.push(ReplayConfig { decay: 0.9, ..ReplayConfig::new(policy, 4) });
         }
         let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| [(&full, c), (&pruned, c)]).collect();
-        let steps = std::sync::atomic::AtomicUsize::new(0);
         let views = [view, short.view()];
-        let many = replay_many_traces(&views, &runs, &|tokens| {
-            steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
-        })
-        .expect("valid configs");
-        assert_eq!(steps.into_inner(), runs.len() * shape.layers * (300 + 180));
-        assert_eq!(many.len(), 2);
-        for (view, many) in views.iter().zip(&many) {
-            for ((keep, cfg), got) in runs.iter().zip(many) {
-                assert!(got.misses > 0 && got.hits > 0, "{cfg:?}");
-                assert_eq!(got, &replay(view, keep, cfg).expect("valid config"), "{cfg:?}");
-                assert_eq!(got, &reference::replay(view, keep, cfg).expect("valid config"), "{cfg:?}");
+        for sharing in [Sharing::Lockstep, Sharing::PerConfig] {
+            let steps = std::sync::atomic::AtomicUsize::new(0);
+            let many = replay_many_traces(&views, &runs, sharing, &|tokens| {
+                steps.fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+            })
+            .expect("valid configs");
+            assert_eq!(steps.into_inner(), runs.len() * shape.layers * (300 + 180));
+            assert_eq!(many.len(), 2);
+            for (view, many) in views.iter().zip(&many) {
+                for ((keep, cfg), got) in runs.iter().zip(many) {
+                    assert!(got.misses > 0 && got.hits > 0, "{cfg:?}");
+                    assert_eq!(got, &replay(view, keep, cfg).expect("valid config"), "{sharing:?} {cfg:?}");
+                    let expect = reference::replay(view, keep, cfg).expect("valid config");
+                    assert_eq!(got, &expect, "{sharing:?} {cfg:?}");
+                }
             }
         }
     }

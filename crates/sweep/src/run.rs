@@ -424,6 +424,19 @@ impl Prepared {
         out_of_sample: &TraceView<'_>,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Vec<Row> {
+        self.run_with(in_sample, out_of_sample, cachesim::Sharing::default(), progress)
+    }
+
+    /// [`Prepared::run`] with the plain configurations of a layer that share a keep map
+    /// replayed as `sharing` says ([`cachesim::Sharing`]: in one pass over the rows, the
+    /// default, or one after another); the rows are identical either way.
+    pub fn run_with(
+        &self,
+        in_sample: &TraceView<'_>,
+        out_of_sample: &TraceView<'_>,
+        sharing: cachesim::Sharing,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Vec<Row> {
         // Plain configurations share work in one queue; deployed ones replay one by one (each
         // with its layers in parallel).
         let (hybrid, rest): (Vec<&ConfigKey>, Vec<&ConfigKey>) = self.configs.iter().partition(|k| k.hybrid.is_some());
@@ -444,9 +457,10 @@ impl Prepared {
         let runs: Vec<(&Keep, &ReplayConfig)> = runs.iter().map(|(k, c)| (*k, c)).collect();
         // Both traces in one queue of tasks, the longest first: the short out-of-sample tasks
         // fill the end.
-        let mut counts =
-            cachesim::replay_many_traces(&[*in_sample, *out_of_sample], &runs, &|tokens| progress(tokens as u64))
-                .expect("every configuration was validated by prepare");
+        let mut counts = cachesim::replay_many_traces_with(&[*in_sample, *out_of_sample], &runs, sharing, &|tokens| {
+            progress(tokens as u64)
+        })
+        .expect("every configuration was validated by prepare");
         let (oos, ins) = (counts.pop().expect("two traces"), counts.pop().expect("two traces"));
         let mut rows: Vec<Row> = plain
             .iter()

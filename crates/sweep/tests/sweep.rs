@@ -132,6 +132,42 @@ fn rows_are_identical_for_one_and_two_threads_and_derived_fields_follow_the_coun
     }
 }
 
+/// The sweep's default (configurations of a layer in one pass over its rows, cachesim's
+/// `Sharing::Lockstep`) writes byte-identical results.json, results.csv and results-costs.csv
+/// to the per-configuration path, on a grid where groups mix policies, caps, λ, j, warmups and
+/// keep maps (full and pruned), with near_pick_ema and inv_router sharing their softmax.
+#[test]
+fn one_pass_over_the_rows_writes_the_outputs_of_one_replay_per_configuration() {
+    let (a, b) = traces();
+    let g = grid(
+        r#"{
+  "traces": {"in_sample": "a.safetensors", "out_of_sample": "b.safetensors"},
+  "variants": ["full", "frequency@8", "l2_sum@12"],
+  "warmup": 16,
+  "blocks": [
+    {"policies": ["lru", "fifo", "lfu", "belady", "near_pick", "near_pick_ema", "inv_router"], "cap": [2, 4, 8]},
+    {"policies": ["lru", "near_pick", "near_pick_ema", "inv_router"], "lambda": [0.05, 0.12], "j": [2, 3], "cap": [4]}
+  ],
+  "profiles": ["reference"]
+}"#,
+    );
+    let p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap();
+    let files = |sharing| {
+        let rows = p.run_with(&a.view(), &b.view(), sharing, &|_| {});
+        let out = sweep::SweepOutput { provenance: provenance(&g), shard: None, rows };
+        let dir = tempfile::tempdir().unwrap();
+        out.write(dir.path()).unwrap();
+        ["results.json", "results.csv", "results-costs.csv"].map(|f| std::fs::read(dir.path().join(f)).unwrap())
+    };
+    let (one_pass, per_config) = (files(cachesim::Sharing::Lockstep), files(cachesim::Sharing::PerConfig));
+    assert!(one_pass[0].len() > 10_000, "{} bytes", one_pass[0].len());
+    for (name, (x, y)) in
+        ["results.json", "results.csv", "results-costs.csv"].iter().zip(one_pass.iter().zip(&per_config))
+    {
+        assert!(x == y, "{name} differs");
+    }
+}
+
 #[test]
 fn bad_grids_are_refused_before_any_work_naming_the_key() {
     let (a, b) = traces();

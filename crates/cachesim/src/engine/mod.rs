@@ -11,6 +11,8 @@
 //!   of equal count, counts per integer key value, a vector selector of the lowest scores).
 //! - [`shared`]: work that depends only on the trace, computed once for several configurations
 //!   (F tables, softmax tables).
+//! - [`lockstep`]: several configurations of one layer in one pass over its rows, a block of
+//!   tokens at a time (the token loop resumed block after block for each).
 //! - [`simd`]: small vector and branch-free helpers.
 //! - The policies themselves are in `crate::policy`, one file each.
 //!
@@ -22,6 +24,7 @@
 
 pub(crate) mod cache;
 pub(crate) mod evictor;
+pub(crate) mod lockstep;
 pub(crate) mod shared;
 pub(crate) mod simd;
 pub(crate) mod structures;

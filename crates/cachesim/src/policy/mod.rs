@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::LayerCounts;
 use crate::config::ParseNameError;
+use crate::engine::lockstep::{Member, Run};
 use crate::engine::{Evictor, LayerInput, Params, run};
 
 mod belady;
@@ -104,6 +105,17 @@ macro_rules! policies {
         pub(crate) fn replay_layer(params: &Params<'_>, input: &LayerInput<'_>) -> LayerCounts {
             match params.policy {
                 $( Policy::$variant => run(params, input, <$kind as PolicyKind<'_>>::build(params, input)), )*
+            }
+        }
+
+        /// The configured policy's token loop for one layer as a member of a lockstep group
+        /// ([`crate::engine::lockstep`], monomorphized per policy).
+        pub(crate) fn lockstep_member<'a>(params: Params<'a>, input: LayerInput<'a>) -> Box<dyn Member + 'a> {
+            match params.policy {
+                $( Policy::$variant => {
+                    let policy = <$kind as PolicyKind<'a>>::build(&params, &input);
+                    Box::new(Run::new(params, input, policy))
+                } )*
             }
         }
 

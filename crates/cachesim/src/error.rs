@@ -154,7 +154,7 @@ pub enum CacheSimError {
     },
     /// The `lookahead` predictor on a trace without `lookahead_ids`.
     #[error(
-        "predictor lookahead needs the trace's lookahead_ids, and the trace has none (capture with `--lookahead M'`)"
+        "predictor lookahead needs the trace's lookahead_ids, and the trace has none (record them with `python/capture_routing.py ... --lookahead 16`, docs/capture.md)"
     )]
     NoLookahead,
     /// The `coact` predictor without a co-activation table.

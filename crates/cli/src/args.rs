@@ -92,6 +92,15 @@ fn explain(e: clap::Error, cmd: &mut Command) -> clap::Error {
     clap::Error::raw(ErrorKind::ValueValidation, msg).format(cmd)
 }
 
+/// A whole number >= 1 (a batch, k_used, K), for `value_parser`: `-1` and `0` are refused by
+/// the same rule, in the same words.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s} is not a whole number >= 1")),
+    }
+}
+
 /// A finite number > 0 (a bandwidth, a size, a time), for `value_parser`.
 pub fn positive(s: &str) -> Result<f64, String> {
     let x = number(s)?;

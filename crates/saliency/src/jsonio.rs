@@ -11,10 +11,10 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SaliencyErro
     move |source| SaliencyError::Io { path: path.to_path_buf(), source }
 }
 
-/// The bytes of an input file; a FIFO, device or directory is refused before it is opened (a FIFO
-/// would block: [`trace_io::read_regular`]).
+/// The bytes of an input file, a leading UTF-8 byte-order mark removed ([`trace_io::read_text`]);
+/// a FIFO, device or directory is refused before it is opened (a FIFO would block).
 pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
-    trace_io::read_regular(path).map_err(io_err(path))
+    trace_io::read_text(path).map_err(io_err(path))
 }
 
 /// The tool's JSON files that [`read`] reads.
@@ -57,7 +57,15 @@ pub(crate) fn read<T: DeserializeOwned>(path: &Path, expected: Kind) -> Result<T
 /// `freq` and `tok`; they hold NaN, which JSON does not allow). `None` when it is none of them.
 fn json_kind(bytes: &[u8]) -> Option<(Option<Kind>, &'static str)> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let Ok(serde_json::Value::Object(top)) = serde_json::from_str::<serde_json::Value>(text) else {
+    let parsed = serde_json::from_str::<serde_json::Value>(text);
+    if let Ok(serde_json::Value::Array(_)) = parsed {
+        return Some((
+            None,
+            "a JSON list (statistics and keep maps are JSON objects: a keep map holds `metric`, `k`, `num_experts`, \
+             `layer_ids` and `layers`, one list of expert ids per layer)",
+        ));
+    }
+    let Ok(serde_json::Value::Object(top)) = parsed else {
         let start = &text[..text.len().min(4096)];
         return (start.contains("\"freq\"") && start.contains("\"tok\""))
             .then_some((None, "a REAP aggregate file (read it with `moe-offload stats --reap-agg FILE`)"));
@@ -66,6 +74,15 @@ fn json_kind(bytes: &[u8]) -> Option<(Option<Kind>, &'static str)> {
     match top.get("kind").and_then(|k| k.as_str()) {
         Some(crate::STATS_KIND) => return Some((Some(Kind::Stats), "statistics JSON (from `moe-offload stats`)")),
         Some(crate::KEEP_MAP_KIND) => return Some((Some(Kind::KeepMap), "a keep map (from `moe-offload keep`)")),
+        Some("moe-offload-plan") => {
+            return Some((
+                None,
+                "a plan of `moe-offload plan` (its keep map is `chosen.keep_map`, which `replay --keep` and `export keep-set` read)",
+            ));
+        }
+        Some(k) if k.starts_with("moe-offload-") => {
+            return Some((None, "another output of moe-offload (see its `kind` field)"));
+        }
         _ => {}
     }
     if has("meta") && has("layers") {

@@ -130,8 +130,9 @@ impl Stats {
     /// itself.
     ///
     /// # Errors
-    /// As [`Stats::from_reap_agg_with`], plus [`SaliencyError::Invalid`] for a wrapped file
-    /// without `corpus` (listing the corpora), an unwrapped file with one, `tok` and `tokens` that
+    /// As [`Stats::from_reap_agg_with`], plus [`SaliencyError::Invalid`] for a wrapped file of
+    /// several corpora without `corpus` (listing them; a file of one corpus reads that one), an
+    /// unwrapped file with one, `tok` and `tokens` that
     /// disagree, or both `reap` and `reap_mean` in a corpus.
     pub fn from_reap_agg_corpus(path: &Path, corpus: Option<&str>, opts: &ReapAggOptions) -> Result<Stats> {
         if opts.top_k == 0 {
@@ -141,6 +142,12 @@ impl Stats {
         let sha = trace_io::sha256_hex(&bytes);
         let root = parse(path, &bytes)?;
         let unwrapped = is_unwrapped(&root);
+        // A wrapped file of one corpus needs no --corpus: that corpus is the only choice.
+        let only = match (unwrapped, corpus, root.keys().next()) {
+            (false, None, Some(name)) if root.len() == 1 => Some(name.as_str()),
+            _ => None,
+        };
+        let corpus = corpus.or(only);
         let c = match (unwrapped, corpus) {
             (true, None) => &root,
             (true, Some(name)) => {
@@ -153,7 +160,7 @@ impl Stats {
                 let names: Vec<&str> = root.keys().map(String::as_str).collect();
                 return Err(invalid(
                     format!("{}", path.display()),
-                    format!("holds several corpora; name one with --corpus: {}", names.join(", ")),
+                    format!("holds {} corpora; name one with --corpus: {}", names.len(), names.join(", ")),
                 ));
             }
             (false, Some(name)) => root

@@ -197,6 +197,18 @@ impl Stats {
             if layer.count.len() != e {
                 return Err(mismatch(format!("layer {id} count length"), e, layer.count.len()));
             }
+            // Top-k routing chooses an expert at most once per token. (The sum of the counts is
+            // not checked against tokens x top_k: a REAP aggregate's top-k is inferred from it.)
+            if let Some((x, &c)) = layer.count.iter().enumerate().find(|&(_, &c)| c > layer.tokens) {
+                return Err(invalid(
+                    format!("layer {id} count[{x}]"),
+                    format!(
+                        "{c} is more than the layer's tokens = {}: top-k routing chooses an expert at most once per \
+                         token; check the layer's `tokens`",
+                        layer.tokens
+                    ),
+                ));
+            }
             for (name, get) in OPTIONAL_STATS {
                 let first_has = self.layers.first().and_then(get).is_some();
                 let Some(v) = get(layer) else {

@@ -105,8 +105,7 @@ impl DeviceProfile {
     /// [`crate::SweepError::Io`] if the file cannot be read, [`crate::SweepError::Json`] naming the file for a
     /// malformed or unknown field, [`crate::SweepError::Profile`] naming the field for a bad value.
     pub fn read(path: &std::path::Path) -> crate::Result<DeviceProfile> {
-        let bytes =
-            trace_io::read_regular(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
+        let bytes = trace_io::read_text(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
         let mut v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|source| crate::SweepError::Json { path: path.into(), source })?;
         if let Some(o) = v.as_object_mut() {

@@ -433,7 +433,37 @@ impl Grid {
     /// [`SweepError::Grid`] naming the block and the offending value.
     pub fn expand(&self, labels: &[(String, String)], top_k: usize) -> Result<Vec<ConfigKey>> {
         let mut out = Vec::new();
+        let empty = |key: String| SweepError::Grid {
+            key,
+            reason: "is an empty list, which gives no configurations: give at least one value (or leave the key out \
+                     for its default)"
+                .into(),
+        };
+        if self.variants.is_empty() {
+            return Err(SweepError::Grid {
+                key: "variants".into(),
+                reason: "is an empty list, which gives no configurations: give at least one variant (`full` keeps \
+                         every expert)"
+                    .into(),
+            });
+        }
+        if self.blocks.is_empty() {
+            return Err(SweepError::Grid {
+                key: "blocks".into(),
+                reason: "is an empty list, which gives no configurations: give at least one block".into(),
+            });
+        }
         for (bi, b) in self.blocks.iter().enumerate() {
+            let lists = [
+                ("variants", b.variants.as_ref().map_or(1, Vec::len)),
+                ("policies", b.policies.len()),
+                ("lambda", b.lambda.len()),
+                ("j", b.j.len()),
+                ("k_used", b.k_used.len()),
+            ];
+            if let Some((name, _)) = lists.iter().find(|(_, n)| *n == 0) {
+                return Err(empty(format!("blocks[{bi}].{name}")));
+            }
             if b.cap.is_empty() && b.layer_caps.is_empty() {
                 return Err(SweepError::Grid {
                     key: format!("blocks[{bi}]"),
@@ -528,7 +558,7 @@ impl Grid {
 
 /// Reads a `layer_caps` file: a JSON list of caps, or a plan written by `moe-offload plan`.
 fn read_layer_caps(path: &Path) -> std::result::Result<NamedCaps, String> {
-    let bytes = trace_io::read_regular(path).map_err(|e| format!("cannot read: {e}"))?;
+    let bytes = trace_io::read_text(path).map_err(|e| format!("cannot read: {e}"))?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("not JSON: {e}"))?;
     let list = if v.is_array() { &v } else { &v["chosen"]["plan"]["caps"] };
     let caps: Vec<usize> = serde_json::from_value(list.clone())

@@ -146,7 +146,7 @@ impl SweepOutput {
     /// # Errors
     /// [`SweepError::Io`] or [`SweepError::Json`] naming the file.
     pub fn read(path: &Path) -> Result<SweepOutput> {
-        let bytes = trace_io::read_regular(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
+        let bytes = trace_io::read_text(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
         serde_json::from_slice(&bytes).map_err(|source| SweepError::Json { path: path.into(), source })
     }
 }

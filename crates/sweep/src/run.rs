@@ -369,11 +369,13 @@ impl Prepared {
     }
 
     /// Estimates the single-threaded time of [`Prepared::run`] from a quick calibration: replays a
-    /// sample of the configurations (spread over the sorted list) on the first layer and first
-    /// tokens (up to 4096) of the in-sample trace, for about `budget`, and extrapolates the rate
-    /// in token-layers per second to [`Prepared::work`]. The run itself shares work between
-    /// configurations and runs on every core, so it is usually faster than this figure over the
-    /// thread count.
+    /// sample of the configurations of each kind (plain, deployed, prefetched, hybrid: each
+    /// spread over its part of the sorted list, each replayed by its own path) on the first layer
+    /// and first tokens (up to 4096) of the in-sample trace, for about `budget` shared between the
+    /// kinds, and extrapolates each kind's rate in token-layers per second to its share of
+    /// [`Prepared::work`] (a kind without a sample takes the mean rate of the others). The run
+    /// itself shares work between plain configurations and runs on every core, so it is usually
+    /// faster than this figure over the thread count.
     pub fn calibrate(
         &self,
         in_sample: &TraceView<'_>,
@@ -386,31 +388,82 @@ impl Prepared {
         let shape = view.shape();
         let keeps: Vec<Option<Keep>> =
             self.variants.iter().map(|v| Keep::from_layers(&shape, &v.keep.layers[..1]).ok()).collect();
-        let stride = self.configs.len().div_ceil(24).max(1);
-        let start = std::time::Instant::now();
-        let mut sampled = 0usize;
-        for key in self.configs.iter().step_by(stride) {
-            let vi = self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
-            let Some(keep) = &keeps[vi] else { continue };
+        let kind = |k: &ConfigKey| match (&k.hybrid, &k.deploy, &k.prefetch) {
+            (Some(_), _, _) => 3,
+            (None, Some(_), _) => 1,
+            (None, None, Some(_)) => 2,
+            (None, None, None) => 0,
+        };
+        // The deployment of a key on the one-layer prefix: its pins' first layer.
+        let deployment = |k: &ConfigKey| -> Option<cachesim::deploy::Deployment> {
+            let Some(d) = &k.deploy else { return Some(Default::default()) };
+            let mut d = d.clone();
+            if let Some(p) = &mut d.pin {
+                p.layers.truncate(1);
+            }
+            d.deployment(&shape).ok()
+        };
+        let devices = crate::prefetch_axes::devices(&self.profiles);
+        // One replay of `key` on the prefix by its kind's path; `false` when it cannot run there
+        // (a coact table of the whole trace, a batch above the prefix's sequences).
+        let replay_one = |key: &ConfigKey, keep: &Keep| -> bool {
             let mut cfg = replay_config(&self.grid, key);
             cfg.layer_caps = cfg.layer_caps.map(|c| c[..1].to_vec());
-            if cachesim::replay(&view, keep, &cfg).is_ok() {
-                sampled += 1;
+            match kind(key) {
+                0 => cachesim::replay(&view, keep, &cfg).is_ok(),
+                1 => deployment(key).is_some_and(|d| cachesim::deploy::replay(&view, keep, &cfg, &d).is_ok()),
+                2 => key.prefetch.is_some_and(|pk| {
+                    let devices = if pk.prefetch.is_some() { &devices[..] } else { &[] };
+                    let opts = pk.options(self.coact.as_ref());
+                    cachesim::replay_prefetch_on(&view, keep, &cfg, &opts, devices).is_ok()
+                }),
+                _ => key.hybrid.is_some_and(|h| {
+                    deployment(key)
+                        .is_some_and(|d| cachesim::hybrid::replay_hybrid(&view, keep, &cfg, &d, h.exec).is_ok())
+                }),
             }
-            if start.elapsed() >= budget {
-                break;
+        };
+        let mut per_kind: [Vec<&ConfigKey>; 4] = Default::default();
+        for key in &self.configs {
+            per_kind[kind(key)].push(key);
+        }
+        let present = per_kind.iter().filter(|k| !k.is_empty()).count().max(1) as u32;
+        // (configurations sampled, seconds) per kind.
+        let mut measured = [(0usize, 0.0f64); 4];
+        for (ki, keys) in per_kind.iter().enumerate() {
+            let stride = keys.len().div_ceil(8).max(1);
+            let start = std::time::Instant::now();
+            for key in keys.iter().step_by(stride) {
+                let vi = self.variants.iter().position(|v| v.label == key.variant).expect("keys come from variants");
+                let Some(keep) = &keeps[vi] else { continue };
+                let t = std::time::Instant::now();
+                if replay_one(key, keep) {
+                    measured[ki].0 += 1;
+                    measured[ki].1 += t.elapsed().as_secs_f64();
+                }
+                if start.elapsed() >= budget / present {
+                    break;
+                }
             }
         }
-        let elapsed = start.elapsed().as_secs_f64();
+        let sampled: usize = measured.iter().map(|m| m.0).sum();
+        let elapsed: f64 = measured.iter().map(|m| m.1).sum();
         if sampled == 0 || elapsed <= 0.0 {
             return none;
         }
-        let rate = (sampled * shape.tokens) as f64 / elapsed;
-        Estimate {
-            seconds: self.work(in_sample, out_of_sample) as f64 / rate,
-            sampled_configs: sampled,
-            sampled_tokens: shape.tokens,
-        }
+        // Seconds per token-layer: each kind's own, else the mean of those measured.
+        let mean = elapsed / (sampled * shape.tokens) as f64;
+        let size = |v: &TraceView<'_>| (v.shape().layers * v.shape().tokens) as f64;
+        let per_config = size(in_sample) + size(out_of_sample);
+        let seconds = per_kind
+            .iter()
+            .zip(&measured)
+            .map(|(keys, &(n, secs))| {
+                let rate = if n > 0 && secs > 0.0 { secs / (n * shape.tokens) as f64 } else { mean };
+                keys.len() as f64 * per_config * rate
+            })
+            .sum();
+        Estimate { seconds, sampled_configs: sampled, sampled_tokens: shape.tokens }
     }
 
     /// Replays every configuration on both traces and returns the rows sorted by (key, sample).

@@ -77,12 +77,36 @@ pub fn read_regular(path: impl AsRef<std::path::Path>) -> std::io::Result<Vec<u8
     Ok(bytes)
 }
 
-/// The text of an input file (UTF-8), read whole after [`open_regular_file`].
+/// The UTF-8 byte-order mark (U+FEFF), which Windows editors and PowerShell's `Out-File` write at
+/// the start of a text file.
+pub const UTF8_BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+/// `bytes` without a leading UTF-8 byte-order mark ([`UTF8_BOM`]); unchanged otherwise. JSON
+/// (RFC 8259 §8.1) and CSV readers may ignore it; the tool's text readers all do.
+pub fn strip_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(&UTF8_BOM[..]).unwrap_or(bytes)
+}
+
+/// The bytes of a text input file (JSON, CSV, a grid), read whole as [`read_regular`] does, with
+/// a leading UTF-8 byte-order mark removed ([`strip_bom`]).
+///
+/// # Errors
+/// As [`read_regular`].
+pub fn read_text(path: impl AsRef<std::path::Path>) -> std::io::Result<Vec<u8>> {
+    let mut bytes = read_regular(path)?;
+    if bytes.starts_with(&UTF8_BOM) {
+        bytes.drain(..UTF8_BOM.len());
+    }
+    Ok(bytes)
+}
+
+/// The text of an input file (UTF-8), read whole by [`read_text`] (a leading byte-order mark
+/// removed).
 ///
 /// # Errors
 /// As [`read_regular`], and `InvalidData` for text that is not UTF-8.
 pub fn read_regular_to_string(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
-    String::from_utf8(read_regular(path)?).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    String::from_utf8(read_text(path)?).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Hex SHA-256 of a byte string (used for provenance of inputs and statistics).

@@ -49,6 +49,22 @@ fn build(root: &Path) {
     std::fs::write(grids.join("every.json"), serde_json::to_vec_pretty(&grid).unwrap()).unwrap();
     let g = sweep::Grid::read(&grids.join("every.json")).unwrap();
     run_sweep(&grids, &g, &root.join("out/every"));
+    // Hybrid execution (§14): its rows need host fields in every profile, so a sweep of its own.
+    let grid = json!({
+        "traces": {"in_sample": "../calib.safetensors", "out_of_sample": "../heldout.safetensors"},
+        "variants": ["full", "frequency@16"],
+        "blocks": [
+            {"policies": ["lru"], "cap": [0], "pin": [null, "pins/hot8.json"], "exec": ["host"],
+             "overlap": ["sequential", "concurrent"]},
+            {"policies": ["lru"], "cap": [4], "exec": ["host"]},
+            {"policies": ["lru"], "cap": [0], "batch": [null, 4], "exec": ["host:3"]}
+        ],
+        "profiles": [{"name": "box", "expert_mb": 17.3, "compute_ms": 20.0, "bandwidth_gbps": [3.9, 6.8],
+                      "link_gbps": 25.0, "host_gbps": 40.0, "host_ms_per_row": 0.035, "host_sync_ms": 0.05}]
+    });
+    std::fs::write(grids.join("hybrid.json"), serde_json::to_vec_pretty(&grid).unwrap()).unwrap();
+    let g = sweep::Grid::read(&grids.join("hybrid.json")).unwrap();
+    run_sweep(&grids, &g, &root.join("out/hybrid"));
 }
 
 fn every() -> Every {
@@ -62,7 +78,10 @@ fn every() -> Every {
     copy_dir(t.path(), dir.path());
     // As `moe-offload sweep grids/every.json` records it: the grid's directory, absolute (this copy's).
     let grids = dir.path().join("grids").display().to_string();
-    edit_json(&dir.path().join("out/every/results.json"), |v| v["provenance"]["grid_dir"] = json!(grids));
+    for sweep in ["every", "hybrid"] {
+        let results = dir.path().join(format!("out/{sweep}/results.json"));
+        edit_json(&results, |v| v["provenance"]["grid_dir"] = json!(grids));
+    }
     Every { dir }
 }
 
@@ -75,10 +94,16 @@ impl Every {
         audit_dir(&self.dir.path().join("out"), &Options::default()).unwrap()
     }
 
-    /// Edits (with `edit`) the first in-sample row whose key ends with `suffix`; returns its key.
+    /// Edits (with `edit`) the first in-sample row of the `every` sweep whose key ends with
+    /// `suffix`; returns its key.
     fn lie(&self, suffix: &str, edit: impl Fn(&mut Value)) -> String {
+        self.lie_in("every", suffix, edit)
+    }
+
+    /// [`Every::lie`] in the sweep `out/SWEEP`.
+    fn lie_in(&self, sweep: &str, suffix: &str, edit: impl Fn(&mut Value)) -> String {
         let mut key = String::new();
-        edit_json(&self.results(), |v| {
+        edit_json(&self.dir.path().join(format!("out/{sweep}/results.json")), |v| {
             let row = v["rows"]
                 .as_array_mut()
                 .unwrap()
@@ -197,4 +222,69 @@ fn a_lie_in_each_kind_of_row_fails_naming_the_figure() {
     check("/pf:prev_token:2", &scale("ssd_mb_per_token", 1), "cost[1].ssd_mb_per_token is ");
     check("/pf:prev_token:0", &|row| row["prefetch"]["precision"] = json!(0.0), "prefetch.precision is Some(0.0)");
     check("/batch:2", &|row| row["deploy"]["loads_per_step"] = json!(0.5), "deploy.loads_per_step is 0.5");
+}
+
+const HYBRID_DERIVED: &str = "hybrid/results.json: derived fields follow from the counts";
+const HYBRID_REPLAYED: &str = "hybrid/results.json: rows replayed by the reference replayer, every count equal";
+
+/// Hybrid rows (§14: host, host:R, pins, cap 0 and a cache, re-batched, both overlaps) audit
+/// clean; a consistent lie in their events or their tok/s is caught by the reference hybrid
+/// replay, an inconsistent one by the derived fields, each naming the figure.
+#[test]
+fn hybrid_rows_audit_clean_and_a_lie_names_its_figure() {
+    let e = every();
+    let r = e.audit();
+    assert!(passed(&r), "{:?}", first_failure(&r));
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(e.dir.path().join("out/hybrid/results.json")).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let c = r.checks.iter().find(|c| c.name == HYBRID_REPLAYED).unwrap();
+    assert_eq!(c.figures["replayed"], json!(rows.len()));
+    for part in ["/0/4/exec:host/overlap:concurrent", "/pin:hot8/exec:host/overlap:sequential", "/4/4/exec:host"] {
+        assert!(rows.iter().any(|r| r["key"].as_str().unwrap().ends_with(part)), "{part}");
+    }
+    assert!(rows.iter().any(|r| r["key"].as_str().unwrap().contains("/batch:4/exec:host:3")));
+
+    // One host run moved to a load: host_runs + loads still equal the misses, only the replay sees it.
+    let e = every();
+    let key = e.lie_in("hybrid", "/pin:hot8/exec:host/overlap:sequential", |row| {
+        let h = &mut row["hybrid"];
+        let (runs, loads) = (h["host_runs"].as_u64().unwrap(), h["loads"].as_u64().unwrap());
+        h["host_runs"] = json!(runs - 1);
+        h["loads"] = json!(loads + 1);
+    });
+    let r = e.audit();
+    assert!(r.checks.iter().find(|c| c.name == HYBRID_DERIVED).is_some_and(|c| c.status == Status::Pass));
+    let first = first_of(&r, HYBRID_REPLAYED);
+    assert!(first.contains(&format!("row {key} (in_sample): hybrid.host_runs is ")), "{first}");
+
+    // tok/s raised consistently in the cost entries and hybrid.cost: the replay names it.
+    let e = every();
+    let key = e.lie_in("hybrid", "/4/4/exec:host", |row| {
+        let t = row["hybrid"]["cost"][0]["tok_s"].as_f64().unwrap() * 1.01;
+        row["hybrid"]["cost"][0]["tok_s"] = json!(t);
+        row["cost"][0]["tok_s"] = json!(t);
+        row["cost"][1]["tok_s"] = json!(t);
+    });
+    let r = e.audit();
+    assert!(r.checks.iter().find(|c| c.name == HYBRID_DERIVED).is_some_and(|c| c.status == Status::Pass));
+    let first = first_of(&r, HYBRID_REPLAYED);
+    assert!(first.contains(&format!("row {key} (in_sample): hybrid.cost[0].tok_s (box) is ")), "{first}");
+
+    // Inconsistent: a cost entry that is not the profile's hybrid tok/s, or host runs that are
+    // not the misses.
+    let e = every();
+    let key = e.lie_in("hybrid", "/batch:4/exec:host:3", |row| {
+        let t = row["cost"][1]["tok_s"].as_f64().unwrap();
+        row["cost"][1]["tok_s"] = json!(t * 1.001);
+    });
+    let first = first_of(&e.audit(), HYBRID_DERIVED).to_string();
+    assert!(first.starts_with(&format!("{key} (in_sample): cost[1].tok_s is ")), "{first}");
+    let e = every();
+    let key = e.lie_in("hybrid", "/0/4/exec:host/overlap:concurrent", |row| {
+        let runs = row["hybrid"]["host_runs"].as_u64().unwrap();
+        row["hybrid"]["host_runs"] = json!(runs + 1);
+    });
+    let first = first_of(&e.audit(), HYBRID_DERIVED).to_string();
+    assert!(first.starts_with(&format!("{key} (in_sample): hybrid.host_runs + loads = ")), "{first}");
 }

@@ -61,6 +61,25 @@ fn check_row(profiles: &[DeviceProfile], r: &Row) -> Result<(), String> {
         figure(&format!("cost[{i}].ssd_mb_per_token"), cost.ssd_mb_per_token, ssd, model)?;
         figure(&format!("cost[{i}].tok_s"), cost.tok_s, tok_s, model)?;
     }
+    if let Some(h) = &r.hybrid {
+        if h.cost.len() != profiles.len() {
+            return Err(format!("hybrid.cost has {} entries, the profiles give {}", h.cost.len(), profiles.len()));
+        }
+        if h.rows != c.tokens {
+            return Err(format!("hybrid.rows is {}, counts.tokens {}", h.rows, c.tokens));
+        }
+        if h.pinned_hits > c.hits {
+            return Err(format!("hybrid.pinned_hits {} exceed hits {}", h.pinned_hits, c.hits));
+        }
+        // §14: every miss that is not forced is a host run or a load.
+        if h.host_runs + h.loads != c.misses - c.forced_misses {
+            return Err(format!(
+                "hybrid.host_runs + loads = {} but misses - forced_misses = {} (§14)",
+                h.host_runs + h.loads,
+                c.misses - c.forced_misses
+            ));
+        }
+    }
     if let Some(d) = &r.deploy {
         figure("deploy.loads_per_step", d.loads_per_step, ratio(c.misses, d.steps), "misses / steps")?;
         if d.rows != c.tokens {
@@ -92,6 +111,16 @@ fn check_row(profiles: &[DeviceProfile], r: &Row) -> Result<(), String> {
 fn expected_cost(r: &Row, p: &DeviceProfile, bw: f64, i: usize) -> Result<(f64, f64, &'static str), String> {
     let c = &r.counts;
     let mb = p.expert_mb;
+    if let Some(h) = &r.hybrid {
+        // §14: nothing is read from storage (non-resident experts live in host memory); every
+        // bandwidth of a profile gives the profile's hybrid tok/s.
+        let e = h
+            .cost
+            .iter()
+            .find(|e| e.profile == p.name)
+            .ok_or_else(|| format!("hybrid.cost has no entry for profile {}", p.name))?;
+        return Ok((0.0, e.tok_s, "§14"));
+    }
     if let Some(f) = &r.prefetch {
         // §12's bytes moved (forced misses load nothing, §13) and the timeline's tok/s.
         let moved = ratio(c.misses - c.forced_misses + f.prefetch_loads, c.tokens) * mb;

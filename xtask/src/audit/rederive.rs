@@ -242,10 +242,11 @@ fn replay_rows(
         .map(|v| Ok((v.label.as_str(), Keep::from_layers(&shape, &v.keep.layers)?)))
         .collect::<Result<_>>()?;
     let views = [calib.view(), held.view()];
-    let devices: Vec<cachesim::TimelineDevice> = prov
+    let profiles = prov
         .grid
         .device_profiles()
-        .map_err(|e| anyhow::anyhow!("the device profiles of the grid in its provenance: {e}"))?
+        .map_err(|e| anyhow::anyhow!("the device profiles of the grid in its provenance: {e}"))?;
+    let devices: Vec<cachesim::TimelineDevice> = profiles
         .iter()
         .flat_map(|p| {
             p.bandwidth_gbps.iter().map(|&bw| cachesim::TimelineDevice {
@@ -267,6 +268,7 @@ fn replay_rows(
                 cfg: sweep::replay_config(&prov.grid, c),
                 coact: prepared.coact(),
                 devices: &devices,
+                profiles: &profiles,
             };
             run.difference(row, c)
         })
@@ -307,13 +309,24 @@ struct RowRun<'a> {
     coact: Option<&'a cachesim::CoactTable>,
     /// One per profile and bandwidth, in the order of a row's `cost`.
     devices: &'a [cachesim::TimelineDevice],
+    /// The grid's device profiles, in the order of a hybrid row's `hybrid.cost`.
+    profiles: &'a [sweep::DeviceProfile],
+}
+
+/// Equal to rounding: the fast code keeps times in its own order of sums, the reference in f64.
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
 }
 
 impl RowRun<'_> {
     /// The first figure of `row` (configuration `c`) that the reference replayer of its kind
     /// does not give: the plain one (§5), the deployed one (§9-§11: pins, cap 0, tier 2,
-    /// batches) or the prefetch one (§12, with the §13 timeline on every device).
+    /// batches), the prefetch one (§12, with the §13 timeline on every device) or the hybrid
+    /// one (§14, priced on every profile).
     fn difference(&self, row: &sweep::Row, c: &sweep::ConfigKey) -> Result<Option<String>> {
+        if let Some(h) = c.hybrid {
+            return self.hybrid_difference(row, c, h);
+        }
         if let Some(d) = &c.deploy {
             let dep = d.deployment(&self.view.shape())?;
             let got = cachesim::reference::deploy::replay(self.view, self.keep, &self.cfg, &dep)?;
@@ -371,8 +384,6 @@ impl RowRun<'_> {
                 }
             }
             let tl = got.timeline.expect("asked for");
-            // The fast timeline keeps times exactly, the reference in f64: equal to rounding.
-            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12);
             if !close(t.tok_s, tl.tok_s) {
                 return Ok(Some(format!("prefetch.timeline[{i}].tok_s is {} in results.json, {}", t.tok_s, tl.tok_s)));
             }
@@ -381,6 +392,50 @@ impl RowRun<'_> {
                     "prefetch.timeline[{i}].stall_s_per_token is {} in results.json, {}",
                     t.stall_s_per_token, tl.stall_s_per_token
                 )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`RowRun::difference`] of a hybrid row: the counts of §5/§9/§11, the §14 events and, per
+    /// profile, the cost entry of `hybrid.cost`, each from `cachesim::reference::hybrid`.
+    fn hybrid_difference(&self, row: &sweep::Row, c: &sweep::ConfigKey, h: sweep::HybridKey) -> Result<Option<String>> {
+        let dep = c.deploy.as_ref().map(|d| d.deployment(&self.view.shape())).transpose()?.unwrap_or_default();
+        let Some(f) = &row.hybrid else { return Ok(Some("hybrid figures missing".into())) };
+        if f.cost.len() != self.profiles.len() {
+            return Ok(Some(format!(
+                "hybrid.cost has {} entries, the profiles give {}",
+                f.cost.len(),
+                self.profiles.len()
+            )));
+        }
+        for (pi, (p, e)) in self.profiles.iter().zip(&f.cost).enumerate() {
+            let dev = p.hybrid(h.overlap)?;
+            let (got, cost) = cachesim::reference::hybrid::replay(self.view, self.keep, &self.cfg, &dep, h.exec, &dev)?;
+            if pi == 0 {
+                if let Some(diff) = first_difference(&row.counts, &got.deploy.counts) {
+                    return Ok(Some(diff));
+                }
+                let pairs = [
+                    ("host_runs", f.host_runs, got.host_runs),
+                    ("loads", f.loads, got.loads),
+                    ("copies", f.copies, got.copies),
+                    ("pinned_hits", f.pinned_hits, got.deploy.pinned_hits),
+                    ("steps", f.steps, got.deploy.steps),
+                    ("rows", f.rows, got.deploy.rows),
+                ];
+                if let Some((k, a, b)) = pairs.iter().find(|(_, a, b)| a != b) {
+                    return Ok(Some(format!("hybrid.{k} is {a} in results.json, {b}")));
+                }
+            }
+            let figures = [
+                ("tok_s", e.tok_s, cost.tok_s),
+                ("host_s_per_row", e.host_s_per_row, cost.host_s_per_row),
+                ("gpu_s_per_row", e.gpu_s_per_row, cost.gpu_s_per_row),
+                ("link_s_per_row", e.link_s_per_row, cost.link_s_per_row),
+            ];
+            if let Some((k, a, b)) = figures.iter().find(|(_, a, b)| !close(*a, *b)) {
+                return Ok(Some(format!("hybrid.cost[{pi}].{k} ({}) is {a} in results.json, {b}", p.name)));
             }
         }
         Ok(None)

@@ -38,6 +38,7 @@ fn is_stdout(output: &Path) -> bool {
 /// Writes `bytes` to `output`: to standard output for `-`, else atomically (temporary file and
 /// rename, so a failure leaves no partial file).
 fn write_output(output: &Path, bytes: &[u8]) -> Result<()> {
+    refuse_directory(output)?;
     if is_stdout(output) {
         let mut out = std::io::stdout().lock();
         out.write_all(bytes)?;
@@ -114,6 +115,44 @@ fn refuse_overwrite<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a Path
         }
     }
     Ok(())
+}
+
+/// Refuses an `-o` that names an existing directory for a command that writes one file (a rename
+/// onto a directory fails only after the work, with the system's "Is a directory").
+fn refuse_directory(output: &Path) -> Result<()> {
+    if !is_stdout(output) && output.is_dir() {
+        bail!(
+            "-o {} is a directory; this command writes one file: give a file name (for example {})",
+            output.display(),
+            output.join("NAME").display()
+        );
+    }
+    Ok(())
+}
+
+/// Warns on standard error when the in-sample and the out-of-sample trace are the same bytes
+/// (`digests`: their digests when the caller has them; else files of equal size are hashed): the
+/// out-of-sample figures are then in-sample ones and every shift is 0.
+fn warn_same_trace(ins: &Path, oos: &Path, digests: Option<(&str, &str)>) {
+    let same = match digests {
+        Some((a, b)) => a == b,
+        None => {
+            let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
+            size(ins).is_some_and(|s| Some(s) == size(oos))
+                && matches!(
+                    (trace_io::trace_digest(ins), trace_io::trace_digest(oos)),
+                    (Ok(a), Ok(b)) if a == b
+                )
+        }
+    };
+    if same {
+        crate::progress::status!(
+            "warning: the in-sample trace {} and the out-of-sample trace {} hold the same bytes: every \
+             out-of-sample figure is an in-sample one (shift 0); hold out a trace the choices are not made on",
+            ins.display(),
+            oos.display()
+        );
+    }
 }
 
 /// Refuses a trace without tokens: every figure of it would be 0/0.

@@ -26,7 +26,7 @@ pub struct MrcArgs {
     #[arg(long, value_parser = parse_caps)]
     pub caps: Option<(usize, usize)>,
     /// Experts used per token (default: the trace's top-k).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::at_least_one)]
     pub k_used: Option<usize>,
     /// Warmup tokens not counted. Belady is a lower bound of every online policy only with
     /// `--warmup 0`; counted from a warmup it may exceed one by up to the cap per layer.
@@ -231,7 +231,7 @@ pub struct PlanArgs {
     #[arg(long, default_value = "lru")]
     pub policy: Policy,
     /// Experts used per token (default: the trace's top-k).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::at_least_one)]
     pub k_used: Option<usize>,
     /// Warmup tokens not counted. Belady is a lower bound of every online policy only with
     /// `--warmup 0`; counted from a warmup it may exceed one by up to the cap per layer.
@@ -298,6 +298,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let (cv, hv) = (calib.view(), held.view());
     super::require_tokens(cv.shape(), &a.in_sample)?;
     super::require_tokens(hv.shape(), &a.out_of_sample)?;
+    super::warn_same_trace(&a.in_sample, &a.out_of_sample, None);
     // The profile named, else the one of the trace's model, else the study's reference.
     let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cv.meta().model)).flatten();
     let profile_name = a.profile.as_deref().or(inferred).unwrap_or("reference");

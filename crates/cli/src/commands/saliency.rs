@@ -56,7 +56,7 @@ pub struct KeepArgs {
     #[arg(long)]
     pub metric: Metric,
     /// Experts kept per layer; several comma-separated values (`--k 32,48`) write one map each.
-    #[arg(long, value_delimiter = ',', conflicts_with = "budget")]
+    #[arg(long, value_delimiter = ',', conflicts_with = "budget", value_parser = crate::args::at_least_one)]
     pub k: Vec<usize>,
     /// Global budget: experts kept over all layers, a different K per layer (each layer keeps at
     /// least --floor, the rest go to the best experts of the whole model). Several comma-separated
@@ -156,7 +156,10 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
         let opts = ReapAggOptions { top_k: a.top_k.unwrap_or(1), non_finite_reap: a.non_finite_reap };
         // A file without the corpus wrapper takes no --corpus; the library's error says which.
         let mut stats = Stats::from_reap_agg_corpus(agg, a.corpus.as_deref(), &opts)?;
-        let corpus = a.corpus.as_deref().unwrap_or("(top level)");
+        // Without --corpus: the top level, or the file's one corpus (named in the source).
+        let only = stats.meta.source.split_once('#').map(|(_, c)| c.split(" (").next().unwrap_or(c).to_string());
+        let corpus = a.corpus.clone().or(only).unwrap_or_else(|| "(top level)".to_string());
+        let corpus = corpus.as_str();
         if let (Some(given), Some(counted)) = (a.top_k, stats.infer_top_k())
             && given != counted
         {

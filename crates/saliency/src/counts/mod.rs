@@ -100,6 +100,13 @@ impl Stats {
             CountsFormat::Json => {
                 let value: serde_json::Value = serde_json::from_slice(&bytes)
                     .map_err(|source| crate::SaliencyError::Json { path: path.to_path_buf(), source })?;
+                if let Some(key) = read::repeated_top_key(&bytes) {
+                    return Err(invalid(
+                        format!("{}: key `{key}`", path.display()),
+                        "appears twice at the top level: the second would replace the first without a word; \
+                         give each layer once",
+                    ));
+                }
                 if crate::expert_profile::is_llama_expert_stats(&value) {
                     let p = crate::expert_profile::ExpertStatsOptions {
                         top_k: opts.top_k,

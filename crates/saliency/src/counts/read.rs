@@ -19,6 +19,32 @@ pub(crate) fn whole(v: &Value) -> Option<u64> {
     (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15).then_some(f as u64)
 }
 
+/// The first key that appears twice at the top level of the JSON object in `bytes`, or `None` (no
+/// repeat, or not an object). `serde_json::Value` keeps only the last value of a repeated key, so
+/// a count file with the layer `"0"` written twice would lose one without a word.
+pub(crate) fn repeated_top_key(bytes: &[u8]) -> Option<String> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Option<String>, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            let mut repeated = None;
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<IgnoredAny>()?;
+                if repeated.is_none() && !seen.insert(key.clone()) {
+                    repeated = Some(key);
+                }
+            }
+            Ok(repeated)
+        }
+    }
+    serde_json::Deserializer::from_slice(bytes).deserialize_map(Keys).ok().flatten()
+}
+
 /// The layer id in a key: the key itself when it is a number, else the one number in it
 /// (`model.layers.3.mlp` gives 3); `None` for no number or several.
 pub(crate) fn layer_key(key: &str) -> Option<u32> {
@@ -270,7 +296,9 @@ pub(super) fn npy(path: &Path, bytes: &[u8]) -> Result<RawCounts> {
     };
     use npyz::TypeChar;
     let size = ts.size_field();
-    let to_value = |v: f64| Value::from(v);
+    // JSON has no NaN or infinity (`Value::from` makes them null): kept as their names for the
+    // message.
+    let to_value = |v: f64| if v.is_finite() { Value::from(v) } else { Value::String(v.to_string()) };
     let values: Vec<Value> = match (ts.type_char(), size) {
         (TypeChar::Int, 1) => f.into_vec::<i8>().map_err(bad)?.into_iter().map(Value::from).collect(),
         (TypeChar::Int, 2) => f.into_vec::<i16>().map_err(bad)?.into_iter().map(Value::from).collect(),
@@ -293,7 +321,7 @@ pub(super) fn npy(path: &Path, bytes: &[u8]) -> Result<RawCounts> {
             row.push(whole(v).ok_or_else(|| {
                 invalid(
                     format!("{file}: row {li} (layer index {li}) expert {x}"),
-                    format!("{v} is not a whole number >= 0"),
+                    format!("{} is not a whole number >= 0", v.as_str().map_or_else(|| v.to_string(), str::to_string)),
                 )
             })?);
         }
@@ -318,6 +346,22 @@ mod tests {
         ];
         for (key, want) in cases {
             assert_eq!(layer_key(key), want, "{key}");
+        }
+    }
+
+    #[test]
+    fn repeated_top_keys_are_found() {
+        // (JSON text, the repeated key)
+        let cases = [
+            (r#"{"0": [1, 2], "0": [3, 4]}"#, Some("0")),
+            (r#"{"0": [1, 2], "1": [3, 4], "1": []}"#, Some("1")),
+            (r#"{"0": {"a": 1, "a": 2}, "1": [3, 4]}"#, None),
+            (r#"{"0": [1, 2], "1": [3, 4]}"#, None),
+            ("[1, 2, 3]", None),
+            ("not json", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(repeated_top_key(text.as_bytes()).as_deref(), want, "{text}");
         }
     }
 

@@ -262,7 +262,8 @@ pub(crate) fn check_row(ids: &[u32], probs: &[f64], k: usize, num_experts: u32) 
 }
 
 /// Streams the lines of the text file at `path` to `f` with their 1-based numbers (without the line
-/// ending; a trailing `\r` removed), one reused buffer, stopping at `f`'s first error.
+/// ending; a trailing `\r` removed; a UTF-8 byte-order mark before the first line removed), one
+/// reused buffer, stopping at `f`'s first error.
 pub(crate) fn for_each_line(
     path: &Path,
     mut f: impl FnMut(usize, &str) -> crate::Result<std::ops::ControlFlow<()>>,
@@ -278,7 +279,10 @@ pub(crate) fn for_each_line(
             return Ok(());
         }
         n += 1;
-        let line = buf.trim_end_matches('\n').trim_end_matches('\r');
+        let mut line = buf.trim_end_matches('\n').trim_end_matches('\r');
+        if n == 1 {
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
         if f(n, line)?.is_break() {
             return Ok(());
         }

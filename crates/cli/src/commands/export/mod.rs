@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use saliency::{KeepMap, Metric, MetricConfig, Stats};
+use saliency::{Metric, MetricConfig, Stats};
 
 /// `moe-offload export ...`.
 #[derive(Debug, Subcommand)]
@@ -77,7 +77,8 @@ pub struct LlamaArgs {
 /// Arguments of `export keep-set`.
 #[derive(Debug, Args)]
 pub struct KeepOut {
-    /// Keep-map JSON written by `moe-offload keep` (one K for every layer).
+    /// Keep-map JSON written by `moe-offload keep`, or a plan of `moe-offload plan` (its
+    /// `chosen.keep_map`, as `replay --keep` reads it).
     pub keep: PathBuf,
     /// Output file (`-` for stdout).
     #[arg(short, long)]
@@ -139,7 +140,8 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
         }
         ExportCmd::KeepSet(a) => {
             super::refuse_overwrite(&a.output, [a.keep.as_path()])?;
-            let map = KeepMap::read_json(&a.keep)?;
+            // A keep map, or a plan's chosen keep map, as `replay --keep` reads it.
+            let map = super::replay::inputs::read_keep(&a.keep)?;
             super::write_output(&a.output, &formats::keep_set(&map, &super::version())?)?;
             super::status(format_args!(
                 "wrote {} (keep set): {}, K {} of {} experts",

@@ -27,7 +27,7 @@ pub struct DeployArgs {
     #[arg(long, conflicts_with = "batch")]
     pub served: bool,
     /// Re-batching: serve B of the trace's sequences at once (`seq_offsets`, SEMANTICS.md §11).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::at_least_one)]
     pub batch: Option<usize>,
     /// Tier-2 to tier-1 link bandwidth in GB/s for the cost (needs --tier2).
     #[arg(long)]

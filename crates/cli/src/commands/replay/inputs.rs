@@ -32,7 +32,7 @@ pub fn read_keep(p: &Path) -> Result<KeepMap> {
 /// [`read_keep`]; for a plan made with `--pin-counts` given as `--pin` too (`pinned`), the pinned
 /// plan's keep map (`pinned.keep_map`), which may be another variant than `chosen`'s.
 pub fn read_keep_of(p: &Path, pinned: bool) -> Result<KeepMap> {
-    let bytes = trace_io::read_regular(p).with_context(|| format!("reading {}", p.display()))?;
+    let bytes = trace_io::read_text(p).with_context(|| format!("reading {}", p.display()))?;
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes)
         && let Some(chosen) = v.get("chosen")
     {
@@ -68,7 +68,7 @@ pub struct PlanSettings {
 pub fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<PlanSettings>)> {
     if std::path::Path::new(s).is_file() {
         let v: serde_json::Value =
-            serde_json::from_slice(&trace_io::read_regular(s)?).with_context(|| format!("reading {s}"))?;
+            serde_json::from_slice(&trace_io::read_text(s)?).with_context(|| format!("reading {s}"))?;
         let pinned = pinned && !v.is_array() && v.get("pinned").is_some();
         let (list, variant) = match (v.is_array(), pinned) {
             (true, _) => (&v, &serde_json::Value::Null),
@@ -104,7 +104,7 @@ pub fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<Pla
 /// `None` when `path` is not a plan. A plan made without `--pin-counts` pins nothing and is
 /// refused: its `chosen.keep_map` is the set of experts kept, not a hot set.
 pub fn plan_pins(path: &Path) -> Result<Option<Vec<Vec<u16>>>> {
-    let Ok(bytes) = trace_io::read_regular(path) else { return Ok(None) };
+    let Ok(bytes) = trace_io::read_text(path) else { return Ok(None) };
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return Ok(None) };
     if v.get("chosen").is_none() {
         return Ok(None);

@@ -35,7 +35,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub keep: Option<PathBuf>,
     /// Experts used per token (default: the trace's top-k).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::at_least_one)]
     pub k_used: Option<usize>,
     /// Warmup tokens not counted (policy state still evolves through them). Belady is a lower
     /// bound of every online policy only with `--warmup 0`; counted from a warmup it may exceed

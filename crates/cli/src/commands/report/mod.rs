@@ -58,6 +58,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
     let sweep = SweepOutput::read(&results)?;
     let inputs = inputs::load(a)?;
     let output = a.output.clone().unwrap_or_else(|| a.dir.join("report.html"));
+    super::refuse_directory(&output)?;
     super::refuse_overwrite(
         &output,
         std::iter::once(results.as_path()).chain(inputs.read.iter().map(PathBuf::as_path)),

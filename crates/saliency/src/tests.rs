@@ -375,30 +375,30 @@ fn reap_agg_reader() {
     let p = dir.path().join("agg.json");
     std::fs::write(
         &p,
-        r#"{"a": {"n": 1, "tok": 2, "freq": {"1": [2.0, 0.0, 2.0], "0": [1, 3, 0]}, "reap": {"0": [1.5, 2.0, 0.0], "1": [3.0, 0.0, 1.0]}},
-            "b": {"n": 1, "tok": 2, "freq": {"0": [1, 3, 0]}, "reap": {"0": [NaN, 2.0, 0.0]}},
+        r#"{"a": {"n": 1, "tok": 4, "freq": {"1": [2.0, 0.0, 2.0], "0": [1, 3, 0]}, "reap": {"0": [1.5, 2.0, 0.0], "1": [3.0, 0.0, 1.0]}},
+            "b": {"n": 1, "tok": 4, "freq": {"0": [1, 3, 0]}, "reap": {"0": [NaN, 2.0, 0.0]}},
             "c NaN": {"n": 1, "freq": {"0": [1, 3, 0]}, "reap": {"0": [1.0, 2.0, 0.0]}}}"#,
     )
     .unwrap();
     assert_eq!(Stats::reap_agg_corpora(&p).unwrap(), vec!["a", "b", "c NaN"]);
-    let a = Stats::from_reap_agg(&p, "a", 2).unwrap();
+    let a = Stats::from_reap_agg(&p, "a", 1).unwrap();
     assert_eq!(a.meta.layer_ids, vec![0, 1]);
     assert_eq!(a.meta.num_experts, 3);
     assert_eq!(a.layers[1].count, vec![2, 0, 2]);
     assert_eq!(a.layers[0].reap_sum.as_deref(), Some(&[1.5, 2.0, 0.0][..]));
-    assert_eq!(a.layers[0].tokens, 2);
+    assert_eq!(a.layers[0].tokens, 4);
     assert!(check_stats(&a).iter().all(|c| c.passed));
     let err = metric_scores(&a, Metric::Shrink, &MetricConfig::default()).unwrap_err();
     assert!(matches!(err, SaliencyError::MissingStatistic { statistic: "reap_sumsq", .. }));
 
-    let b = Stats::from_reap_agg(&p, "b", 2).unwrap();
+    let b = Stats::from_reap_agg(&p, "b", 1).unwrap();
     assert!(b.layers[0].reap_sum.is_none());
     assert!(b.meta.source.contains("reap_sum dropped: 1 non-finite"), "{}", b.meta.source);
     assert!(matches!(
         metric_scores(&b, Metric::Reap, &MetricConfig::default()),
         Err(SaliencyError::MissingStatistic { .. })
     ));
-    let reject = ReapAggOptions { top_k: 2, non_finite_reap: NonFiniteReap::Reject };
+    let reject = ReapAggOptions { top_k: 1, non_finite_reap: NonFiniteReap::Reject };
     let err = Stats::from_reap_agg_with(&p, "b", &reject).unwrap_err();
     assert!(err.to_string().contains("layer 0 expert 0"), "{err}");
 
@@ -580,10 +580,10 @@ fn masked_reap_aggregate_and_retention() {
     let p = dir.path().join("agg.json");
     std::fs::write(
         &p,
-        r#"{"b": {"n": 1, "tok": 2, "freq": {"0": [1, 3, 0], "1": [2, 1, 1]}, "reap": {"0": [NaN, 2.0, 0.0], "1": [1.0, Infinity, 3.0]}}}"#,
+        r#"{"b": {"n": 1, "tok": 4, "freq": {"0": [1, 3, 0], "1": [2, 1, 1]}, "reap": {"0": [NaN, 2.0, 0.0], "1": [1.0, Infinity, 3.0]}}}"#,
     )
     .unwrap();
-    let opts = ReapAggOptions { top_k: 2, non_finite_reap: NonFiniteReap::MaskExperts };
+    let opts = ReapAggOptions { top_k: 1, non_finite_reap: NonFiniteReap::MaskExperts };
     let b = Stats::from_reap_agg_with(&p, "b", &opts).unwrap();
     assert_eq!(b.layers[0].reap_missing, vec![0]);
     assert_eq!(b.layers[1].reap_missing, vec![1]);
@@ -591,7 +591,7 @@ fn masked_reap_aggregate_and_retention() {
     assert_eq!(b.reap_missing_total(), 2);
     assert!(b.meta.source.contains("reap_sum masked: 2 non-finite reap values"), "{}", b.meta.source);
     assert!(b.meta.source.contains("2 slots"), "{}", b.meta.source);
-    assert_eq!(b.infer_top_k(), Some(2));
+    assert_eq!(b.infer_top_k(), Some(1));
     // ranking by reap is refused; frequency is fine
     let err = metric_scores(&b, Metric::L2Sum, &MetricConfig::default()).unwrap_err();
     assert!(matches!(err, SaliencyError::PartialStatistic { missing: 2, layer_id: 0, expert: 0, .. }), "{err}");
@@ -623,7 +623,7 @@ fn masked_reap_aggregate_and_retention() {
     assert!(bad.validate().is_err());
     assert_eq!("mask".parse::<NonFiniteReap>().unwrap(), NonFiniteReap::MaskExperts);
     let corpora = Stats::reap_agg_summary(&p).unwrap();
-    assert_eq!((corpora[0].name.as_str(), corpora[0].tokens, corpora[0].non_finite_reap), ("b", Some(2), 2));
+    assert_eq!((corpora[0].name.as_str(), corpora[0].tokens, corpora[0].non_finite_reap), ("b", Some(4), 2));
 }
 
 #[test]

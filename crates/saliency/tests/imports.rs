@@ -25,7 +25,7 @@ fn reap_aggregate_variants_read_means_as_means() {
     let sums = write(
         dir.path(),
         "sums.json",
-        br#"{"c": {"n": 1, "tok": 2, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}, "reap": {"0": [1.5, 6.0, 0.0], "1": [3.0, 0.0, 1.0]}}}"#,
+        br#"{"c": {"n": 1, "tok": 4, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}, "reap": {"0": [1.5, 6.0, 0.0], "1": [3.0, 0.0, 1.0]}}}"#,
     );
     let base = Stats::from_reap_agg_corpus(&sums, Some("c"), &REAP2).unwrap();
     assert_eq!(base.layers[0].reap_sum.as_deref(), Some(&[1.5, 6.0, 0.0][..]));
@@ -33,12 +33,12 @@ fn reap_aggregate_variants_read_means_as_means() {
     let wrapped = write(
         dir.path(),
         "means.json",
-        br#"{"c": {"tokens": 2, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}, "reap_mean": {"0": [1.5, 2.0, NaN], "1": [1.5, 0.0, 0.5]}}}"#,
+        br#"{"c": {"tokens": 4, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}, "reap_mean": {"0": [1.5, 2.0, NaN], "1": [1.5, 0.0, 0.5]}}}"#,
     );
     let bare = write(
         dir.path(),
         "bare.json",
-        br#"{"tokens": 2, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}, "reap_mean": {"0": [1.5, 2.0, 0.0], "1": [1.5, 0.0, 0.5]}}"#,
+        br#"{"tokens": 4, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}, "reap_mean": {"0": [1.5, 2.0, 0.0], "1": [1.5, 0.0, 0.5]}}"#,
     );
     for (p, corpus) in [(&wrapped, Some("c")), (&bare, None)] {
         let s = Stats::from_reap_agg_corpus(p, corpus, &REAP2).unwrap();
@@ -46,11 +46,11 @@ fn reap_aggregate_variants_read_means_as_means() {
         assert!(s.meta.source.ends_with("(reap_sum = reap_mean x freq)"), "{}", s.meta.source);
     }
     let summary = Stats::reap_agg_summary(&bare).unwrap();
-    assert_eq!((summary.len(), summary[0].name.as_str(), summary[0].tokens, summary[0].layers), (1, "", Some(2), 2));
+    assert_eq!((summary.len(), summary[0].name.as_str(), summary[0].tokens, summary[0].layers), (1, "", Some(4), 2));
     assert!(Stats::reap_agg_corpora(&bare).unwrap().is_empty());
 
     // Counts only: accepted, no reap_sum, nothing invented; its JSON has no NaN.
-    let counts = write(dir.path(), "counts.json", br#"{"c": {"tok": 2, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}}}"#);
+    let counts = write(dir.path(), "counts.json", br#"{"c": {"tok": 4, "freq": {"0": [1, 3, 0], "1": [2, 0, 2]}}}"#);
     let s = Stats::from_reap_agg_corpus(&counts, Some("c"), &REAP2).unwrap();
     assert_eq!(s.present_statistics(), ["count"]);
     assert!(s.meta.source.contains("counts only"), "{}", s.meta.source);
@@ -67,19 +67,19 @@ fn reap_aggregate_variants_read_means_as_means() {
     // Refusals: (file text, corpus, expected words).
     let cases: [(&str, Option<&str>, &[&str]); 6] = [
         (
-            r#"{"c": {"tok": 2, "freq": {"0": [1, 1]}, "reap": {"0": [1, 1]}, "reap_mean": {"0": [1, 1]}}}"#,
+            r#"{"c": {"tok": 4, "freq": {"0": [1, 1]}, "reap": {"0": [1, 1]}, "reap_mean": {"0": [1, 1]}}}"#,
             Some("c"),
             &["key `reap`", "key `reap_mean` are both present"],
         ),
         (
-            r#"{"c": {"tok": 2, "tokens": 3, "freq": {"0": [1, 3]}}}"#,
+            r#"{"c": {"tok": 4, "tokens": 3, "freq": {"0": [1, 3]}}}"#,
             Some("c"),
             &["key `tok`", "disagrees with key `tokens` 3"],
         ),
-        (r#"{"tok": 2, "freq": {"0": [1, 3]}}"#, Some("c"), &["no corpora", "drop --corpus"]),
-        (r#"{"a": {"tok": 2, "freq": {"0": [1, 3]}}, "b": {}}"#, None, &["name one with --corpus: a, b"]),
+        (r#"{"tok": 4, "freq": {"0": [1, 3]}}"#, Some("c"), &["no corpora", "drop --corpus"]),
+        (r#"{"a": {"tok": 4, "freq": {"0": [1, 3]}}, "b": {}}"#, None, &["name one with --corpus: a, b"]),
         (
-            r#"{"c": {"tok": 2, "freq": {"0": [1, 3]}, "reap_mean": {"0": [1.0]}}}"#,
+            r#"{"c": {"tok": 4, "freq": {"0": [1, 3]}, "reap_mean": {"0": [1.0]}}}"#,
             Some("c"),
             &["key `reap_mean` layer 0", "has 1 values, expected 2"],
         ),
@@ -94,7 +94,7 @@ fn reap_aggregate_variants_read_means_as_means() {
         }
     }
     // A NaN mean where freq > 0 is a missing value (the non-finite policy), not 0.
-    let p = write(dir.path(), "nan.json", br#"{"tok": 2, "freq": {"0": [1, 3]}, "reap_mean": {"0": [NaN, 1.0]}}"#);
+    let p = write(dir.path(), "nan.json", br#"{"tok": 4, "freq": {"0": [1, 3]}, "reap_mean": {"0": [NaN, 1.0]}}"#);
     let s = Stats::from_reap_agg_corpus(&p, None, &REAP2).unwrap();
     assert!(
         s.layers[0].reap_sum.is_none() && s.meta.source.contains("1 non-finite reap_mean values"),

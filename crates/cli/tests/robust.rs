@@ -286,7 +286,7 @@ fn negative_numbers_get_range_errors_naming_the_option() {
         ),
         (
             vec!["keep", o, "--metric", "frequency", "--k", "-1,2", "-o", o],
-            &["'--k <K>'", "--k takes whole numbers >= 0"],
+            &["'--k <K>'", "-1 is not a whole number >= 1"],
         ),
         (vec!["synth", "--experts", "-4", "-o", o], &["'--experts <EXPERTS>'", "whole numbers >= 0"]),
     ];

@@ -1,12 +1,20 @@
 //! The one-pass LRU miss-ratio curve equals one replay per cap.
 
-use cachesim::mrc::{CurveConfig, lru_curve, replay_curve};
+use cachesim::mrc::{CurveConfig, belady_curve, has_one_pass, lru_curve, one_pass_curve, replay_curve};
 use cachesim::{Keep, Policy, ReplayConfig, Semantics};
 use trace_io::synth::{SynthConfig, generate};
 use trace_io::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta, TraceView};
 
 fn check_equal(view: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) {
-    let one_pass = lru_curve(view, keep, cfg).unwrap();
+    check_policy(view, keep, cfg, Policy::Lru);
+    if cfg.semantics == Semantics::KWay {
+        check_policy(view, keep, cfg, Policy::Belady);
+    }
+}
+
+/// `policy`'s one-pass curve equals one replay per cap, at every cap from k_used to E.
+fn check_policy(view: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig, policy: Policy) {
+    let one_pass = one_pass_curve(view, keep, policy, cfg).expect("a one-pass curve").unwrap();
     let k = one_pass.k_used;
     let caps: Vec<usize> = (k..=view.shape().num_experts).collect();
     let base = ReplayConfig {
@@ -14,10 +22,10 @@ fn check_equal(view: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) {
         warmup: cfg.warmup,
         semantics: cfg.semantics,
         reset_at_sequence: cfg.reset_at_sequence,
-        ..ReplayConfig::new(Policy::Lru, k)
+        ..ReplayConfig::new(policy, k)
     };
     let replayed = replay_curve(view, keep, &base, &caps).unwrap();
-    assert_eq!(one_pass, replayed, "{cfg:?}");
+    assert_eq!(one_pass, replayed, "{policy} {cfg:?}");
     for l in &one_pass.layers {
         assert!(l.misses.windows(2).all(|w| w[0] >= w[1]), "misses must not increase with the cap");
     }
@@ -151,4 +159,106 @@ fn per_layer_caps_replay_each_layer_at_its_own_cap() {
     let bad = ReplayConfig { layer_caps: Some(vec![1, 1]), ..ReplayConfig::new(Policy::Lru, 1) };
     let err = cachesim::replay(&v, &keep, &bad).unwrap_err();
     assert!(err.to_string().contains("2 values for 3 layers"), "{err}");
+}
+
+#[test]
+fn belady_one_pass_equals_replays_on_many_synthetic_traces() {
+    // Small E and k, so that ties of next use (two experts next used by one token, or never)
+    // and first uses deep in the stack are frequent.
+    for (seed, experts, top_k, candidates) in [(1, 6, 2, 3), (2, 9, 3, 3), (3, 12, 4, 6), (4, 16, 1, 2), (5, 30, 6, 8)]
+    {
+        let t = generate(&SynthConfig {
+            layers: 2,
+            experts,
+            top_k,
+            candidates,
+            tokens: 400,
+            sequences: 4,
+            seed,
+            dead_experts: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        let v = t.view();
+        let shape = v.shape();
+        let half: Vec<u16> = (0..experts as u16).filter(|e| e % 3 != 1).collect();
+        let pruned = Keep::from_layers(&shape, &[half.clone(), half]).unwrap();
+        for keep in [Keep::full(&shape), pruned] {
+            for (k_used, warmup, reset) in [(None, 0, false), (None, 50, true), (Some(1), 7, false)] {
+                let cfg = CurveConfig { k_used, warmup, reset_at_sequence: reset, ..Default::default() };
+                check_policy(&v, &keep, &cfg, Policy::Belady);
+            }
+        }
+    }
+}
+
+#[test]
+fn belady_hand_computed_stack() {
+    // One layer, E = 4, k = m = 2. Tokens: {0,1}, {2,0}, {1,3}, {3,2}. Next uses: t0: 0 -> t1,
+    // 1 -> t2; t1: 2 -> t3, 0 never; t2: 1 never, 3 -> t3.
+    //   t0: []        -> 0 and 1 first uses;     stack [0,1]
+    //   t1: [0,1]     -> 0 at depth 0, 2 first;  stack [2,0,1] (F, then 1, the only one left)
+    //   t2: [2,0,1]   -> 1 at depth 2, 3 first;  after F the slot goes to 2 (next t3), not 0
+    //                                            (never): stack [1,3,2,0]
+    //   t3: [1,3,2,0] -> 3 at depth 1, 2 at depth 2.
+    // misses(cap 2) = 4 first uses + the depths >= 2 (1 at t2, 2 at t3) = 6; cap 3: 4; cap 4: 4.
+    // (LRU at cap 3 keeps 0, used more recently than 2, and misses 2 at t3: 6, 5, 4.)
+    let meta = TraceMeta {
+        model: "hand".into(),
+        num_experts: 4,
+        top_k: 2,
+        layer_ids: vec![0],
+        score_kind: ScoreKind::None,
+        phase: Phase::Decode,
+        source: "test".into(),
+        extra: Default::default(),
+    };
+    let parts = OwnedParts { ids: vec![0, 1, 2, 0, 1, 3, 3, 2], ..Default::default() };
+    let t = TraceData::new(meta, 4, 2, parts).unwrap();
+    let v = t.view();
+    let cfg = CurveConfig { warmup: 0, ..Default::default() };
+    let keep = Keep::full(&v.shape());
+    assert_eq!(belady_curve(&v, &keep, &cfg).unwrap().layers[0].misses, vec![6, 4, 4]);
+    assert_eq!(lru_curve(&v, &keep, &cfg).unwrap().layers[0].misses, vec![6, 5, 4]);
+    check_equal(&v, &keep, &cfg);
+    let seq = CurveConfig { semantics: Semantics::Sequential, ..cfg };
+    assert!(belady_curve(&v, &keep, &seq).is_err());
+    assert!(one_pass_curve(&v, &keep, Policy::Belady, &seq).is_none());
+}
+
+/// fifo and lfu are not stack algorithms under these semantics: on each trace below a larger
+/// cache misses more (Belady's anomaly), which no one-pass curve of depths can give. The fifo
+/// trace is Belady, Nelson and Shedler's (1969); the lfu one was found by a search over short
+/// random traces (lfu counts accesses since insertion, so its order depends on the cap).
+#[test]
+fn fifo_and_lfu_have_no_one_pass_curve() {
+    // (policy, trace of one expert per token, cap, misses at cap and cap + 1)
+    type Case<'a> = (Policy, &'a [u16], usize, (u64, u64));
+    let cases: [Case<'_>; 2] = [
+        (Policy::Fifo, &[0, 1, 2, 3, 0, 1, 4, 0, 1, 2, 3, 4], 3, (9, 10)),
+        (Policy::Lfu, &[3, 1, 0, 1, 3, 0, 2, 1, 2, 1], 2, (6, 7)),
+    ];
+    for (policy, ids, cap, want) in cases {
+        let meta = TraceMeta {
+            model: "anomaly".into(),
+            num_experts: 5,
+            top_k: 1,
+            layer_ids: vec![0],
+            score_kind: ScoreKind::None,
+            phase: Phase::Decode,
+            source: "test".into(),
+            extra: Default::default(),
+        };
+        let parts = OwnedParts { ids: ids.to_vec(), ..Default::default() };
+        let t = TraceData::new(meta, ids.len(), 1, parts).unwrap();
+        let v = t.view();
+        let keep = Keep::full(&v.shape());
+        let misses = |c| {
+            let cfg = ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, c) };
+            cachesim::replay(&v, &keep, &cfg).unwrap().misses
+        };
+        assert_eq!((misses(cap), misses(cap + 1)), want, "{policy}: a larger cache misses more");
+        assert!(!has_one_pass(policy, Semantics::KWay));
+    }
+    assert!(has_one_pass(Policy::Belady, Semantics::KWay) && !has_one_pass(Policy::Belady, Semantics::Sequential));
 }

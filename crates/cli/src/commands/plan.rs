@@ -19,7 +19,8 @@ pub struct MrcArgs {
     /// Keep map JSON (default: every expert kept).
     #[arg(long)]
     pub keep: Option<PathBuf>,
-    /// Cache policy; `lru` is computed in one pass, the others by one replay per cap.
+    /// Cache policy; `lru` (both semantics) and `belady` (k-way) are computed in one pass over
+    /// every cap, the others by one replay per cap.
     #[arg(long, default_value = "lru")]
     pub policy: Policy,
     /// Caps `a..b` (inclusive; default k_used..E).
@@ -77,16 +78,25 @@ const MAX_CURVE_STEPS: u64 = 4_000_000_000;
 
 /// The work of the curve of `policy` on `v` over `caps` (default k_used..=E), in steps (one per
 /// pick, plus the E experts of state each replay of a layer sets up), and its description.
-fn curve_work(v: &TraceView<'_>, policy: Policy, k_used: Option<usize>, caps: Option<(usize, usize)>) -> (u64, String) {
+fn curve_work(
+    v: &TraceView<'_>,
+    policy: Policy,
+    semantics: Semantics,
+    k_used: Option<usize>,
+    caps: Option<(usize, usize)>,
+) -> (u64, String) {
     let s = v.shape();
     let k = k_used.unwrap_or(s.top_k);
     let (lo, hi) = caps.unwrap_or((k, s.num_experts));
     let n = hi.saturating_sub(lo) as u64 + 1;
     let per_replay =
         (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
-    if policy == Policy::Lru && lo == k && hi == s.num_experts {
-        let what =
-            format!("lru curve of caps {lo}..={hi} in one pass (O(L x T x k x log E)): about {per_replay} steps");
+    // One pass over every cap from k_used to E, sliced to the caps asked for.
+    if cachesim::mrc::has_one_pass(policy, semantics) && lo >= k && hi <= s.num_experts {
+        let order = if policy == Policy::Lru { "log E" } else { "the depth of the deepest pick" };
+        let what = format!(
+            "{policy} curve of caps {lo}..={hi} in one pass (O(L x T x k x {order})): about {per_replay} steps"
+        );
         return (per_replay, what);
     }
     let steps = n.saturating_mul(per_replay);
@@ -138,7 +148,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
             a.policy
         );
     }
-    let (steps, what) = curve_work(&v, a.policy, a.k_used, a.caps);
+    let (steps, what) = curve_work(&v, a.policy, a.semantics, a.k_used, a.caps);
     crate::progress::status!("mrc: {what}");
     bound_curves(steps, a.yes)?;
     let working = crate::progress::working("mrc");
@@ -227,7 +237,7 @@ pub struct PlanArgs {
     /// Override the profile's expert size, in MB (10^6 bytes).
     #[arg(long)]
     pub expert_mb: Option<f64>,
-    /// Cache policy of the plan (`lru` curves are computed in one pass).
+    /// Cache policy of the plan (`lru` and `belady` curves are computed in one pass).
     #[arg(long, default_value = "lru")]
     pub policy: Policy,
     /// Experts used per token (default: the trace's top-k).
@@ -322,8 +332,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         max_slot_replacement: a.max_slot_replacement,
         quality: (!a.quality.is_empty()).then_some(&floor),
     };
-    let (ci, _) = curve_work(&cv, a.policy, a.k_used, None);
-    let (co, what) = curve_work(&hv, a.policy, a.k_used, None);
+    let (ci, _) = curve_work(&cv, a.policy, Semantics::KWay, a.k_used, None);
+    let (co, what) = curve_work(&hv, a.policy, Semantics::KWay, a.k_used, None);
     let steps = (ci.saturating_add(co)).saturating_mul(a.variants.len() as u64);
     crate::progress::status!("plan: {} variants x 2 traces, each a {what}; {steps} steps in all", a.variants.len());
     bound_curves(steps, a.yes)?;

@@ -1,6 +1,6 @@
 //! The plan search behind `moe-offload plan`: [`search`] of a [`PlanRequest`].
 
-use cachesim::mrc::{CurveConfig, MissCurve, lru_curve, replay_curve};
+use cachesim::mrc::{CurveConfig, MissCurve, replay_curve};
 use cachesim::{Keep, Policy, ReplayConfig, Semantics};
 use saliency::{KeepConfig, KeepMap, Stats};
 use trace_io::TraceView;
@@ -108,8 +108,9 @@ pub struct PlanOutcome {
     pub uniform_best: Option<(String, Evaluated)>,
 }
 
-/// The curve of `policy` on `v` over `caps` (default `k_used..=E`): one pass for LRU over the
-/// whole range, else one replay per cap.
+/// The curve of `policy` on `v` over `caps` (default `k_used..=E`): one pass over every cap for
+/// a policy that has one ([`cachesim::mrc::has_one_pass`]: lru, belady under k-way residency),
+/// sliced to `caps`; else one replay per cap.
 ///
 /// # Errors
 /// [`SweepError::CacheSim`] for a configuration cachesim refuses.
@@ -122,8 +123,11 @@ pub fn miss_curve(
 ) -> Result<MissCurve> {
     let k = base.k_used.unwrap_or(v.shape().top_k);
     let (lo, hi) = caps.unwrap_or((k, v.shape().num_experts));
-    if policy == Policy::Lru && lo == k && hi == v.shape().num_experts {
-        return Ok(lru_curve(v, keep, base)?);
+    if lo >= k
+        && hi <= v.shape().num_experts
+        && let Some(curve) = cachesim::mrc::one_pass_curve(v, keep, policy, base)
+    {
+        return Ok(curve?.sliced(lo, hi)?);
     }
     let cfg = ReplayConfig {
         k_used: base.k_used,

@@ -1,8 +1,13 @@
 //! Miss-ratio curves: the misses of every cache size, per layer.
 //!
 //! [`lru_curve`] computes the LRU curve of every cap from `k_used` to E in **one pass** over the
-//! trace, for both residency semantics; [`replay_curve`] computes any policy's curve by one replay
-//! per cap (run in parallel), and is the cross-check of the one-pass curve.
+//! trace, for both residency semantics; [`belady_curve`] does the same for belady under k-way
+//! residency (the priority stack of `belady.rs`); [`replay_curve`] computes any policy's curve by
+//! one replay per cap (run in parallel), and is the cross-check of the one-pass curves
+//! ([`has_one_pass`] says which exist). The other policies have no one-pass curve: fifo and lfu
+//! are not stack algorithms here (their order depends on insertion, so a larger cache can miss
+//! more: `tests/mrc.rs` holds a trace where each does), and the credit policies' keys depend on
+//! which experts a cap evicted.
 //!
 //! # Why one pass is exact for LRU under k-way residency
 //! Keep a recency stack per layer (most recent first) and update it once per token: the token's
@@ -26,6 +31,8 @@ use serde::{Deserialize, Serialize};
 use trace_io::TraceView;
 
 use crate::{CacheSimError, Keep, Policy, ReplayConfig, Result, Semantics};
+
+mod belady;
 
 /// One layer's curve: `misses[c - min_cap]` is the layer's misses at cap `c`, for `c` in
 /// `min_cap..=max_cap`.
@@ -72,6 +79,50 @@ impl MissCurve {
     /// Misses per token at a uniform cap (0 when no token is counted).
     pub fn misses_per_token(&self, cap: usize) -> f64 {
         if self.tokens == 0 { 0.0 } else { self.total_misses(cap) as f64 / self.tokens as f64 }
+    }
+
+    /// The same curve over the caps `lo..=hi` only.
+    ///
+    /// # Errors
+    /// [`CacheSimError::InvalidParameter`] when `lo..=hi` is empty or not inside
+    /// `min_cap..=max_cap`.
+    pub fn sliced(mut self, lo: usize, hi: usize) -> Result<MissCurve> {
+        if lo > hi || lo < self.min_cap || hi > self.max_cap {
+            return Err(CacheSimError::InvalidParameter {
+                name: "caps",
+                value: format!("{lo}..={hi}"),
+                reason: "must lie inside the curve's caps k_used..=E",
+            });
+        }
+        for l in &mut self.layers {
+            l.misses = l.misses[lo - self.min_cap..=hi - self.min_cap].to_vec();
+        }
+        (self.min_cap, self.max_cap) = (lo, hi);
+        Ok(self)
+    }
+}
+
+/// Whether `policy` has a one-pass curve under `semantics`: lru under both ([`lru_curve`]),
+/// belady under k-way residency ([`belady_curve`]).
+pub fn has_one_pass(policy: Policy, semantics: Semantics) -> bool {
+    matches!((policy, semantics), (Policy::Lru, _) | (Policy::Belady, Semantics::KWay))
+}
+
+/// The one-pass curve of `policy` ([`has_one_pass`]) of every cap from `k_used` to E, or `None`
+/// for a policy without one.
+///
+/// # Errors
+/// As [`lru_curve`] and [`belady_curve`].
+pub fn one_pass_curve(
+    trace: &TraceView<'_>,
+    keep: &Keep,
+    policy: Policy,
+    cfg: &CurveConfig,
+) -> Option<Result<MissCurve>> {
+    match policy {
+        _ if !has_one_pass(policy, cfg.semantics) => None,
+        Policy::Lru => Some(lru_curve(trace, keep, cfg)),
+        _ => Some(belady_curve(trace, keep, cfg)),
     }
 }
 
@@ -166,14 +217,64 @@ pub fn lru_curve_pinned(
     keep.check_shape(&shape)?;
     // The stack-distance pass reads F along whole rows: every candidate.
     crate::require(trace, trace_io::Reads::ids(usize::MAX))?;
-    let e_n = shape.num_experts;
     let seq = trace.seq_offsets().filter(|_| cfg.reset_at_sequence).unwrap_or(&[]);
+    Ok(curve_of(trace, Policy::Lru, k_used, cfg, |l| {
+        let pinned = pins.map(|p| p.layer_mask(l));
+        lru_depths(trace.layer_ids(l), keep.layer_mask(l), pinned, shape.candidates, k_used, cfg, seq)
+    }))
+}
+
+/// The belady curve of every cap from `k_used` to E, per layer, in one pass (layers in parallel):
+/// the priority stack of `belady.rs` (Mattson et al., 1970, for a k-way set per token).
+///
+/// Equals a [`crate::replay`] with policy `belady`, λ = 0 and the same settings at every cap
+/// (tested on synthetic traces with pruned keep maps, warmups and resets, and on the real ones).
+///
+/// # Errors
+/// As [`crate::validate`] for `belady` at cap `k_used` (an invalid `k_used`, 2^32 tokens or
+/// more), [`CacheSimError::KeepMismatch`], and [`CacheSimError::InvalidParameter`] for
+/// sequential semantics (no one-pass curve: [`replay_curve`] computes it).
+pub fn belady_curve(trace: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) -> Result<MissCurve> {
+    let shape = trace.shape();
+    if cfg.semantics != Semantics::KWay {
+        return Err(CacheSimError::InvalidParameter {
+            name: "semantics",
+            value: "sequential".into(),
+            reason: "the one-pass belady curve is for k-way residency; replay_curve computes the sequential one",
+        });
+    }
+    let k_used = cfg.k_used.unwrap_or(shape.top_k);
+    let base = ReplayConfig {
+        k_used: Some(k_used),
+        warmup: cfg.warmup,
+        semantics: cfg.semantics,
+        reset_at_sequence: cfg.reset_at_sequence,
+        ..ReplayConfig::new(Policy::Belady, k_used.max(1))
+    };
+    crate::validate(&shape, trace.parts().scores.is_some(), &base)?;
+    keep.check_shape(&shape)?;
+    crate::require(trace, trace_io::Reads::ids(usize::MAX))?;
+    let seq = trace.seq_offsets().filter(|_| cfg.reset_at_sequence).unwrap_or(&[]);
+    Ok(curve_of(trace, Policy::Belady, k_used, cfg, |l| {
+        belady::belady_depths(trace.layer_ids(l), keep.layer_mask(l), shape.candidates, k_used, cfg.warmup, seq)
+    }))
+}
+
+/// The curve of caps `k_used..=E` from each layer's depth histogram (`depths(l)`, layers in
+/// parallel): misses(C) = first uses + forced misses + the picks of depth >= C.
+fn curve_of(
+    trace: &TraceView<'_>,
+    policy: Policy,
+    k_used: usize,
+    cfg: &CurveConfig,
+    depths: impl Fn(usize) -> DepthHistogram + Sync,
+) -> MissCurve {
+    let shape = trace.shape();
+    let e_n = shape.num_experts;
     let layers: Vec<LayerCurve> = (0..shape.layers)
         .into_par_iter()
         .map(|l| {
-            let pinned = pins.map(|p| p.layer_mask(l));
-            let hist = lru_depths(trace.layer_ids(l), keep.layer_mask(l), pinned, shape.candidates, k_used, cfg, seq);
-            // misses(C) = cold + forced + sum_{d >= C} hist[d]
+            let hist = depths(l);
             let mut misses = vec![0u64; e_n + 1 - k_used];
             let mut tail: u64 = hist.depth[e_n.min(hist.depth.len())..].iter().sum();
             for c in (k_used..=e_n).rev() {
@@ -186,8 +287,8 @@ pub fn lru_curve_pinned(
         })
         .collect();
     let tokens = shape.tokens.saturating_sub(cfg.warmup) as u64;
-    Ok(MissCurve {
-        policy: Policy::Lru,
+    MissCurve {
+        policy,
         semantics: cfg.semantics,
         k_used,
         min_cap: k_used,
@@ -195,10 +296,10 @@ pub fn lru_curve_pinned(
         tokens,
         picks_per_layer: tokens * k_used as u64,
         layers,
-    })
+    }
 }
 
-struct DepthHistogram {
+pub(crate) struct DepthHistogram {
     /// `depth[d]`: counted picks whose stack depth was `d`.
     depth: Vec<u64>,
     /// Counted first uses (cold misses at every cap).

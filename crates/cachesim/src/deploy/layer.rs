@@ -258,7 +258,7 @@ fn tier1<P: Prio, X: StepSink>(
     for s in 0..steps {
         let rows = plan.starts[s]..plan.starts[s + 1];
         let counted = plan.starts[s] >= inp.warmup;
-        prio.begin_step(s);
+        prio.begin_step(s, level.heap());
         set.clear();
         // Step 1–2 per row, against the cache at the start of the step.
         for p in rows.clone() {
@@ -343,9 +343,9 @@ fn tier1<P: Prio, X: StepSink>(
                 let t = plan.token(p);
                 let row = &inp.ids[t * m..(t + 1) * m];
                 let len = build_f(row, inp.keep, &mut f);
-                prio.credit_row(s, &f[..len], row, inp.scores.map(|z| &z[t * m..(t + 1) * m]));
+                prio.credit_row(s, &f[..len], row, inp.scores.map(|z| &z[t * m..(t + 1) * m]), level.heap());
             }
-            prio.end_credits();
+            prio.end_credits(level.heap());
         }
     }
     (counts, extra, stream)
@@ -357,7 +357,7 @@ fn tier2<P: Prio>(stream: &Stream, num_experts: usize, mut level: Level, mut pri
     let no_pins = vec![false; num_experts];
     let (mut hits, mut misses) = (0, 0);
     for s in 0..stream.counted.len() {
-        prio.begin_step(s);
+        prio.begin_step(s, level.heap());
         let set = &stream.sets.ids[stream.sets.starts[s]..stream.sets.starts[s + 1]];
         let out = level.step(&mut prio, set, &no_pins, |_| {});
         if stream.counted[s] {

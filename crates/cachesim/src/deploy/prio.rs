@@ -5,13 +5,15 @@
 //! the tie-breaker (time of last access) in the low 64. Decayed scores S >= 0 order as their
 //! f64 bits.
 
+use super::heap::KeyHeap;
 use crate::policy::softmax_row;
 
 /// Which accesses give an expert a key above every other key, so that a level can keep its
 /// cached experts in a list in key order instead of scanning them for a victim.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
-    /// Keys change otherwise (counts, next uses, credits): the level scans.
+    /// Keys change otherwise too (next uses, credits): the level keeps its cached experts in a
+    /// [`KeyHeap`], which the policy tells of every key change outside [`Prio::access`].
     Scan,
     /// Every access (lru: the key is the time of last access, and the clock only grows).
     EveryAccess,
@@ -25,21 +27,24 @@ pub(crate) enum Order {
 pub(crate) trait Prio {
     /// Whether the policy takes credits after a step ([`Prio::credit_row`]).
     const CREDITS: bool = false;
-    /// Which accesses raise a key above all others ([`Order`]); nothing else may change a key.
+    /// Which accesses raise a key above all others ([`Order`]); nothing else may change a key,
+    /// but under [`Order::Scan`], where every change outside an access goes to the level's heap.
     const ORDER: Order = Order::Scan;
+    /// Whether [`Prio::access`] may change the key (belady's does not).
+    const ACCESS_KEYED: bool = true;
     /// The priority of cached expert `e`.
     fn key(&self, e: usize) -> u128;
     /// Expert `e` was accessed at clock `now`; `inserted`: it was just inserted.
     fn access(&mut self, e: usize, now: u64, inserted: bool);
-    /// Step `s` starts (belady: its set's next uses).
-    fn begin_step(&mut self, _s: usize) {}
+    /// Step `s` starts (belady: its set's next uses); changed keys go to `heap`.
+    fn begin_step(&mut self, _s: usize, _heap: &mut KeyHeap) {}
     /// Before the credits of a step (the lazy decays multiply M once).
     fn begin_credits(&mut self) {}
     /// The credits of one row of step `s`: `f` its kept candidates (F), `row` its candidates,
-    /// `scores` their router scores.
-    fn credit_row(&mut self, _s: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {}
-    /// After the credits of a step (the lazy decays rescale when M > 1e100).
-    fn end_credits(&mut self) {}
+    /// `scores` their router scores; changed keys go to `heap`.
+    fn credit_row(&mut self, _s: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>, _heap: &mut KeyHeap) {}
+    /// After the credits of a step (the lazy decays rescale when M > 1e100, and rekey `heap`).
+    fn end_credits(&mut self, _heap: &mut KeyHeap) {}
 }
 
 /// lru: time of last access.
@@ -150,15 +155,18 @@ impl Belady {
 }
 
 impl Prio for Belady {
+    const ACCESS_KEYED: bool = false;
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         u128::from(u64::MAX - self.next[e])
     }
     #[inline(always)]
     fn access(&mut self, _e: usize, _now: u64, _inserted: bool) {}
-    fn begin_step(&mut self, s: usize) {
+    fn begin_step(&mut self, s: usize, heap: &mut KeyHeap) {
         for i in self.sets.starts[s]..self.sets.starts[s + 1] {
-            self.next[usize::from(self.sets.ids[i])] = self.next_after[i];
+            let e = usize::from(self.sets.ids[i]);
+            self.next[e] = self.next_after[i];
+            heap.update(e, self.key(e));
         }
     }
 }
@@ -188,9 +196,11 @@ impl Prio for NearPick {
     fn access(&mut self, e: usize, now: u64, _inserted: bool) {
         self.last[e] = now;
     }
-    fn credit_row(&mut self, s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+    fn credit_row(&mut self, s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
         for &e in f.iter().take(self.near_n) {
-            self.near[usize::from(e)] = s as u64 + 1;
+            let e = usize::from(e);
+            self.near[e] = s as u64 + 1;
+            heap.update(e, self.key(e));
         }
     }
 }
@@ -215,12 +225,21 @@ impl Lazy {
     fn begin(&mut self) {
         self.multiplier *= self.inverse_decay;
     }
-    fn end(&mut self) {
+    /// Adds `x · M` to `e`'s score (x >= 0) and tells `heap`.
+    #[inline(always)]
+    fn credit(&mut self, e: usize, x: f64, heap: &mut KeyHeap) {
+        self.score[e] += x * self.multiplier;
+        heap.update(e, self.key(e));
+    }
+    /// The rescale divides every score by M: that keeps their order but may round distinct
+    /// scores to one (then the tie-breaker decides), so `heap` takes every key anew.
+    fn end(&mut self, heap: &mut KeyHeap) {
         if self.multiplier > 1e100 {
             for s in self.score.iter_mut() {
                 *s /= self.multiplier;
             }
             self.multiplier = 1.0;
+            heap.rekey(|e| self.key(e));
         }
     }
 }
@@ -250,14 +269,13 @@ impl Prio for NearPickEma {
     fn begin_credits(&mut self) {
         self.lazy.begin();
     }
-    fn credit_row(&mut self, _s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        let m = self.lazy.multiplier;
+    fn credit_row(&mut self, _s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
         for &e in f.iter().take(self.near_n) {
-            self.lazy.score[usize::from(e)] += 1.0 * m;
+            self.lazy.credit(usize::from(e), 1.0, heap);
         }
     }
-    fn end_credits(&mut self) {
-        self.lazy.end();
+    fn end_credits(&mut self, heap: &mut KeyHeap) {
+        self.lazy.end(heap);
     }
 }
 
@@ -287,16 +305,15 @@ impl Prio for InvRouter {
     fn begin_credits(&mut self) {
         self.lazy.begin();
     }
-    fn credit_row(&mut self, _s: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
+    fn credit_row(&mut self, _s: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, heap: &mut KeyHeap) {
         // validate() guarantees scores for inv_router.
         let Some(z) = scores else { return };
         softmax_row(z, &mut self.probs);
-        let m = self.lazy.multiplier;
         for (&e, &p) in row.iter().zip(&self.probs) {
-            self.lazy.score[usize::from(e)] += p * m;
+            self.lazy.credit(usize::from(e), p, heap);
         }
     }
-    fn end_credits(&mut self) {
-        self.lazy.end();
+    fn end_credits(&mut self, heap: &mut KeyHeap) {
+        self.lazy.end(heap);
     }
 }

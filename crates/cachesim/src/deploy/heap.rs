@@ -3,21 +3,28 @@
 //! near_pick_ema and inv_router): an indexed binary min-heap on (key, expert id), with the
 //! position of every expert, so that a key change of one expert is one sift, O(log cap).
 //!
-//! The heap holds a copy of each cached expert's key: whoever changes a key tells the heap
-//! ([`KeyHeap::update`], which ignores experts that are not cached; [`KeyHeap::rekey`] after a
-//! change of every key). The victim ([`KeyHeap::lowest_where_not`]) walks the heap from the root
+//! An entry is a rank ([`super::prio::Prio::rank`]): one `u128` in the order of (key, id) with
+//! the id in its low 16 bits, so that a comparison is one of integers. The heap holds a copy of
+//! each cached expert's rank: whoever changes a key tells the heap ([`KeyHeap::update`], which
+//! ignores experts that are not cached; [`KeyHeap::rekey`] after a change of every key). The victim ([`KeyHeap::lowest_where_not`]) walks the heap from the root
 //! and stops below every expert that qualifies: it reads at most twice the skipped experts plus
 //! one. All buffers are allocated by [`KeyHeap::new`].
 
 /// Position of an expert that is not in the heap.
 const ABSENT: u32 = u32::MAX;
 
+/// The expert of a rank (its low 16 bits).
+#[inline(always)]
+fn expert(rank: u128) -> usize {
+    usize::from(rank as u16)
+}
+
 /// Cached experts in a min-heap on (key, id) (see the module doc).
 pub(crate) struct KeyHeap {
     /// `[E]`: index into `heap`, or [`ABSENT`].
     pos: Vec<u32>,
-    /// (key, expert) in heap order: every entry is below its children.
-    heap: Vec<(u128, u16)>,
+    /// Ranks in heap order: every entry is below its children.
+    heap: Vec<u128>,
     /// The walk of [`KeyHeap::lowest_where_not`]: at most one entry per heap entry.
     stack: Vec<u32>,
 }
@@ -46,11 +53,11 @@ impl KeyHeap {
                 break;
             }
             self.heap[i] = up;
-            self.pos[usize::from(up.1)] = i as u32;
+            self.pos[expert(up)] = i as u32;
             i = p;
         }
         self.heap[i] = x;
-        self.pos[usize::from(x.1)] = i as u32;
+        self.pos[expert(x)] = i as u32;
     }
 
     /// Moves entry `i` down while a child is below it.
@@ -70,11 +77,11 @@ impl KeyHeap {
                 break;
             }
             self.heap[i] = down;
-            self.pos[usize::from(down.1)] = i as u32;
+            self.pos[expert(down)] = i as u32;
             i = c;
         }
         self.heap[i] = x;
-        self.pos[usize::from(x.1)] = i as u32;
+        self.pos[expert(x)] = i as u32;
     }
 
     /// Moves entry `i` to its place after a change of its key in either direction.
@@ -87,13 +94,14 @@ impl KeyHeap {
         }
     }
 
-    /// Expert `e` (not in the heap) enters with `key`; at most `cap` experts are in the heap.
+    /// An expert (not in the heap) enters with `rank` (its id in the low 16 bits); at most
+    /// `cap` experts are in the heap.
     #[inline(always)]
-    pub fn insert(&mut self, e: usize, key: u128) {
-        debug_assert!(self.pos[e] == ABSENT, "expert {e} is in the heap already");
+    pub fn insert(&mut self, rank: u128) {
+        debug_assert!(self.pos[expert(rank)] == ABSENT, "expert {} is in the heap already", expert(rank));
         let i = self.heap.len();
         // At most `cap` entries: never grows past its capacity.
-        self.heap.push((key, e as u16));
+        self.heap.push(rank);
         self.sift_up(i);
     }
 
@@ -109,21 +117,22 @@ impl KeyHeap {
         }
     }
 
-    /// The key of `e` is now `key` (nothing when `e` is not in the heap).
+    /// The rank of its expert (the low 16 bits) is now `rank` (nothing when that expert is not
+    /// in the heap).
     #[inline(always)]
-    pub fn update(&mut self, e: usize, key: u128) {
-        let i = self.pos[e];
+    pub fn update(&mut self, rank: u128) {
+        let i = self.pos[expert(rank)];
         if i != ABSENT {
             let i = i as usize;
-            self.heap[i].0 = key;
+            self.heap[i] = rank;
             self.sift(i);
         }
     }
 
-    /// Every key changed: each entry's key is now `key(expert)`, and the heap is rebuilt.
-    pub fn rekey(&mut self, key: impl Fn(usize) -> u128) {
+    /// Every key changed: each entry's rank is now `rank(expert)`, and the heap is rebuilt.
+    pub fn rekey(&mut self, rank: impl Fn(usize) -> u128) {
         for entry in self.heap.iter_mut() {
-            entry.0 = key(usize::from(entry.1));
+            *entry = rank(expert(*entry));
         }
         for i in (0..self.heap.len() / 2).rev() {
             self.sift_down(i);
@@ -140,10 +149,10 @@ impl KeyHeap {
             return None;
         }
         let top = self.heap[0];
-        if !skip(usize::from(top.1)) {
-            return Some(usize::from(top.1));
+        if !skip(expert(top)) {
+            return Some(expert(top));
         }
-        let mut best: Option<(u128, u16)> = None;
+        let mut best: Option<u128> = None;
         self.stack.clear();
         // Each entry is pushed at most once (by its parent), so the stack stays within its
         // capacity.
@@ -154,7 +163,7 @@ impl KeyHeap {
             if best.is_some_and(|b| b <= x) {
                 continue;
             }
-            if !skip(usize::from(x.1)) {
+            if !skip(expert(x)) {
                 best = Some(x);
                 continue;
             }
@@ -166,7 +175,7 @@ impl KeyHeap {
                 }
             }
         }
-        best.map(|b| usize::from(b.1))
+        best.map(expert)
     }
 }
 
@@ -193,7 +202,7 @@ mod tests {
                 let cached = key.iter().filter(|k| k.is_some()).count();
                 match (what, key[e]) {
                     (0, None) if cached < cap => {
-                        heap.insert(e, k);
+                        heap.insert(k << 16 | e as u128);
                         key[e] = Some(k);
                     }
                     (1, Some(_)) => {
@@ -204,11 +213,11 @@ mod tests {
                         for (x, kx) in key.iter_mut().enumerate() {
                             *kx = kx.map(|v| (v + x as u128 * k) % 7);
                         }
-                        heap.rekey(|x| key[x].expect("in the heap"));
+                        heap.rekey(|x| key[x].expect("in the heap") << 16 | x as u128);
                     }
                     _ => {
                         // A change of e's key (nothing when e is not in the heap).
-                        heap.update(e, k);
+                        heap.update(k << 16 | e as u128);
                         if key[e].is_some() {
                             key[e] = Some(k);
                         }

@@ -14,6 +14,8 @@ struct Input<'a> {
     ids: &'a [u16],
     scores: Option<&'a [f32]>,
     keep: &'a [bool],
+    /// Whether `keep` keeps every expert (then F is the row).
+    all_kept: bool,
     pinned: &'a [bool],
     plan: &'a StepPlan,
     m: usize,
@@ -95,6 +97,7 @@ pub(crate) fn replay_layer_with<X: StepSink>(
         ids: trace.layer_ids(l),
         scores: trace.layer_scores(l),
         keep: keep.layer_mask(l),
+        all_kept: keep.layer_mask(l).iter().all(|&k| k),
         pinned: dep.pins.as_ref().map_or(&no_pins[..], |p| p.layer_mask(l)),
         plan,
         m: shape.candidates,
@@ -175,8 +178,8 @@ fn lambda0_sets(inp: &Input<'_>) -> StepSets {
     for s in 0..plan.steps() {
         for p in plan.starts[s]..plan.starts[s + 1] {
             let t = plan.token(p);
-            let len = build_f(&inp.ids[t * inp.m..(t + 1) * inp.m], inp.keep, &mut f);
-            for &e in &f[..inp.k.min(len)] {
+            let (len, _) = build_f_prefix(&inp.ids[t * inp.m..(t + 1) * inp.m], inp.keep, &mut f, inp.k);
+            for &e in &f[..len] {
                 if mark[usize::from(e)] != s {
                     mark[usize::from(e)] = s;
                     sets.ids.push(e);
@@ -339,11 +342,18 @@ fn tier1<P: Prio, X: StepSink>(
         // Step 4: credits, once per step, every row's own in row order.
         if P::CREDITS {
             prio.begin_credits();
+            let need = prio.f_needed().min(m);
             for p in rows {
                 let t = plan.token(p);
                 let row = &inp.ids[t * m..(t + 1) * m];
-                let len = build_f(row, inp.keep, &mut f);
-                prio.credit_row(s, &f[..len], row, inp.scores.map(|z| &z[t * m..(t + 1) * m]), level.heap());
+                // The first `need` entries of F: the row's when every expert is kept.
+                let f_row = if inp.all_kept {
+                    &row[..need]
+                } else {
+                    let (len, _) = build_f_prefix(row, inp.keep, &mut f, need);
+                    &f[..len]
+                };
+                prio.credit_row(s, f_row, row, inp.scores.map(|z| &z[t * m..(t + 1) * m]), level.heap());
             }
             prio.end_credits(level.heap());
         }

@@ -225,9 +225,9 @@ impl Level {
             prio.access(e, self.clock, !hit);
             if P::ORDER == Order::Scan {
                 if !hit {
-                    self.heap.insert(e, prio.key(e));
+                    self.heap.insert(prio.rank(e));
                 } else if P::ACCESS_KEYED {
-                    self.heap.update(e, prio.key(e));
+                    self.heap.update(prio.rank(e));
                 }
             }
             self.done[e] = stamp;
@@ -263,7 +263,7 @@ mod tests {
         fn begin_step(&mut self, s: usize, heap: &mut KeyHeap) {
             for &(e, k) in &self.changes[s] {
                 self.key[e] = k;
-                heap.update(e, k);
+                heap.update(self.rank(e));
             }
         }
     }

@@ -34,13 +34,26 @@ pub(crate) trait Prio {
     const ACCESS_KEYED: bool = true;
     /// The priority of cached expert `e`.
     fn key(&self, e: usize) -> u128;
+    /// The rank of `e` for a [`KeyHeap`]: in the order of (`key(e)`, e), with e in the low 16
+    /// bits. This default holds for keys below 2^112 (every key but the lazy decays': belady's
+    /// is below 2^64, near_pick's step is below 2^48).
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        debug_assert!(self.key(e) < 1 << 112, "a key below 2^112");
+        (self.key(e) << 16) | e as u128
+    }
+    /// How many entries of F [`Prio::credit_row`] reads (its first ones).
+    fn f_needed(&self) -> usize {
+        usize::MAX
+    }
     /// Expert `e` was accessed at clock `now`; `inserted`: it was just inserted.
     fn access(&mut self, e: usize, now: u64, inserted: bool);
     /// Step `s` starts (belady: its set's next uses); changed keys go to `heap`.
     fn begin_step(&mut self, _s: usize, _heap: &mut KeyHeap) {}
     /// Before the credits of a step (the lazy decays multiply M once).
     fn begin_credits(&mut self) {}
-    /// The credits of one row of step `s`: `f` its kept candidates (F), `row` its candidates,
+    /// The credits of one row of step `s`: `f` its kept candidates (F, the first
+    /// [`Prio::f_needed`] of them), `row` its candidates,
     /// `scores` their router scores; changed keys go to `heap`.
     fn credit_row(&mut self, _s: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>, _heap: &mut KeyHeap) {}
     /// After the credits of a step (the lazy decays rescale when M > 1e100, and rekey `heap`).
@@ -166,7 +179,7 @@ impl Prio for Belady {
         for i in self.sets.starts[s]..self.sets.starts[s + 1] {
             let e = usize::from(self.sets.ids[i]);
             self.next[e] = self.next_after[i];
-            heap.update(e, self.key(e));
+            heap.update(self.rank(e));
         }
     }
 }
@@ -188,6 +201,9 @@ impl NearPick {
 
 impl Prio for NearPick {
     const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        self.near_n
+    }
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         (u128::from(self.near[e]) << 64) | u128::from(self.last[e])
@@ -200,7 +216,7 @@ impl Prio for NearPick {
         for &e in f.iter().take(self.near_n) {
             let e = usize::from(e);
             self.near[e] = s as u64 + 1;
-            heap.update(e, self.key(e));
+            heap.update(self.rank(e));
         }
     }
 }
@@ -222,6 +238,14 @@ impl Lazy {
     fn key(&self, e: usize) -> u128 {
         (u128::from(self.score[e].to_bits()) << 64) | u128::from(self.last[e])
     }
+    /// [`Prio::rank`] with the time of last access in bits 16..64: a time is a level's access
+    /// count, below 2^48 since every access reads its own candidate id (2 bytes) of a trace in
+    /// the address space (under 2^48 bytes).
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        debug_assert!(self.last[e] < 1 << 48, "an access clock below 2^48");
+        (u128::from(self.score[e].to_bits()) << 64) | u128::from(self.last[e] << 16) | e as u128
+    }
     fn begin(&mut self) {
         self.multiplier *= self.inverse_decay;
     }
@@ -229,7 +253,7 @@ impl Lazy {
     #[inline(always)]
     fn credit(&mut self, e: usize, x: f64, heap: &mut KeyHeap) {
         self.score[e] += x * self.multiplier;
-        heap.update(e, self.key(e));
+        heap.update(self.rank(e));
     }
     /// The rescale divides every score by M: that keeps their order but may round distinct
     /// scores to one (then the tie-breaker decides), so `heap` takes every key anew.
@@ -239,7 +263,7 @@ impl Lazy {
                 *s /= self.multiplier;
             }
             self.multiplier = 1.0;
-            heap.rekey(|e| self.key(e));
+            heap.rekey(|e| self.rank(e));
         }
     }
 }
@@ -258,9 +282,16 @@ impl NearPickEma {
 
 impl Prio for NearPickEma {
     const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        self.near_n
+    }
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        self.lazy.rank(e)
     }
     #[inline(always)]
     fn access(&mut self, e: usize, now: u64, _inserted: bool) {
@@ -294,9 +325,16 @@ impl InvRouter {
 
 impl Prio for InvRouter {
     const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        0
+    }
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        self.lazy.rank(e)
     }
     #[inline(always)]
     fn access(&mut self, e: usize, now: u64, _inserted: bool) {

@@ -117,15 +117,27 @@ impl KeyHeap {
         }
     }
 
-    /// The rank of its expert (the low 16 bits) is now `rank` (nothing when that expert is not
-    /// in the heap).
+    /// The rank of `e` is now `rank()` (nothing, and no call, when `e` is not in the heap).
     #[inline(always)]
-    pub fn update(&mut self, rank: u128) {
-        let i = self.pos[expert(rank)];
+    pub fn update(&mut self, e: usize, rank: impl FnOnce() -> u128) {
+        let i = self.pos[e];
         if i != ABSENT {
             let i = i as usize;
-            self.heap[i] = rank;
+            self.heap[i] = rank();
             self.sift(i);
+        }
+    }
+
+    /// [`KeyHeap::update`] for a rank that did not fall (only a move down).
+    #[inline(always)]
+    pub fn raise(&mut self, e: usize, rank: impl FnOnce() -> u128) {
+        let i = self.pos[e];
+        if i != ABSENT {
+            let i = i as usize;
+            let r = rank();
+            debug_assert!(r >= self.heap[i], "a rank that fell");
+            self.heap[i] = r;
+            self.sift_down(i);
         }
     }
 
@@ -217,7 +229,11 @@ mod tests {
                     }
                     _ => {
                         // A change of e's key (nothing when e is not in the heap).
-                        heap.update(k << 16 | e as u128);
+                        if what == 2 && key[e].is_some_and(|old| old <= k) {
+                            heap.raise(e, || k << 16 | e as u128);
+                        } else {
+                            heap.update(e, || k << 16 | e as u128);
+                        }
                         if key[e].is_some() {
                             key[e] = Some(k);
                         }

@@ -227,7 +227,7 @@ impl Level {
                 if !hit {
                     self.heap.insert(prio.rank(e));
                 } else if P::ACCESS_KEYED {
-                    self.heap.update(prio.rank(e));
+                    self.heap.raise(e, || prio.rank(e));
                 }
             }
             self.done[e] = stamp;
@@ -244,9 +244,9 @@ mod tests {
     use super::super::prio::Prio;
     use super::Level;
 
-    /// Keys that move in both directions and tie often: an access sets the key from the clock,
-    /// each step start from the step's table (telling the heap), as belady's and the credits'
-    /// keys move outside accesses.
+    /// Keys that move in both directions and tie often: an access may raise the key (from the
+    /// clock), each step start sets keys from the step's table (telling the heap), as belady's
+    /// and the credits' keys move outside accesses.
     struct Shuffled {
         key: Vec<u128>,
         /// Per step: (expert, new key).
@@ -258,12 +258,13 @@ mod tests {
             self.key[e]
         }
         fn access(&mut self, e: usize, now: u64, _inserted: bool) {
-            self.key[e] = u128::from(now.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61);
+            // An access never lowers a key (`Prio::ACCESS_KEYED`).
+            self.key[e] = self.key[e].max(u128::from(now.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61));
         }
         fn begin_step(&mut self, s: usize, heap: &mut KeyHeap) {
             for &(e, k) in &self.changes[s] {
                 self.key[e] = k;
-                heap.update(self.rank(e));
+                heap.update(e, || self.rank(e));
             }
         }
     }

@@ -30,7 +30,8 @@ pub(crate) trait Prio {
     /// Which accesses raise a key above all others ([`Order`]); nothing else may change a key,
     /// but under [`Order::Scan`], where every change outside an access goes to the level's heap.
     const ORDER: Order = Order::Scan;
-    /// Whether [`Prio::access`] may change the key (belady's does not).
+    /// Whether [`Prio::access`] may change the key (belady's does not); an access never lowers
+    /// a key (it sets the time of last access to the clock, which only grows).
     const ACCESS_KEYED: bool = true;
     /// The priority of cached expert `e`.
     fn key(&self, e: usize) -> u128;
@@ -179,7 +180,7 @@ impl Prio for Belady {
         for i in self.sets.starts[s]..self.sets.starts[s + 1] {
             let e = usize::from(self.sets.ids[i]);
             self.next[e] = self.next_after[i];
-            heap.update(self.rank(e));
+            heap.update(e, || self.rank(e));
         }
     }
 }
@@ -213,10 +214,11 @@ impl Prio for NearPick {
         self.last[e] = now;
     }
     fn credit_row(&mut self, s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
-        for &e in f.iter().take(self.near_n) {
+        // The step only grows: so do the keys.
+        for &e in &f[..f.len().min(self.near_n)] {
             let e = usize::from(e);
             self.near[e] = s as u64 + 1;
-            heap.update(self.rank(e));
+            heap.raise(e, || self.rank(e));
         }
     }
 }
@@ -249,11 +251,12 @@ impl Lazy {
     fn begin(&mut self) {
         self.multiplier *= self.inverse_decay;
     }
-    /// Adds `x · M` to `e`'s score (x >= 0) and tells `heap`.
+    /// Adds `x · M` to `e`'s score (x >= 0: the score, and so its bits, do not fall) and tells
+    /// `heap`.
     #[inline(always)]
     fn credit(&mut self, e: usize, x: f64, heap: &mut KeyHeap) {
         self.score[e] += x * self.multiplier;
-        heap.update(self.rank(e));
+        heap.raise(e, || self.rank(e));
     }
     /// The rescale divides every score by M: that keeps their order but may round distinct
     /// scores to one (then the tie-breaker decides), so `heap` takes every key anew.
@@ -301,7 +304,7 @@ impl Prio for NearPickEma {
         self.lazy.begin();
     }
     fn credit_row(&mut self, _s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
-        for &e in f.iter().take(self.near_n) {
+        for &e in &f[..f.len().min(self.near_n)] {
             self.lazy.credit(usize::from(e), 1.0, heap);
         }
     }

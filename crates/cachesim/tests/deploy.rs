@@ -298,3 +298,37 @@ fn pinned_lru_curve_equals_deployed_replay_at_every_cap() {
     let pin = Keep::from_layers(&shape, &[vec![0], vec![0]]).expect("pins");
     assert!(lru_curve_pinned(&view, &Keep::full(&shape), Some(&pin), &cc).is_err());
 }
+
+/// The policies whose keys change outside accesses (the level's heap, issue #40) on a longer
+/// trace, with decays at which the lazy scores rescale often (M > 1e100 after 67 steps at
+/// d = 0.03, 333 at d = 0.5) and underflow into ties: fast = reference, with pins, served steps
+/// and re-batching, at caps from k_used to past E's half.
+#[test]
+fn heap_policies_with_rescales_fast_equal_reference() {
+    let s = common::Synth { tokens: 900, ..SMALL };
+    let mut runs = 0;
+    for seed in [5, 6] {
+        let trace = synth(seed, s);
+        let trace = with_steps(trace, random_steps(seed, s.tokens, 6));
+        let view = trace.view();
+        let shape = view.shape();
+        let keep_ids = random_keep(seed, 2, 12, 0.8, 6);
+        let keep = Keep::from_layers(&shape, &keep_ids).expect("valid keep");
+        let pin = Keep::from_layers(&shape, &[keep_ids[0][..1].to_vec(), keep_ids[1][..2].to_vec()]).expect("pins");
+        for policy in [Policy::Belady, Policy::NearPick, Policy::NearPickEma, Policy::InvRouter] {
+            for decay in [0.99, 0.5, 0.03] {
+                for cap in [3, 4, 7] {
+                    let cfg = ReplayConfig { decay, near_pick_n: 2, warmup: 5, ..ReplayConfig::new(policy, cap) };
+                    for schedule in [Schedule::PerToken, Schedule::Served, Schedule::Rebatch(4)] {
+                        for pinned in [None, Some(pin.clone())] {
+                            let tier2 = (runs % 3 == 0).then_some(Tier2 { policy: Policy::Belady, cap: 5 });
+                            both(&view, &keep, &cfg, &Deployment { pins: pinned, tier2, schedule });
+                            runs += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(runs, 2 * 4 * 3 * 3 * 3 * 2);
+}

@@ -14,6 +14,8 @@ struct Input<'a> {
     ids: &'a [u16],
     scores: Option<&'a [f32]>,
     keep: &'a [bool],
+    /// Whether `keep` keeps every expert (then F is the row).
+    all_kept: bool,
     pinned: &'a [bool],
     plan: &'a StepPlan,
     m: usize,
@@ -95,6 +97,7 @@ pub(crate) fn replay_layer_with<X: StepSink>(
         ids: trace.layer_ids(l),
         scores: trace.layer_scores(l),
         keep: keep.layer_mask(l),
+        all_kept: keep.layer_mask(l).iter().all(|&k| k),
         pinned: dep.pins.as_ref().map_or(&no_pins[..], |p| p.layer_mask(l)),
         plan,
         m: shape.candidates,
@@ -175,8 +178,8 @@ fn lambda0_sets(inp: &Input<'_>) -> StepSets {
     for s in 0..plan.steps() {
         for p in plan.starts[s]..plan.starts[s + 1] {
             let t = plan.token(p);
-            let len = build_f(&inp.ids[t * inp.m..(t + 1) * inp.m], inp.keep, &mut f);
-            for &e in &f[..inp.k.min(len)] {
+            let (len, _) = build_f_prefix(&inp.ids[t * inp.m..(t + 1) * inp.m], inp.keep, &mut f, inp.k);
+            for &e in &f[..len] {
                 if mark[usize::from(e)] != s {
                     mark[usize::from(e)] = s;
                     sets.ids.push(e);
@@ -258,7 +261,7 @@ fn tier1<P: Prio, X: StepSink>(
     for s in 0..steps {
         let rows = plan.starts[s]..plan.starts[s + 1];
         let counted = plan.starts[s] >= inp.warmup;
-        prio.begin_step(s);
+        prio.begin_step(s, level.heap());
         set.clear();
         // Step 1–2 per row, against the cache at the start of the step.
         for p in rows.clone() {
@@ -339,13 +342,20 @@ fn tier1<P: Prio, X: StepSink>(
         // Step 4: credits, once per step, every row's own in row order.
         if P::CREDITS {
             prio.begin_credits();
+            let need = prio.f_needed().min(m);
             for p in rows {
                 let t = plan.token(p);
                 let row = &inp.ids[t * m..(t + 1) * m];
-                let len = build_f(row, inp.keep, &mut f);
-                prio.credit_row(s, &f[..len], row, inp.scores.map(|z| &z[t * m..(t + 1) * m]));
+                // The first `need` entries of F: the row's when every expert is kept.
+                let f_row = if inp.all_kept {
+                    &row[..need]
+                } else {
+                    let (len, _) = build_f_prefix(row, inp.keep, &mut f, need);
+                    &f[..len]
+                };
+                prio.credit_row(s, f_row, row, inp.scores.map(|z| &z[t * m..(t + 1) * m]), level.heap());
             }
-            prio.end_credits();
+            prio.end_credits(level.heap());
         }
     }
     (counts, extra, stream)
@@ -357,7 +367,7 @@ fn tier2<P: Prio>(stream: &Stream, num_experts: usize, mut level: Level, mut pri
     let no_pins = vec![false; num_experts];
     let (mut hits, mut misses) = (0, 0);
     for s in 0..stream.counted.len() {
-        prio.begin_step(s);
+        prio.begin_step(s, level.heap());
         let set = &stream.sets.ids[stream.sets.starts[s]..stream.sets.starts[s + 1]];
         let out = level.step(&mut prio, set, &no_pins, |_| {});
         if stream.counted[s] {

@@ -2,6 +2,7 @@
 //! (SEMANTICS.md §11 step 3, which is §5 step 4 with k-way protection when the set fits).
 
 use super::freq::FreqList;
+use super::heap::KeyHeap;
 use super::prio::{Order, Prio};
 
 /// Position of an expert that is not cached.
@@ -20,6 +21,8 @@ pub(crate) struct Level {
     prev: Vec<u32>,
     /// The cached experts in lfu's key order ([`Order::Frequency`]).
     freq: FreqList,
+    /// The cached experts in a heap on their keys ([`Order::Scan`]).
+    heap: KeyHeap,
     /// `[E]`: the stamp of the step whose set holds the expert / in which it was processed.
     in_set: Vec<u64>,
     done: Vec<u64>,
@@ -45,11 +48,19 @@ impl Level {
             next: vec![num_experts as u32; num_experts + 1],
             prev: vec![num_experts as u32; num_experts + 1],
             freq: FreqList::new(num_experts, cap),
+            heap: KeyHeap::new(num_experts, cap),
             in_set: vec![0; num_experts],
             done: vec![0; num_experts],
             stamp: 0,
             clock: 0,
         }
+    }
+
+    /// The heap of a policy whose keys change outside accesses ([`Order::Scan`]), to be told of
+    /// every such change; empty under the other orders, where telling it changes nothing.
+    #[inline(always)]
+    pub fn heap(&mut self) -> &mut KeyHeap {
+        &mut self.heap
     }
 
     /// Whether `e` is cached.
@@ -99,7 +110,13 @@ impl Level {
     /// The victim of §11 step 3: the lowest-priority cached expert not in the set; if every
     /// cached expert is in it, the lowest-priority one already processed in this step; if none
     /// is, the lowest-priority cached expert (ties: lowest id everywhere).
-    fn victim<P: Prio>(&self, prio: &P) -> usize {
+    fn victim<P: Prio>(&mut self, prio: &P) -> usize {
+        if P::ORDER == Order::Scan {
+            let (in_set, stamp) = (&self.in_set, self.stamp);
+            if let Some(v) = self.heap.lowest_where_not(|c| in_set[c] == stamp) {
+                return v;
+            }
+        }
         if P::ORDER == Order::Frequency
             && let Some(v) = self.freq.lowest_where_not(|c| self.in_set[c] == self.stamp)
         {
@@ -117,6 +134,13 @@ impl Level {
                 c = self.next[c] as usize;
             }
         }
+        self.scan_victim(prio)
+    }
+
+    /// [`Level::victim`] by a scan of the cached experts (every key read from `prio`): what the
+    /// ordered structures must equal; taken by every order when all cached experts are in the set.
+    #[inline(never)]
+    fn scan_victim<P: Prio>(&self, prio: &P) -> usize {
         let (mut outside, mut done, mut any) = (None::<(u128, u16)>, None::<(u128, u16)>, None::<(u128, u16)>);
         let lower = |best: Option<(u128, u16)>, cand: (u128, u16)| best.is_none_or(|b| cand < b);
         for &c in &self.members {
@@ -182,11 +206,13 @@ impl Level {
                 on_miss(e16);
                 if self.members.len() >= self.cap {
                     let v = self.victim(prio);
+                    #[cfg(test)]
+                    assert_eq!(v, self.scan_victim(prio), "the victim of the scan");
                     self.remove(v);
                     match P::ORDER {
                         Order::EveryAccess | Order::Insertion => self.unlink(v),
                         Order::Frequency => self.freq.remove(v),
-                        Order::Scan => {}
+                        Order::Scan => self.heap.remove(v),
                     }
                 }
                 self.insert(e);
@@ -197,8 +223,86 @@ impl Level {
                 }
             }
             prio.access(e, self.clock, !hit);
+            if P::ORDER == Order::Scan {
+                if !hit {
+                    self.heap.insert(prio.rank(e));
+                } else if P::ACCESS_KEYED {
+                    self.heap.raise(e, || prio.rank(e));
+                }
+            }
             self.done[e] = stamp;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::heap::KeyHeap;
+    use super::super::prio::Prio;
+    use super::Level;
+
+    /// Keys that move in both directions and tie often: an access may raise the key (from the
+    /// clock), each step start sets keys from the step's table (telling the heap), as belady's
+    /// and the credits' keys move outside accesses.
+    struct Shuffled {
+        key: Vec<u128>,
+        /// Per step: (expert, new key).
+        changes: Vec<Vec<(usize, u128)>>,
+    }
+
+    impl Prio for Shuffled {
+        fn key(&self, e: usize) -> u128 {
+            self.key[e]
+        }
+        fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+            // An access never lowers a key (`Prio::ACCESS_KEYED`).
+            self.key[e] = self.key[e].max(u128::from(now.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61));
+        }
+        fn begin_step(&mut self, s: usize, heap: &mut KeyHeap) {
+            for &(e, k) in &self.changes[s] {
+                self.key[e] = k;
+                heap.update(e, || self.rank(e));
+            }
+        }
+    }
+
+    const EXPERTS: usize = 10;
+
+    /// A step: its set (distinct experts, any order) and its key changes.
+    fn step() -> impl Strategy<Value = (Vec<usize>, Vec<(usize, u128)>)> {
+        let set = prop::sample::subsequence((0..EXPERTS).collect::<Vec<_>>(), 1..=6).prop_shuffle();
+        (set, prop::collection::vec((0..EXPERTS, 0u128..4), 0..5))
+    }
+
+    proptest! {
+        /// Through `Level::step`, which asserts in test builds that every victim taken from the
+        /// heap is the scan's (§11 step 3: outside the set, else done in this step, else any;
+        /// ties by lowest id), with sets that fill the cache and pinned experts.
+        #[test]
+        fn heap_victims_are_the_scan_victims(
+            cap in 1usize..6,
+            pinned in prop::collection::vec(any::<bool>(), EXPERTS),
+            steps in prop::collection::vec(step(), 1..60),
+        ) {
+            let mut level = Level::new(EXPERTS, cap);
+            let changes = steps.iter().map(|s| s.1.clone()).collect();
+            let mut prio = Shuffled { key: vec![0; EXPERTS], changes };
+            let pinned: Vec<bool> = pinned.iter().enumerate().map(|(e, &p)| p && e % 3 == 0).collect();
+            let mut evictions = 0;
+            for (s, (set, _)) in steps.iter().enumerate() {
+                prio.begin_step(s, level.heap());
+                let set: Vec<u16> = set.iter().map(|&e| e as u16).collect();
+                let before = level.members.len();
+                let out = level.step(&mut prio, &set, &pinned, |_| {});
+                evictions += before + out.misses as usize - level.members.len();
+                prop_assert_eq!(out.hits + out.misses, set.len() as u64);
+                prop_assert_eq!(level.heap().len(), level.members.len());
+                prop_assert!(level.members.len() <= cap);
+            }
+            prop_assert!(evictions <= steps.iter().map(|s| s.0.len()).sum());
+        }
     }
 }

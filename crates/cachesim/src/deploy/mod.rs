@@ -15,6 +15,8 @@
 //! - `level`: one tier's cache and the step rule of §11 step 3 (which is §5 step 4 when a
 //!   step's set fits in the cache).
 //! - `freq`: lfu's key order as count nodes, so that a level finds its victim without a scan.
+//! - `heap`: an indexed heap on the keys of the policies whose keys change outside accesses
+//!   (belady, near_pick, near_pick_ema, inv_router), told of every change by the policy.
 //! - `prio`: the priorities of §5 and §11 step 4, one type per policy.
 //! - `layer`: the step loop of one layer (selection, counts, tier 1, credits) and tier 2.
 //!
@@ -34,6 +36,7 @@
 //!   starts with any deployment feature; served replay together with re-batching.
 
 mod freq;
+mod heap;
 mod layer;
 mod level;
 mod prio;

@@ -5,13 +5,15 @@
 //! the tie-breaker (time of last access) in the low 64. Decayed scores S >= 0 order as their
 //! f64 bits.
 
+use super::heap::KeyHeap;
 use crate::policy::softmax_row;
 
 /// Which accesses give an expert a key above every other key, so that a level can keep its
 /// cached experts in a list in key order instead of scanning them for a victim.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
-    /// Keys change otherwise (counts, next uses, credits): the level scans.
+    /// Keys change otherwise too (next uses, credits): the level keeps its cached experts in a
+    /// [`KeyHeap`], which the policy tells of every key change outside [`Prio::access`].
     Scan,
     /// Every access (lru: the key is the time of last access, and the clock only grows).
     EveryAccess,
@@ -25,21 +27,38 @@ pub(crate) enum Order {
 pub(crate) trait Prio {
     /// Whether the policy takes credits after a step ([`Prio::credit_row`]).
     const CREDITS: bool = false;
-    /// Which accesses raise a key above all others ([`Order`]); nothing else may change a key.
+    /// Which accesses raise a key above all others ([`Order`]); nothing else may change a key,
+    /// but under [`Order::Scan`], where every change outside an access goes to the level's heap.
     const ORDER: Order = Order::Scan;
+    /// Whether [`Prio::access`] may change the key (belady's does not); an access never lowers
+    /// a key (it sets the time of last access to the clock, which only grows).
+    const ACCESS_KEYED: bool = true;
     /// The priority of cached expert `e`.
     fn key(&self, e: usize) -> u128;
+    /// The rank of `e` for a [`KeyHeap`]: in the order of (`key(e)`, e), with e in the low 16
+    /// bits. This default holds for keys below 2^112 (every key but the lazy decays': belady's
+    /// is below 2^64, near_pick's step is below 2^48).
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        debug_assert!(self.key(e) < 1 << 112, "a key below 2^112");
+        (self.key(e) << 16) | e as u128
+    }
+    /// How many entries of F [`Prio::credit_row`] reads (its first ones).
+    fn f_needed(&self) -> usize {
+        usize::MAX
+    }
     /// Expert `e` was accessed at clock `now`; `inserted`: it was just inserted.
     fn access(&mut self, e: usize, now: u64, inserted: bool);
-    /// Step `s` starts (belady: its set's next uses).
-    fn begin_step(&mut self, _s: usize) {}
+    /// Step `s` starts (belady: its set's next uses); changed keys go to `heap`.
+    fn begin_step(&mut self, _s: usize, _heap: &mut KeyHeap) {}
     /// Before the credits of a step (the lazy decays multiply M once).
     fn begin_credits(&mut self) {}
-    /// The credits of one row of step `s`: `f` its kept candidates (F), `row` its candidates,
-    /// `scores` their router scores.
-    fn credit_row(&mut self, _s: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {}
-    /// After the credits of a step (the lazy decays rescale when M > 1e100).
-    fn end_credits(&mut self) {}
+    /// The credits of one row of step `s`: `f` its kept candidates (F, the first
+    /// [`Prio::f_needed`] of them), `row` its candidates,
+    /// `scores` their router scores; changed keys go to `heap`.
+    fn credit_row(&mut self, _s: usize, _f: &[u16], _row: &[u16], _scores: Option<&[f32]>, _heap: &mut KeyHeap) {}
+    /// After the credits of a step (the lazy decays rescale when M > 1e100, and rekey `heap`).
+    fn end_credits(&mut self, _heap: &mut KeyHeap) {}
 }
 
 /// lru: time of last access.
@@ -150,15 +169,18 @@ impl Belady {
 }
 
 impl Prio for Belady {
+    const ACCESS_KEYED: bool = false;
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         u128::from(u64::MAX - self.next[e])
     }
     #[inline(always)]
     fn access(&mut self, _e: usize, _now: u64, _inserted: bool) {}
-    fn begin_step(&mut self, s: usize) {
+    fn begin_step(&mut self, s: usize, heap: &mut KeyHeap) {
         for i in self.sets.starts[s]..self.sets.starts[s + 1] {
-            self.next[usize::from(self.sets.ids[i])] = self.next_after[i];
+            let e = usize::from(self.sets.ids[i]);
+            self.next[e] = self.next_after[i];
+            heap.update(e, || self.rank(e));
         }
     }
 }
@@ -180,6 +202,9 @@ impl NearPick {
 
 impl Prio for NearPick {
     const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        self.near_n
+    }
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         (u128::from(self.near[e]) << 64) | u128::from(self.last[e])
@@ -188,9 +213,12 @@ impl Prio for NearPick {
     fn access(&mut self, e: usize, now: u64, _inserted: bool) {
         self.last[e] = now;
     }
-    fn credit_row(&mut self, s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        for &e in f.iter().take(self.near_n) {
-            self.near[usize::from(e)] = s as u64 + 1;
+    fn credit_row(&mut self, s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
+        // The step only grows: so do the keys.
+        for &e in &f[..f.len().min(self.near_n)] {
+            let e = usize::from(e);
+            self.near[e] = s as u64 + 1;
+            heap.raise(e, || self.rank(e));
         }
     }
 }
@@ -212,15 +240,33 @@ impl Lazy {
     fn key(&self, e: usize) -> u128 {
         (u128::from(self.score[e].to_bits()) << 64) | u128::from(self.last[e])
     }
+    /// [`Prio::rank`] with the time of last access in bits 16..64: a time is a level's access
+    /// count, below 2^48 since every access reads its own candidate id (2 bytes) of a trace in
+    /// the address space (under 2^48 bytes).
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        debug_assert!(self.last[e] < 1 << 48, "an access clock below 2^48");
+        (u128::from(self.score[e].to_bits()) << 64) | u128::from(self.last[e] << 16) | e as u128
+    }
     fn begin(&mut self) {
         self.multiplier *= self.inverse_decay;
     }
-    fn end(&mut self) {
+    /// Adds `x · M` to `e`'s score (x >= 0: the score, and so its bits, do not fall) and tells
+    /// `heap`.
+    #[inline(always)]
+    fn credit(&mut self, e: usize, x: f64, heap: &mut KeyHeap) {
+        self.score[e] += x * self.multiplier;
+        heap.raise(e, || self.rank(e));
+    }
+    /// The rescale divides every score by M: that keeps their order but may round distinct
+    /// scores to one (then the tie-breaker decides), so `heap` takes every key anew.
+    fn end(&mut self, heap: &mut KeyHeap) {
         if self.multiplier > 1e100 {
             for s in self.score.iter_mut() {
                 *s /= self.multiplier;
             }
             self.multiplier = 1.0;
+            heap.rekey(|e| self.rank(e));
         }
     }
 }
@@ -239,9 +285,16 @@ impl NearPickEma {
 
 impl Prio for NearPickEma {
     const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        self.near_n
+    }
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        self.lazy.rank(e)
     }
     #[inline(always)]
     fn access(&mut self, e: usize, now: u64, _inserted: bool) {
@@ -250,14 +303,13 @@ impl Prio for NearPickEma {
     fn begin_credits(&mut self) {
         self.lazy.begin();
     }
-    fn credit_row(&mut self, _s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
-        let m = self.lazy.multiplier;
-        for &e in f.iter().take(self.near_n) {
-            self.lazy.score[usize::from(e)] += 1.0 * m;
+    fn credit_row(&mut self, _s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
+        for &e in &f[..f.len().min(self.near_n)] {
+            self.lazy.credit(usize::from(e), 1.0, heap);
         }
     }
-    fn end_credits(&mut self) {
-        self.lazy.end();
+    fn end_credits(&mut self, heap: &mut KeyHeap) {
+        self.lazy.end(heap);
     }
 }
 
@@ -276,9 +328,16 @@ impl InvRouter {
 
 impl Prio for InvRouter {
     const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        0
+    }
     #[inline(always)]
     fn key(&self, e: usize) -> u128 {
         self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        self.lazy.rank(e)
     }
     #[inline(always)]
     fn access(&mut self, e: usize, now: u64, _inserted: bool) {
@@ -287,16 +346,15 @@ impl Prio for InvRouter {
     fn begin_credits(&mut self) {
         self.lazy.begin();
     }
-    fn credit_row(&mut self, _s: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>) {
+    fn credit_row(&mut self, _s: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, heap: &mut KeyHeap) {
         // validate() guarantees scores for inv_router.
         let Some(z) = scores else { return };
         softmax_row(z, &mut self.probs);
-        let m = self.lazy.multiplier;
         for (&e, &p) in row.iter().zip(&self.probs) {
-            self.lazy.score[usize::from(e)] += p * m;
+            self.lazy.credit(usize::from(e), p, heap);
         }
     }
-    fn end_credits(&mut self) {
-        self.lazy.end();
+    fn end_credits(&mut self, heap: &mut KeyHeap) {
+        self.lazy.end(heap);
     }
 }

@@ -120,7 +120,7 @@ pub(crate) fn check_content(
     let Shape { tokens, candidates: m, top_k: k, num_experts, .. } = *shape;
     let namer = Namer { tokens, layer_ids };
     if need.ids > done.ids && m > 0 {
-        check_ids(parts.ids, m, need.ids, num_experts, &namer)?;
+        check_ids(parts.ids, 0, m, need.ids, num_experts, &namer)?;
     }
     if let Some(scores) = parts.scores.filter(|_| need.scores && !done.scores && m > 0) {
         check_blocks(scores, m, |b| scores_ok(b, m), |b, first| name_scores(b, m, first, &namer))?;
@@ -163,8 +163,16 @@ fn check_blocks<T: Sync>(
     }
 }
 
-/// The ids of every row, up to rank `ranks`: each `< E`, none repeated within the prefix.
-fn check_ids(ids: &[u16], m: usize, ranks: usize, num_experts: usize, namer: &Namer<'_>) -> Result<()> {
+/// The ids of every row, up to rank `ranks`: each `< E`, none repeated within the prefix. `ids`
+/// are whole rows of the tensor from row `first_row` on (what an error names).
+fn check_ids(
+    ids: &[u16],
+    first_row: usize,
+    m: usize,
+    ranks: usize,
+    num_experts: usize,
+    namer: &Namer<'_>,
+) -> Result<()> {
     let r = ranks.min(m);
     let len = BLOCK_ROWS * m;
     let first = match ShortPrefix::new(m, r, num_experts) {
@@ -176,7 +184,47 @@ fn check_ids(ids: &[u16], m: usize, ranks: usize, num_experts: usize, namer: &Na
     };
     let Some(i) = first else { return Ok(()) };
     let block = &ids[i * len..((i + 1) * len).min(ids.len())];
-    Err(name_ids(block, m, r, num_experts, i * BLOCK_ROWS, namer))
+    Err(name_ids(block, m, r, num_experts, first_row + i * BLOCK_ROWS, namer))
+}
+
+/// Checks every id of the rows of `ids` (whole rows of the tensor from row `first_row` on, a
+/// layer for the usage summary) as [`check_content`] does, and copies each row's first k ids
+/// into `used` (k per row, as many rows), block by block while the block is in cache: what the
+/// usage summary reads next, without reading the mapped rows a second time.
+///
+/// # Errors
+/// [`TraceError::Value`] for the first violation (the one a plain scan in storage order finds);
+/// `used` is then partly written.
+pub(crate) fn check_ids_copy(
+    ids: &[u16],
+    first_row: usize,
+    shape: &Shape,
+    layer_ids: &[u32],
+    used: &mut [u16],
+) -> Result<()> {
+    let Shape { tokens, candidates: m, top_k: k, num_experts, .. } = *shape;
+    let namer = Namer { tokens, layer_ids };
+    if m == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return check_ids(ids, first_row, m, m, num_experts, &namer);
+    }
+    let first = ids
+        .par_chunks(BLOCK_ROWS * m)
+        .zip(used.par_chunks_mut(BLOCK_ROWS * k))
+        .map_init(Seen::new, |seen, (b, u)| {
+            let ok = ids_ok(b, m, m, num_experts, seen);
+            for (row, dst) in b.chunks_exact(m).zip(u.chunks_exact_mut(k)) {
+                dst.copy_from_slice(&row[..k]);
+            }
+            ok
+        })
+        .position_first(|ok| !ok);
+    let Some(i) = first else { return Ok(()) };
+    let len = BLOCK_ROWS * m;
+    let block = &ids[i * len..((i + 1) * len).min(ids.len())];
+    Err(name_ids(block, m, m, num_experts, first_row + i * BLOCK_ROWS, &namer))
 }
 
 /// Per-thread stamps of the ids seen in the current row: `at[id] == stamp`.

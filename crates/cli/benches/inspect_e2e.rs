@@ -9,7 +9,8 @@
 //! Interleaving keeps both sides under the same machine load, whose speed moves by 40% between
 //! runs.
 //!
-//! The trace is `MOE_OFFLOAD_BENCH_TRACE` when set (e.g. the 2.9 GB seed-scale calibration trace
+//! The binary is `MOE_OFFLOAD_BENCH_BIN` when set, else the one cargo built. The trace is
+//! `MOE_OFFLOAD_BENCH_TRACE` when set (e.g. the 2.9 GB seed-scale calibration trace
 //! of `cargo xtask gen-bench-traces`), else a synthetic one of the study's row shape (48 layers x
 //! 8,192 tokens, 512 experts, k = 10 of m = 64, scores, norms; 182 MB) written to a temporary
 //! directory.
@@ -38,14 +39,16 @@ fn read_all(path: &Path) -> usize {
     }
 }
 
+/// The binary timed: `MOE_OFFLOAD_BENCH_BIN` when set (another build, e.g. the one before a
+/// change, measured against the same baseline), else the one cargo built.
+fn binary() -> PathBuf {
+    std::env::var_os("MOE_OFFLOAD_BENCH_BIN").map_or_else(|| env!("CARGO_BIN_EXE_moe-offload").into(), PathBuf::from)
+}
+
 /// `moe-offload inspect FILE > /dev/null`.
 fn inspect(path: &Path) {
-    let status = Command::new(env!("CARGO_BIN_EXE_moe-offload"))
-        .arg("inspect")
-        .arg(path)
-        .stdout(Stdio::null())
-        .status()
-        .expect("the command runs");
+    let status =
+        Command::new(binary()).arg("inspect").arg(path).stdout(Stdio::null()).status().expect("the command runs");
     assert!(status.success(), "inspect failed: {status}");
 }
 
@@ -115,6 +118,7 @@ fn bench_inspect(c: &mut Criterion) {
     let per_pair = median(pairs.iter().map(|p| p.1 / p.0).collect());
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     println!("{} ({:.2} GB), {} interleaved pairs:", path.display(), bytes as f64 / 1e9, pairs.len());
+    println!("  binary {}", binary().display());
     println!("  read (cat)   median {read:.3} s ({:.1} GB/s)", bytes as f64 / read / 1e9);
     println!("  inspect      median {command:.3} s ({:.1} GB/s)", bytes as f64 / command / 1e9);
     println!("  inspect / cat: {:.2}x (medians), {per_pair:.2}x (median of the pairs' ratios)", command / read);

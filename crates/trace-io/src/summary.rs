@@ -155,9 +155,8 @@ fn usage_pass(shape: &Shape, layer_ids: &[u32], ids: &[u16], seed: u64) -> Resul
             continue;
         }
         shuffled.par_chunks_mut(SPAN * k).zip(perm.par_chunks(SPAN)).for_each(|(dst, order)| {
-            for (d, &t) in dst.chunks_exact_mut(k).zip(order) {
-                let from = t as usize * k;
-                d.copy_from_slice(&used[from..from + k]);
+            for (i, &t) in order.iter().enumerate() {
+                crate::check::copy_ids(dst, i * k, &used[t as usize * k..], k);
             }
         });
         let ((count, next_hits), (_, shuffled_hits)) = rayon::join(

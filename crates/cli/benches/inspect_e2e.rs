@@ -7,7 +7,8 @@
 //! reporting its own half; every pair measured (warm-up included) is recorded, and the ratio of
 //! the medians (command / read) and the median of the per-pair ratios are printed at the end.
 //! Interleaving keeps both sides under the same machine load, whose speed moves by 40% between
-//! runs.
+//! runs; the CPU seconds of both sides (user + system, every thread) are printed too, which
+//! another process's load does not inflate as much as wall time.
 //!
 //! The binary is `MOE_OFFLOAD_BENCH_BIN` when set, else the one cargo built. The trace is
 //! `MOE_OFFLOAD_BENCH_TRACE` when set (e.g. the 2.9 GB seed-scale calibration trace
@@ -52,14 +53,36 @@ fn inspect(path: &Path) {
     assert!(status.success(), "inspect failed: {status}");
 }
 
-/// One interleaved pair: (read seconds, command seconds).
-fn pair(path: &Path) -> (f64, f64) {
+/// CPU seconds (user + system) of this process and of its waited-for children, from
+/// `/proc/self/stat` (Linux; clock ticks of 1/100 s): on a loaded machine wall time measures the
+/// other processes too, CPU time does not.
+fn cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let f: Vec<f64> = after.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    let tick = |i: usize| f.get(i).copied().unwrap_or(0.0) / 100.0;
+    (tick(11) + tick(12), tick(13) + tick(14))
+}
+
+/// One interleaved pair, wall and CPU seconds of each side.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    read: f64,
+    command: f64,
+    read_cpu: f64,
+    command_cpu: f64,
+}
+
+fn pair(path: &Path) -> Pair {
+    let (cpu, _) = cpu_seconds();
     let start = Instant::now();
     std::hint::black_box(read_all(path));
     let read = start.elapsed().as_secs_f64();
+    let (cpu_after, child) = cpu_seconds();
     let start = Instant::now();
     inspect(path);
-    (read, start.elapsed().as_secs_f64())
+    let command = start.elapsed().as_secs_f64();
+    Pair { read, command, read_cpu: cpu_after - cpu, command_cpu: cpu_seconds().1 - child }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -106,7 +129,7 @@ fn bench_inspect(c: &mut Criterion) {
                 for _ in 0..iters {
                     let p = pair(&path);
                     pairs.lock().expect("not poisoned").push(p);
-                    total += Duration::from_secs_f64(if half == 0 { p.0 } else { p.1 });
+                    total += Duration::from_secs_f64(if half == 0 { p.read } else { p.command });
                 }
                 total
             });
@@ -114,14 +137,20 @@ fn bench_inspect(c: &mut Criterion) {
     }
     group.finish();
     let pairs = pairs.into_inner().expect("not poisoned");
-    let (read, command) = (median(pairs.iter().map(|p| p.0).collect()), median(pairs.iter().map(|p| p.1).collect()));
-    let per_pair = median(pairs.iter().map(|p| p.1 / p.0).collect());
+    let of = |f: fn(&Pair) -> f64| median(pairs.iter().map(f).collect());
+    let (read, command, per_pair) = (of(|p| p.read), of(|p| p.command), of(|p| p.command / p.read));
+    let (read_cpu, command_cpu) = (of(|p| p.read_cpu), of(|p| p.command_cpu));
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     println!("{} ({:.2} GB), {} interleaved pairs:", path.display(), bytes as f64 / 1e9, pairs.len());
     println!("  binary {}", binary().display());
     println!("  read (cat)   median {read:.3} s ({:.1} GB/s)", bytes as f64 / read / 1e9);
     println!("  inspect      median {command:.3} s ({:.1} GB/s)", bytes as f64 / command / 1e9);
     println!("  inspect / cat: {:.2}x (medians), {per_pair:.2}x (median of the pairs' ratios)", command / read);
+    println!(
+        "  CPU (user + system, all threads): cat median {read_cpu:.2} s, inspect median {command_cpu:.2} s ({:.2}x); load {}",
+        command_cpu / read_cpu.max(0.01),
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
 }
 
 criterion_group!(benches, bench_inspect);

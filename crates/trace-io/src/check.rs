@@ -120,7 +120,7 @@ pub(crate) fn check_content(
     let Shape { tokens, candidates: m, top_k: k, num_experts, .. } = *shape;
     let namer = Namer { tokens, layer_ids };
     if need.ids > done.ids && m > 0 {
-        check_ids(parts.ids, m, need.ids, num_experts, &namer)?;
+        check_ids(parts.ids, 0, m, need.ids, num_experts, &namer)?;
     }
     if let Some(scores) = parts.scores.filter(|_| need.scores && !done.scores && m > 0) {
         check_blocks(scores, m, |b| scores_ok(b, m), |b, first| name_scores(b, m, first, &namer))?;
@@ -163,8 +163,16 @@ fn check_blocks<T: Sync>(
     }
 }
 
-/// The ids of every row, up to rank `ranks`: each `< E`, none repeated within the prefix.
-fn check_ids(ids: &[u16], m: usize, ranks: usize, num_experts: usize, namer: &Namer<'_>) -> Result<()> {
+/// The ids of every row, up to rank `ranks`: each `< E`, none repeated within the prefix. `ids`
+/// are whole rows of the tensor from row `first_row` on (what an error names).
+fn check_ids(
+    ids: &[u16],
+    first_row: usize,
+    m: usize,
+    ranks: usize,
+    num_experts: usize,
+    namer: &Namer<'_>,
+) -> Result<()> {
     let r = ranks.min(m);
     let len = BLOCK_ROWS * m;
     let first = match ShortPrefix::new(m, r, num_experts) {
@@ -176,7 +184,59 @@ fn check_ids(ids: &[u16], m: usize, ranks: usize, num_experts: usize, namer: &Na
     };
     let Some(i) = first else { return Ok(()) };
     let block = &ids[i * len..((i + 1) * len).min(ids.len())];
-    Err(name_ids(block, m, r, num_experts, i * BLOCK_ROWS, namer))
+    Err(name_ids(block, m, r, num_experts, first_row + i * BLOCK_ROWS, namer))
+}
+
+/// Checks every id of the rows of `ids` (whole rows of the tensor from row `first_row` on, a
+/// layer for the usage summary) as [`check_content`] does, and copies each row's first k ids
+/// into `used` (k per row, as many rows), block by block while the block is in cache: what the
+/// usage summary reads next, without reading the mapped rows a second time.
+///
+/// # Errors
+/// [`TraceError::Value`] for the first violation (the one a plain scan in storage order finds);
+/// `used` is then partly written.
+pub(crate) fn check_ids_copy(
+    ids: &[u16],
+    first_row: usize,
+    shape: &Shape,
+    layer_ids: &[u32],
+    used: &mut [u16],
+) -> Result<()> {
+    let Shape { tokens, candidates: m, top_k: k, num_experts, .. } = *shape;
+    let namer = Namer { tokens, layer_ids };
+    if m == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return check_ids(ids, first_row, m, m, num_experts, &namer);
+    }
+    let first = ids
+        .par_chunks(BLOCK_ROWS * m)
+        .zip(used.par_chunks_mut(BLOCK_ROWS * k))
+        .map_init(Seen::new, |seen, (b, u)| {
+            let ok = ids_ok(b, m, m, num_experts, seen);
+            for (j, row) in b.chunks_exact(m).enumerate() {
+                copy_ids(u, j * k, row, k);
+            }
+            ok
+        })
+        .position_first(|ok| !ok);
+    let Some(i) = first else { return Ok(()) };
+    let len = BLOCK_ROWS * m;
+    let block = &ids[i * len..((i + 1) * len).min(ids.len())];
+    Err(name_ids(block, m, m, num_experts, first_row + i * BLOCK_ROWS, &namer))
+}
+
+/// Copies the first `k` ids of `src` to `dst[at..at + k]`. With at least 16 ids on both sides it
+/// copies 16 (a fixed-size copy the compiler inlines as two vector moves, where a copy of k ids is
+/// a call): the ids past k are overwritten by the next row's copy, or lie past the rows copied.
+#[inline(always)]
+pub(crate) fn copy_ids(dst: &mut [u16], at: usize, src: &[u16], k: usize) {
+    const WIDE: usize = 16;
+    match (dst.get_mut(at..at + WIDE), src.get(..WIDE)) {
+        (Some(d), Some(s)) if k <= WIDE => d.copy_from_slice(s),
+        _ => dst[at..at + k].copy_from_slice(&src[..k]),
+    }
 }
 
 /// Per-thread stamps of the ids seen in the current row: `at[id] == stamp`.
@@ -304,11 +364,34 @@ fn name_ids(block: &[u16], m: usize, r: usize, num_experts: usize, first_row: us
 fn scores_ok(block: &[f32], m: usize) -> bool {
     // NaN differs from itself and fails `<`; ±inf equals the bound.
     let inf = f32x8::splat(f32::INFINITY);
+    if m > 8 {
+        return scores_ok_rows(block, m);
+    }
     let mut bad = any_lanes(block, |v| v.abs().simd_ge(inf) | v.simd_ne(v), |v| !v.is_finite());
     for row in block.chunks_exact(m) {
         bad |= any_pairs(&row[..m - 1], &row[1..], |a, b| b.simd_gt(a), |a, b| b > a);
     }
     !bad
+}
+
+/// [`scores_ok`] for rows of m > 8 in one pass per row, without a scalar tail: the pairs
+/// (i, i + 1) eight at a time, the last eight pairs of the row overlapping the ones before
+/// (checked twice, the same verdict), every value checked finite by the same loads (the
+/// first elements of the pairs, and the last eight values); flags or-ed over the block (whole
+/// rows, as [`check_blocks`] cuts them).
+fn scores_ok_rows(block: &[f32], m: usize) -> bool {
+    let inf = f32x8::splat(f32::INFINITY);
+    let not_finite = |v: f32x8| v.abs().simd_ge(inf) | v.simd_ne(v);
+    let (mut bad, full) = (f32x8::splat(0.0), (m - 1) / 8 * 8);
+    for row in block.chunks_exact(m) {
+        for i in (0..full).step_by(8) {
+            let (x, y) = (lanes(&row[i..i + 8]), lanes(&row[i + 1..i + 9]));
+            bad |= y.simd_gt(x) | not_finite(x);
+        }
+        let (x, y) = (lanes(&row[m - 9..m - 1]), lanes(&row[m - 8..]));
+        bad |= y.simd_gt(x) | not_finite(y);
+    }
+    bad.to_bitmask() == 0
 }
 
 /// Eight values as a vector (`c` has eight).
@@ -449,6 +532,39 @@ mod tests {
             }
         }
         assert!(refused > cases / 10 && refused < cases, "both verdicts occur ({refused} of {cases})");
+    }
+
+    /// The one-pass score check of rows of m > 8 gives the plain verdict (every value finite, none
+    /// above the one before it in its row) on blocks with NaN, infinities and rises planted
+    /// anywhere, for row lengths around the vector width.
+    #[test]
+    fn score_rows_agree_with_the_plain_scan() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut refused, mut cases) = (0, 0);
+        for m in [9, 10, 15, 16, 17, 24, 31, 64] {
+            for _ in 0..300 {
+                let rows = 1 + (next() % 20) as usize;
+                let mut b: Vec<f32> = (0..rows * m).map(|i| -((i % m) as f32) * 0.5).collect();
+                for _ in 0..(next() % 3) {
+                    let at = next() as usize % b.len();
+                    b[at] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 100.0, -100.0, b[at] + 0.25]
+                        [(next() % 6) as usize];
+                }
+                let plain = b
+                    .chunks_exact(m)
+                    .all(|row| row.iter().all(|v| v.is_finite()) && row.windows(2).all(|w| w[1] <= w[0]));
+                assert_eq!(scores_ok(&b, m), plain, "m {m}: {b:?}");
+                refused += usize::from(!plain);
+                cases += 1;
+            }
+        }
+        assert!(refused > cases / 5 && refused < cases, "both verdicts occur ({refused} of {cases})");
     }
 
     /// Where the short form does not apply: rows below 31 ids, prefixes above 16, E = 65,536.

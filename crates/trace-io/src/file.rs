@@ -204,6 +204,35 @@ impl TraceFile {
         Ok(TraceView::new_prevalidated(&self.meta, self.shape, parts, *checked))
     }
 
+    /// [`TraceFile::view_for`] of everything, with every id checked by `ids_pass` (given the
+    /// shape, the layer ids and the whole `ids` tensor) instead of the plain check: a pass that
+    /// checks the ids (as `check::check_ids_copy` does) and computes something from them while
+    /// they are in cache (the usage summary). `ids_pass` runs even when the ids were validated
+    /// before; the other tensors are checked after it, in the plain order.
+    ///
+    /// # Errors
+    /// The error of `ids_pass`, else as [`TraceFile::view_for`]; inside [`TraceError::File`]
+    /// naming the path for an opened file.
+    pub(crate) fn view_all_with<T>(
+        &self,
+        ids_pass: impl FnOnce(&Shape, &[u32], &[u16]) -> Result<T>,
+    ) -> Result<(TraceView<'_>, T)> {
+        let parts = self.parts();
+        let need = Reads::EVERYTHING.clamp(&self.shape, &parts);
+        let in_file = |e: TraceError| match &self.path {
+            Some(path) => e.in_file(path),
+            None => e,
+        };
+        let mut checked = self.checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let out = ids_pass(&self.shape, &self.meta.layer_ids, parts.ids).map_err(in_file)?;
+        *checked = checked.union(Reads::ids(need.ids));
+        if !checked.covers(need) {
+            check_content(&self.shape, &self.meta.layer_ids, &parts, need, *checked).map_err(in_file)?;
+            *checked = checked.union(need);
+        }
+        Ok((TraceView::new_prevalidated(&self.meta, self.shape, parts, *checked), out))
+    }
+
     fn parts(&self) -> TraceParts<'_> {
         let bytes = self.backing.bytes();
         // The casts below cannot fail: `parse` checked every range's alignment and length.

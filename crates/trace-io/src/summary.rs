@@ -6,8 +6,9 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
-use crate::TraceView;
+use crate::{Result, Shape, TraceFile, TraceView};
 
 /// Seed of the token permutation used by the shuffled-order control (fixed: figures reproduce).
 pub const SHUFFLE_SEED: u64 = 0x6d6f_652d_6f66_666c; // "moe-offl"
@@ -61,19 +62,6 @@ pub fn layer_usage(v: &TraceView<'_>, l: usize, perm: &[u32]) -> LayerUsage {
     for &e in &used_ids {
         count[e as usize] += 1;
     }
-    let total: u64 = count.iter().sum();
-    let entropy_bits: f64 = count
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
-            let p = c as f64 / total as f64;
-            -p * p.log2()
-        })
-        .sum();
-    let mut sorted = count.clone();
-    sorted.sort_unstable_by(|a, b| b.cmp(a));
-    let top = s.num_experts.div_ceil(10);
-    let top10pct_share = sorted[..top].iter().sum::<u64>() as f64 / total.max(1) as f64;
     let used = |t: usize| &used_ids[t * k..t * k + k];
     // `stamp[e]` = the position in `order` of the last token that used e: e was used by the
     // previous token exactly when its stamp is the previous position. O(k) per token instead of
@@ -100,13 +88,146 @@ pub fn layer_usage(v: &TraceView<'_>, l: usize, perm: &[u32]) -> LayerUsage {
     };
     let next_token_reuse = reuse_rate(&mut (0..s.tokens));
     let shuffled_reuse = reuse_rate(&mut perm.iter().map(|&t| t as usize));
+    figures(v.meta().layer_ids[l], &count, next_token_reuse, shuffled_reuse)
+}
+
+/// A layer's figures from its counts of used slots per expert (length E) and its two reuse rates.
+fn figures(layer_id: u32, count: &[u64], next_token_reuse: f64, shuffled_reuse: f64) -> LayerUsage {
+    let total: u64 = count.iter().sum();
+    let entropy_bits: f64 = count
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / total as f64;
+            -p * p.log2()
+        })
+        .sum();
+    let mut sorted = count.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let top = count.len().div_ceil(10);
+    let top10pct_share = sorted[..top].iter().sum::<u64>() as f64 / total.max(1) as f64;
     LayerUsage {
-        layer_id: v.meta().layer_ids[l],
+        layer_id,
         experts_used: count.iter().filter(|&&c| c > 0).count(),
         entropy_bits,
         top10pct_share,
         next_token_reuse,
         shuffled_reuse,
+    }
+}
+
+/// Validates every value of `file` (as [`TraceFile::open`] does: the same first violation) and
+/// computes the usage figures of every layer, in layer order: those of [`layer_usage`] with the
+/// control order [`shuffled_order`]`(T, seed)`, equal whatever the thread count.
+///
+/// Faster than validating, then calling [`layer_usage`] per layer: the ids are read once. Layer
+/// by layer, the check of its rows (in parallel blocks) copies each row's k used ids into a
+/// compact buffer while the block is in cache; the shuffled-order copy is gathered from that
+/// buffer in parallel (independent loads, where the plain control pass waits for one random row
+/// after another), and both reuse passes and the counts run in parallel spans of tokens over
+/// the two buffers (integer sums: the same figures in any order). Allocates 2 · T · k ids and
+/// T token indices.
+///
+/// # Errors
+/// As [`TraceFile::view_for`] of everything.
+///
+/// # Panics
+/// When `T > u32::MAX`, as [`shuffled_order`].
+pub fn validate_with_usage(file: &TraceFile, seed: u64) -> Result<(TraceView<'_>, Vec<LayerUsage>)> {
+    file.view_all_with(|shape, layer_ids, ids| usage_pass(shape, layer_ids, ids, seed))
+}
+
+/// Tokens per parallel task of the passes over a layer's compact used ids.
+const SPAN: usize = 8192;
+
+/// [`validate_with_usage`]'s pass over the ids (`[L, T, m]`, unchecked before).
+fn usage_pass(shape: &Shape, layer_ids: &[u32], ids: &[u16], seed: u64) -> Result<Vec<LayerUsage>> {
+    let Shape { layers, tokens, candidates: m, top_k: k, num_experts, .. } = *shape;
+    let perm = shuffled_order(tokens, seed);
+    let mut used = vec![0u16; tokens * k];
+    let mut shuffled = vec![0u16; tokens * k];
+    let mut out = Vec::with_capacity(layers);
+    for (l, &layer_id) in layer_ids.iter().enumerate().take(layers) {
+        let rows = &ids[l * tokens * m..(l + 1) * tokens * m];
+        crate::check::check_ids_copy(rows, l * tokens, shape, layer_ids, &mut used)?;
+        if k == 0 {
+            out.push(figures(layer_id, &vec![0; num_experts], f64::NAN, f64::NAN));
+            continue;
+        }
+        shuffled.par_chunks_mut(SPAN * k).zip(perm.par_chunks(SPAN)).for_each(|(dst, order)| {
+            for (i, &t) in order.iter().enumerate() {
+                crate::check::copy_ids(dst, i * k, &used[t as usize * k..], k);
+            }
+        });
+        let ((count, next_hits), (_, shuffled_hits)) = rayon::join(
+            || reuse_pass::<true>(&used, k, num_experts),
+            || reuse_pass::<false>(&shuffled, k, num_experts),
+        );
+        let slots = tokens.saturating_sub(1) as u64 * k as u64;
+        let rate = |hits: u64| if slots == 0 { f64::NAN } else { hits as f64 / slots as f64 };
+        out.push(figures(layer_id, &count, rate(next_hits), rate(shuffled_hits)));
+    }
+    Ok(out)
+}
+
+/// Over `used` (k >= 1 validated ids per token, in some token order): the used slots per expert
+/// (length E, when `COUNT`; else empty) and the hits, the slots of tokens 1.. whose expert the
+/// token before also used. In parallel spans of [`SPAN`] tokens.
+fn reuse_pass<const COUNT: bool>(used: &[u16], k: usize, num_experts: usize) -> (Vec<u64>, u64) {
+    let tokens = used.len() / k;
+    let width = if COUNT { num_experts } else { 0 };
+    (0..tokens.div_ceil(SPAN))
+        .into_par_iter()
+        .fold(
+            || Reuse { stamp: vec![0; num_experts], pos: 0, count: vec![0; width], hits: 0 },
+            |mut r, span| {
+                r.span::<COUNT>(used, k, span * SPAN, ((span + 1) * SPAN).min(tokens));
+                r
+            },
+        )
+        .map(|r| (r.count, r.hits))
+        .reduce(
+            || (vec![0; width], 0),
+            |(mut count, hits), (other, more)| {
+                count.iter_mut().zip(&other).for_each(|(a, b)| *a += b);
+                (count, hits + more)
+            },
+        )
+}
+
+/// A [`reuse_pass`] task's state: `stamp[e]` = the position of the last token that used e.
+struct Reuse {
+    stamp: Vec<u64>,
+    pos: u64,
+    count: Vec<u64>,
+    hits: u64,
+}
+
+impl Reuse {
+    /// Adds the tokens `from..to` of `used`: their hits (against the token before, for the first
+    /// one the last of the span before) and, when `COUNT`, their slots per expert.
+    fn span<const COUNT: bool>(&mut self, used: &[u16], k: usize, from: usize, to: usize) {
+        // A position no stamp holds: the span's first token sees only the token before it.
+        self.pos += 1;
+        if from > 0 {
+            for &e in &used[(from - 1) * k..from * k] {
+                self.stamp[usize::from(e)] = self.pos;
+            }
+        }
+        for row in used[from * k..to * k].chunks_exact(k) {
+            self.pos += 1;
+            let pos = self.pos;
+            for &e in row {
+                let st = &mut self.stamp[usize::from(e)];
+                self.hits += u64::from(*st == pos - 1);
+                *st = pos;
+            }
+            if COUNT {
+                for &e in row {
+                    self.count[usize::from(e)] += 1;
+                }
+            }
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use trace_io::summary::{SHUFFLE_SEED, layer_usage, shuffled_order, validate_with_usage};
 use trace_io::synth::SynthConfig;
 use trace_io::{Reads, TraceError, TraceFile};
 
@@ -156,7 +157,12 @@ fn fast_check_names_what_the_plain_scan_names() {
             }
         }
         let full = plain(&ids, &scores, &gates, &norms, Reads::EVERYTHING);
+        let opened = TraceFile::open(&path).err().map(|e| e.to_string());
         assert_eq!(TraceFile::open(&path).err().map(|e| message(&e)), full, "case {case}");
+        // inspect's fused check and summary refuses with open's error, file and all.
+        let lazy = TraceFile::open_lazy(&path).unwrap();
+        let fused = validate_with_usage(&lazy, SHUFFLE_SEED).err().map(|e| e.to_string());
+        assert_eq!(fused, opened, "case {case}");
     }
     assert!(refused > 100, "the corruptions reach every request ({refused} refusals)");
 }
@@ -199,4 +205,27 @@ fn views_record_what_was_validated() {
     assert_eq!(lazy.view_for(Reads::ids(usize::MAX)).unwrap().reads(), Reads::ids(8));
     let full = TraceFile::open(&path).unwrap();
     assert!(full.view().require(Reads::EVERYTHING).is_ok());
+}
+
+/// inspect's fused pass gives every layer the figures of `layer_usage` on the validated view,
+/// bit for bit, on one thread and on two, on a trace whose layers span several parallel tasks of
+/// the reuse passes (8,192 tokens) and blocks of the check (1,024 rows) with a remainder, and
+/// validates everything.
+#[test]
+fn fused_usage_equals_the_plain_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.safetensors");
+    let cfg = SynthConfig { layers: 2, tokens: 20_011, sequences: 7, ..config() };
+    trace_io::synth::write(&path, &cfg, 1, &|_| {}).unwrap();
+    let full = TraceFile::open(&path).unwrap();
+    let perm = shuffled_order(cfg.tokens, SHUFFLE_SEED);
+    let want: Vec<_> = (0..cfg.layers).map(|l| layer_usage(&full.view(), l, &perm)).collect();
+    assert!(want.iter().all(|u| u.next_token_reuse > u.shuffled_reuse && u.shuffled_reuse > 0.0), "{want:?}");
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let lazy = TraceFile::open_lazy(&path).unwrap();
+        let (view, got) = pool.install(|| validate_with_usage(&lazy, SHUFFLE_SEED)).unwrap();
+        assert_eq!(view.reads(), full.view().reads(), "{threads} threads");
+        assert_eq!(format!("{got:?}"), format!("{want:?}"), "{threads} threads");
+    }
 }

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rayon::prelude::*;
 use trace_io::TraceFile;
-use trace_io::summary::{SHUFFLE_SEED, SizeSummary, layer_usage, shuffled_order, span_sizes};
+use trace_io::summary::{SHUFFLE_SEED, SizeSummary, span_sizes, validate_with_usage};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -20,22 +19,21 @@ pub struct InspectArgs {
 
 /// Runs `inspect`.
 pub fn run(a: &InspectArgs) -> Result<()> {
-    let f = TraceFile::open(&a.trace).with_context(|| {
+    let unreadable = || {
         format!(
             "{} is not a readable moe-offload trace (convert routing logs with `moe-offload import`, or write one as \
              docs/trace-format.md shows)",
             a.trace.display()
         )
-    })?;
-    let v = f.view();
+    };
+    // Every value validated, as `TraceFile::open` does (the same first violation), with the usage
+    // figures of every layer computed in the pass that checks the ids (read once, on every core;
+    // the figures are the same whatever the thread count).
+    let f = TraceFile::open_lazy(&a.trace).with_context(unreadable)?;
+    let (v, layers) = validate_with_usage(&f, SHUFFLE_SEED).with_context(unreadable)?;
     super::require_tokens(v.shape(), &a.trace)?;
     let s = v.shape();
     let m = v.meta();
-    let perm = shuffled_order(s.tokens, SHUFFLE_SEED);
-    // Layers on every core (the summary read one layer after another on one thread); `collect` keeps
-    // their order, so the output is the same whatever the thread count.
-    let layers: Vec<_> = (0..s.layers).into_par_iter().map(|l| layer_usage(&v, l, &perm)).collect();
-    drop(perm);
     let seq_sizes = v.seq_offsets().map(|o| span_sizes(o, s.tokens));
     let step_sizes = v.step_offsets().map(|o| span_sizes(o, s.tokens));
     let seqs = seq_sizes.as_deref().and_then(SizeSummary::of);

@@ -235,7 +235,7 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Misses of every cache size per layer: one pass for lru, one replay per cap otherwise.
+    /// Misses of every cache size per layer: one pass for lru and belady, one replay per cap otherwise.
     #[command(
         after_help = "Examples:\n  moe-offload mrc translation.safetensors -o mrc.json            # lru, caps k_used..E\n  moe-offload mrc translation.safetensors --policy lfu --caps 8..32 --keep keep.json -o mrc-lfu.json"
     )]

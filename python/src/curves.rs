@@ -29,7 +29,8 @@ const MAX_CURVE_STEPS: u64 = 4_000_000_000;
 /// `picks_per_layer`, and `layers`, one `{layer_id, misses}` per layer with the misses at
 /// each cap `min_cap..=max_cap`. `misses_per_token(cap)` of the result sums the layers.
 ///
-/// - `policy`: lru (one pass) or any other policy (one replay per cap).
+/// - `policy`: lru and belady (k-way) in one pass over every cap, any other policy by one
+///   replay per cap.
 /// - `caps`: `(lo, hi)` inclusive, default `(k_used, E)`; `keep`, `k_used`, `warmup`,
 ///   `semantics` as in `replay`. Work above about a minute is refused without `yes=True`.
 #[pyfunction]
@@ -77,7 +78,7 @@ pub fn mrc<'py>(
         let (lo, hi) = caps.unwrap_or((k, s.num_experts));
         let per_replay =
             (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
-        let one_pass = policy == Policy::Lru && lo == k && hi == s.num_experts;
+        let one_pass = cachesim::mrc::has_one_pass(policy, semantics) && lo >= k && hi <= s.num_experts;
         let steps = if one_pass { per_replay } else { (hi.saturating_sub(lo) as u64 + 1).saturating_mul(per_replay) };
         if steps > MAX_CURVE_STEPS && !yes {
             usage!(

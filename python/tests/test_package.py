@@ -246,7 +246,8 @@ def test_retention_equals_the_cli(cli, maps, tmp_path, heldout_kind):
     assert got == expected
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(policy="fifo", caps=(4, 12)), dict(policy="lru", caps=(6, 20), k_used=2)])
+@pytest.mark.parametrize("kw", [dict(), dict(policy="fifo", caps=(4, 12)), dict(policy="lru", caps=(6, 20), k_used=2),
+                                dict(policy="belady", caps=(4, 10))])
 def test_mrc_equals_the_cli(cli, maps, tmp_path, kw):
     flags = ["--policy", kw.get("policy", "lru")]
     if "caps" in kw:

@@ -1,6 +1,7 @@
 //! Tidy checks on the workspace's source, run as tests (`cargo test -p xtask`): no source file
-//! over [`MAX_LINES`] lines (STYLE: a file has one purpose), `cachesim` does no I/O, and the
-//! dev-only test-support crates stay out of the libraries' normal dependencies.
+//! over [`MAX_LINES`] lines (STYLE: a file has one purpose), `cachesim` does no I/O, the
+//! dev-only test-support crates stay out of the libraries' normal dependencies, and every path
+//! of the workspace that the docs name exists.
 
 use std::path::{Path, PathBuf};
 
@@ -70,9 +71,67 @@ fn io_uses(text: &str) -> Vec<(usize, &'static str)> {
     out
 }
 
+/// The top-level directories whose paths the docs name.
+const DOC_ROOTS: [&str; 7] = ["crates/", "data/", "docs/", "xtask/", "python/", "scripts/", ".ci/"];
+
+/// The workspace paths named in backticks in `text` (a Markdown file) that do not exist under
+/// `root`: tokens starting with one of [`DOC_ROOTS`], with a trailing `:LINE` or punctuation
+/// dropped; patterns (`*`, `{`, `<`, `$`) and placeholders (a component in capitals, `NAME.rs`)
+/// are not paths.
+fn missing_doc_paths(root: &Path, text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, part) in text.split('`').enumerate() {
+        if i % 2 == 0 || part.contains(char::is_whitespace) || !DOC_ROOTS.iter().any(|r| part.starts_with(r)) {
+            continue;
+        }
+        if part.contains(['*', '{', '<', '$']) {
+            continue;
+        }
+        let path = part.split(':').next().unwrap_or(part).trim_end_matches(['.', ',', ';', ')']);
+        let placeholder = path.split('/').any(|c| {
+            let stem = c.split('.').next().unwrap_or(c);
+            stem.len() > 1 && stem.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')
+        });
+        if !placeholder && !root.join(path).exists() {
+            out.push(path.to_string());
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_path_the_docs_name_exists() {
+        let root = crate::workspace_root();
+        let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        docs.push(root.join("README.md"));
+        docs.sort();
+        let missing: Vec<String> = docs
+            .iter()
+            .flat_map(|d| {
+                let text = std::fs::read_to_string(d).unwrap();
+                missing_doc_paths(&root, &text).into_iter().map(move |p| format!("{}: {p}", d.display()))
+            })
+            .collect();
+        assert!(missing.is_empty(), "paths the docs name that do not exist:\n{}", missing.join("\n"));
+    }
+
+    #[test]
+    fn doc_paths_are_told_from_patterns_and_placeholders() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("crates/a/src")).unwrap();
+        std::fs::write(dir.path().join("crates/a/src/lib.rs"), "").unwrap();
+        let text = "`crates/a/src/lib.rs`, `crates/a/src/lib.rs:12`, `crates/a/src/gone.rs`, `crates/*/src`, \
+                    `crates/a/src/NAME.rs`, `data/grids/{a,b}.json`, `cargo test -p a`, `src/x.rs`, `docs/none.md`.";
+        assert_eq!(missing_doc_paths(dir.path(), text), ["crates/a/src/gone.rs", "docs/none.md"]);
+    }
 
     #[test]
     fn no_source_file_is_over_700_lines() {

@@ -4,13 +4,16 @@ mod export;
 mod import;
 mod inspect;
 mod json;
+mod keep;
+mod mrc;
 mod plan;
 mod plan_hybrid;
 mod plan_quality;
 mod profile;
 mod replay;
 mod report;
-mod saliency;
+mod retention;
+mod stats;
 mod sweep;
 mod synth;
 
@@ -195,17 +198,17 @@ enum Command {
     #[command(
         after_help = "Examples:\n  moe-offload stats calib.safetensors -o stats.json\n  moe-offload stats --reap-agg core_agg.json --list-corpora\n  moe-offload stats --reap-agg core_agg.json --corpus bible -o bible.json"
     )]
-    Stats(saliency::StatsArgs),
+    Stats(stats::StatsArgs),
     /// Build keep maps (K experts per layer, or a global budget) from statistics (SEMANTICS.md §3).
     #[command(
         after_help = "Examples:\n  moe-offload keep stats.json --metric frequency --k 32 -o keep.json\n  moe-offload keep stats.json --metric hybrid --hybrid-base l2_sum,reap --k 128,160 -o maps/\n  moe-offload keep stats.json --metric frequency --budget 1248,1536 --floor 6 -o maps/"
     )]
-    Keep(saliency::KeepArgs),
+    Keep(keep::KeepArgs),
     /// Out-of-sample retention of keep maps on a held-out trace or statistics (SEMANTICS.md §4).
     #[command(
         after_help = "Examples:\n  moe-offload retention maps/*.json full --heldout heldout.safetensors\n  moe-offload retention maps/reap@128.json --heldout quran-stats.json --json"
     )]
-    Retention(saliency::RetentionArgs),
+    Retention(retention::RetentionArgs),
     /// Replay a trace through an expert cache and count hits and misses (SEMANTICS.md §5).
     #[command(
         after_help = "Example:\n  moe-offload replay heldout.safetensors --policy lru --cap 16 --keep keep.json --json"
@@ -239,7 +242,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  moe-offload mrc translation.safetensors -o mrc.json            # lru, caps k_used..E\n  moe-offload mrc translation.safetensors --policy lfu --caps 8..32 --keep keep.json -o mrc-lfu.json"
     )]
-    Mrc(plan::MrcArgs),
+    Mrc(mrc::MrcArgs),
     /// Per-layer cache sizes (and keep map) with the fewest misses for a memory budget.
     #[command(
         after_help = "Example:\n  moe-offload plan --in-sample calib.safetensors --out-of-sample translation.safetensors \\\n      --variants full,frequency@48 --budget-gb 8 --profile dsv2-lite-bf16 --max-slot-replacement 0.2 -o plan.json"
@@ -259,12 +262,12 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Import(cmd) => import::run(cmd),
         Command::Synth(a) => synth::run(&a),
         Command::Inspect(a) => inspect::run(&a),
-        Command::Stats(a) => saliency::stats(&a),
-        Command::Keep(a) => saliency::keep(&a),
-        Command::Retention(a) => saliency::retention_cmd(&a),
+        Command::Stats(a) => stats::stats(&a),
+        Command::Keep(a) => keep::keep(&a),
+        Command::Retention(a) => retention::retention_cmd(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Sweep(a) => sweep::run(&a),
-        Command::Mrc(a) => plan::mrc(&a),
+        Command::Mrc(a) => mrc::mrc(&a),
         Command::Plan(a) => plan::plan(&a),
         Command::Profile(c) => profile::run(&c),
         Command::Report(a) => report::run(&a),

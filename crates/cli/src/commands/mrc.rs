@@ -1,0 +1,206 @@
+//! `moe-offload mrc`: miss-ratio curves, the misses of every cache size per layer, and the curve
+//! helpers `plan` shares (the work a curve costs, its bound, the keep map of a curve).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use cachesim::mrc::CurveConfig;
+use cachesim::{Keep, Policy, Semantics};
+use clap::Args;
+use saliency::KeepMap;
+use trace_io::{TraceFile, TraceView};
+
+#[derive(Debug, Args)]
+pub struct MrcArgs {
+    /// The trace.
+    pub trace: PathBuf,
+    /// Keep map JSON (default: every expert kept).
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
+    /// Cache policy; `lru` (both semantics) and `belady` (k-way) are computed in one pass over
+    /// every cap, the others by one replay per cap.
+    #[arg(long, default_value = "lru")]
+    pub policy: Policy,
+    /// Caps `a..b` (inclusive; default k_used..E).
+    #[arg(long, value_parser = parse_caps)]
+    pub caps: Option<(usize, usize)>,
+    /// Experts used per token (default: the trace's top-k).
+    #[arg(long, value_parser = crate::args::at_least_one)]
+    pub k_used: Option<usize>,
+    /// Warmup tokens not counted. Belady is a lower bound of every online policy only with
+    /// `--warmup 0`; counted from a warmup it may exceed one by up to the cap per layer.
+    #[arg(long, default_value_t = 64)]
+    pub warmup: usize,
+    /// Residency semantics: k-way (default) or sequential.
+    #[arg(long, default_value = "k-way")]
+    pub semantics: Semantics,
+    /// Compute a curve above the limit of work (see the announcement the command prints).
+    #[arg(long)]
+    pub yes: bool,
+    /// Pin map (a keep-map JSON, SEMANTICS.md §9): the curve of the unpinned stream, pinned picks
+    /// counted as hits; memory per layer = pins + cap. lru only (one pass).
+    #[arg(long)]
+    pub pin: Option<PathBuf>,
+    /// Output JSON; a CSV (layer_id, cap, misses, misses_per_token) is written beside it.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Print the output JSON (kind `moe-offload-mrc`) on stdout instead of the table; status
+    /// lines go to stderr.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_caps(s: &str) -> std::result::Result<(usize, usize), String> {
+    let (a, b) = s.split_once("..").ok_or("expected a..b, for example 8..64")?;
+    let a: usize = a.parse().map_err(|_| format!("{a:?} is not a whole number"))?;
+    let b: usize = b.parse().map_err(|_| format!("{b:?} is not a whole number"))?;
+    if a > b {
+        return Err(format!("empty range {a}..{b}"));
+    }
+    Ok((a, b))
+}
+
+pub(super) fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
+    Ok(match path {
+        Some(p) => {
+            let map = KeepMap::read_json(p)?;
+            super::replay::inputs::check_map_fits(&map, v.meta(), p)?;
+            Keep::from_layers(&v.shape(), &map.layers).with_context(|| format!("keep map {}", p.display()))?
+        }
+        None => Keep::full(&v.shape()),
+    })
+}
+
+/// Steps (picks plus per-replay expert state) a curve may cost without `--yes`: about a minute.
+const MAX_CURVE_STEPS: u64 = 4_000_000_000;
+
+/// The work of the curve of `policy` on `v` over `caps` (default k_used..=E), in steps (one per
+/// pick, plus the E experts of state each replay of a layer sets up), and its description.
+pub(super) fn curve_work(
+    v: &TraceView<'_>,
+    policy: Policy,
+    semantics: Semantics,
+    k_used: Option<usize>,
+    caps: Option<(usize, usize)>,
+) -> (u64, String) {
+    let s = v.shape();
+    let k = k_used.unwrap_or(s.top_k);
+    let (lo, hi) = caps.unwrap_or((k, s.num_experts));
+    let n = hi.saturating_sub(lo) as u64 + 1;
+    let per_replay =
+        (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
+    // One pass over every cap from k_used to E, sliced to the caps asked for.
+    if cachesim::mrc::has_one_pass(policy, semantics) && lo >= k && hi <= s.num_experts {
+        let order = if policy == Policy::Lru { "log E" } else { "the depth of the deepest pick" };
+        let what = format!(
+            "{policy} curve of caps {lo}..={hi} in one pass (O(L x T x k x {order})): about {per_replay} steps"
+        );
+        return (per_replay, what);
+    }
+    let steps = n.saturating_mul(per_replay);
+    let what = format!(
+        "{policy} curve of caps {lo}..={hi} by one replay per cap: {n} caps x {} x ({} tokens x k_used {k} + E = {} \
+         experts of state) = {steps} steps",
+        super::layers(s.layers),
+        s.tokens,
+        s.num_experts
+    );
+    (steps, what)
+}
+
+/// Refuses `steps` of curve work above [`MAX_CURVE_STEPS`] without `--yes`.
+pub(super) fn bound_curves(steps: u64, yes: bool) -> Result<()> {
+    if steps > MAX_CURVE_STEPS && !yes {
+        bail!(
+            "{steps} steps is above the limit of {MAX_CURVE_STEPS} without --yes (minutes of work or more): narrow \
+             --caps, use --policy lru (one pass), or pass --yes to run it"
+        );
+    }
+    Ok(())
+}
+
+/// Runs `mrc`.
+pub fn mrc(a: &MrcArgs) -> Result<()> {
+    super::refuse_stdout(
+        &a.output,
+        "it writes a JSON file and a CSV beside it: give -o mrc.json; --json prints the JSON",
+    )?;
+    let csv_path = a.output.with_extension("csv");
+    if csv_path == a.output {
+        bail!(
+            "-o {}: the CSV written beside the JSON output would be this same file; give the output a .json name",
+            a.output.display()
+        );
+    }
+    for out in [&a.output, &csv_path] {
+        super::refuse_overwrite(out, std::iter::once(a.trace.as_path()).chain(a.keep.as_deref()))?;
+    }
+    let f = TraceFile::open(&a.trace)?;
+    let v = f.view();
+    super::require_tokens(v.shape(), &a.trace)?;
+    let keep = open_keep(a.keep.as_ref(), &v)?;
+    let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, reset_at_sequence: false };
+    if a.pin.is_some() && a.policy != Policy::Lru {
+        bail!(
+            "--pin gives the one-pass lru curve of the unpinned stream; for {} replay each cap with `replay --pin`",
+            a.policy
+        );
+    }
+    let (steps, what) = curve_work(&v, a.policy, a.semantics, a.k_used, a.caps);
+    crate::progress::status!("mrc: {what}");
+    bound_curves(steps, a.yes)?;
+    let working = crate::progress::working("mrc");
+    let (c, pins) = match &a.pin {
+        None => (sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?, None),
+        Some(p) => {
+            let pins = open_keep(Some(p), &v).with_context(|| format!("--pin {}", p.display()))?;
+            let full = cachesim::mrc::lru_curve_pinned(&v, &keep, Some(&pins), &base)?;
+            let per_layer: Vec<usize> = (0..pins.layers()).map(|l| pins.kept_count(l)).collect();
+            (slice_caps(full, a.caps)?, Some(per_layer))
+        }
+    };
+    working.finish();
+    let mut value = super::json::tagged(super::json::MRC, serde_json::to_value(&c)?);
+    if let (Some(obj), Some(pins)) = (value.as_object_mut(), &pins) {
+        obj.insert("layer_pins".into(), serde_json::json!(pins));
+    }
+    let json = serde_json::to_vec_pretty(&value)?;
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(["layer_id", "cap", "misses", "misses_per_token"])?;
+    for l in &c.layers {
+        for (i, m) in l.misses.iter().enumerate() {
+            let mpt = if c.tokens == 0 { 0.0 } else { *m as f64 / c.tokens as f64 };
+            w.write_record([l.layer_id.to_string(), (c.min_cap + i).to_string(), m.to_string(), mpt.to_string()])?;
+        }
+    }
+    let bytes = w.into_inner()?;
+    // Both or neither: a full disk while writing the CSV must not leave the JSON without it.
+    trace_io::write_atomic_files(&[(&a.output, &json), (&csv_path, &bytes)])
+        .with_context(|| format!("writing {} and {}", a.output.display(), csv_path.display()))?;
+    if a.json {
+        super::status(format_args!("wrote {} and {}", a.output.display(), csv_path.display()));
+        return super::json::print(&value);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "wrote {} and {}", a.output.display(), csv_path.display())?;
+    let mut t = comfy_table::Table::new();
+    t.set_header(["cap", "misses/token (all layers)", "hit rate"]);
+    let picks = c.picks_per_layer * c.layers.len() as u64;
+    let step = ((c.max_cap - c.min_cap) / 12).max(1);
+    for cap in (c.min_cap..=c.max_cap).step_by(step) {
+        let m = c.total_misses(cap);
+        let hr = if picks == 0 { 0.0 } else { 1.0 - m as f64 / picks as f64 };
+        t.add_row([cap.to_string(), format!("{:.4}", c.misses_per_token(cap)), format!("{hr:.4}")]);
+    }
+    super::align_numbers(&mut t);
+    writeln!(out, "{t}")?;
+    Ok(())
+}
+
+/// The caps `lo..=hi` of a curve computed from k_used to E.
+fn slice_caps(c: cachesim::mrc::MissCurve, caps: Option<(usize, usize)>) -> Result<cachesim::mrc::MissCurve> {
+    let Some((lo, hi)) = caps else { return Ok(c) };
+    let (min, max) = (c.min_cap, c.max_cap);
+    c.sliced(lo, hi).with_context(|| format!("--caps {lo}..{hi}: the curve covers k_used..E = {min}..{max}"))
+}

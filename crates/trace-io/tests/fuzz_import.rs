@@ -452,11 +452,9 @@ fn esft_lines() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn esft_real_lines() {
-    if real_seeds().esft.is_empty() {
-        eprintln!("skipping: MOE_OFFLOAD_REAL_DATA not set");
-        return;
-    }
+    assert!(!real_seeds().esft.is_empty(), "no ESFT seed lines under MOE_OFFLOAD_REAL_DATA");
     fuzz("esft_real_lines", (any::<usize>(), prop::collection::vec(line_edit(), 1..5)), |(which, edits)| {
         esft_case(real_seeds().esft.clone(), which, &edits, 64, 6)
     });
@@ -469,11 +467,9 @@ fn vllm_lines() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn vllm_real_lines() {
-    if real_seeds().vllm.is_empty() {
-        eprintln!("skipping: MOE_OFFLOAD_REAL_DATA not set");
-        return;
-    }
+    assert!(!real_seeds().vllm.is_empty(), "no vLLM seed lines under MOE_OFFLOAD_REAL_DATA");
     fuzz("vllm_real_lines", (any::<usize>(), prop::collection::vec(line_edit(), 1..5)), |(which, edits)| {
         vllm_case(real_seeds().vllm.clone(), which, &edits, Some(60))
     });
@@ -485,11 +481,9 @@ fn mixtral_lines() {
 }
 
 #[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
 fn mixtral_real_lines() {
-    if real_seeds().mixtral.is_empty() {
-        eprintln!("skipping: MOE_OFFLOAD_REAL_DATA not set");
-        return;
-    }
+    assert!(!real_seeds().mixtral.is_empty(), "no Mixtral seed lines under MOE_OFFLOAD_REAL_DATA");
     fuzz("mixtral_real_lines", prop::collection::vec(line_edit(), 1..5), |edits| {
         mixtral_case(real_seeds().mixtral.clone(), &edits)
     });

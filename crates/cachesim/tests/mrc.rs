@@ -31,6 +31,22 @@ fn check_policy(view: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig, policy: Po
     }
 }
 
+/// A one-layer trace of `experts` experts whose rows are `top_k` ids each (m = k), no scores.
+fn one_layer(experts: u32, top_k: usize, ids: &[u16]) -> TraceData {
+    let meta = TraceMeta {
+        model: "hand".into(),
+        num_experts: experts,
+        top_k: top_k as u32,
+        layer_ids: vec![0],
+        score_kind: ScoreKind::None,
+        phase: Phase::Decode,
+        source: "test".into(),
+        extra: Default::default(),
+    };
+    let parts = OwnedParts { ids: ids.to_vec(), ..Default::default() };
+    TraceData::new(meta, ids.len() / top_k, top_k, parts).unwrap()
+}
+
 #[test]
 fn one_pass_equals_replays_on_synthetic_traces() {
     let t = generate(&SynthConfig {
@@ -65,18 +81,7 @@ fn hand_computed_depths() {
     //   t2: [0,2,1]     -> 1 depth 2, 3 cold;   stack [3,1,0,2]
     //   t3: [3,1,0,2]   -> 0 depth 2, 2 depth 3; stack [2,0,3,1]
     // 4 first uses (0, 1, 2, 3); misses(cap 2) = 4 + depths >= 2 (three) = 7; cap 3: 4 + 1 = 5; cap 4: 4.
-    let meta = TraceMeta {
-        model: "hand".into(),
-        num_experts: 4,
-        top_k: 2,
-        layer_ids: vec![0],
-        score_kind: ScoreKind::None,
-        phase: Phase::Decode,
-        source: "test".into(),
-        extra: Default::default(),
-    };
-    let parts = OwnedParts { ids: vec![0, 1, 2, 0, 1, 3, 0, 2], ..Default::default() };
-    let t = TraceData::new(meta, 4, 2, parts).unwrap();
+    let t = one_layer(4, 2, &[0, 1, 2, 0, 1, 3, 0, 2]);
     let v = t.view();
     let cfg = CurveConfig { warmup: 0, ..Default::default() };
     let c = lru_curve(&v, &Keep::full(&v.shape()), &cfg).unwrap();
@@ -203,18 +208,7 @@ fn belady_hand_computed_stack() {
     //   t3: [1,3,2,0] -> 3 at depth 1, 2 at depth 2.
     // misses(cap 2) = 4 first uses + the depths >= 2 (1 at t2, 2 at t3) = 6; cap 3: 4; cap 4: 4.
     // (LRU at cap 3 keeps 0, used more recently than 2, and misses 2 at t3: 6, 5, 4.)
-    let meta = TraceMeta {
-        model: "hand".into(),
-        num_experts: 4,
-        top_k: 2,
-        layer_ids: vec![0],
-        score_kind: ScoreKind::None,
-        phase: Phase::Decode,
-        source: "test".into(),
-        extra: Default::default(),
-    };
-    let parts = OwnedParts { ids: vec![0, 1, 2, 0, 1, 3, 3, 2], ..Default::default() };
-    let t = TraceData::new(meta, 4, 2, parts).unwrap();
+    let t = one_layer(4, 2, &[0, 1, 2, 0, 1, 3, 3, 2]);
     let v = t.view();
     let cfg = CurveConfig { warmup: 0, ..Default::default() };
     let keep = Keep::full(&v.shape());
@@ -239,18 +233,7 @@ fn fifo_and_lfu_have_no_one_pass_curve() {
         (Policy::Lfu, &[3, 1, 0, 1, 3, 0, 2, 1, 2, 1], 2, (6, 7)),
     ];
     for (policy, ids, cap, want) in cases {
-        let meta = TraceMeta {
-            model: "anomaly".into(),
-            num_experts: 5,
-            top_k: 1,
-            layer_ids: vec![0],
-            score_kind: ScoreKind::None,
-            phase: Phase::Decode,
-            source: "test".into(),
-            extra: Default::default(),
-        };
-        let parts = OwnedParts { ids: ids.to_vec(), ..Default::default() };
-        let t = TraceData::new(meta, ids.len(), 1, parts).unwrap();
+        let t = one_layer(5, 1, ids);
         let v = t.view();
         let keep = Keep::full(&v.shape());
         let misses = |c| {

@@ -61,12 +61,11 @@ const CASES: &[Case] = &[
         &["keep", "{d}/tokens0.json", "--metric", "frequency", "--k", "2", "-o", "{d}/k0.json"],
         Err("is more than the layer's tokens = 0"),
     ),
-    Case {
-        what: "the same trace in and out of sample",
-        args: &["sweep", "{d}/same-grid.json", "-o", "{d}/out-same"],
-        expect: Ok("warning: the in-sample trace"),
-        absent: "",
-    },
+    case(
+        "the same trace in and out of sample",
+        &["sweep", "{d}/same-grid.json", "-o", "{d}/out-same"],
+        Ok("warning: the in-sample trace"),
+    ),
     case(
         "a vLLM log cut in the middle of a record",
         &["import", "vllm-routelog", "{d}/cut.jsonl", "--num-experts", "8", "-o", "{d}/cut.safetensors"],

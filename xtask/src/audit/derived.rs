@@ -14,7 +14,8 @@ use sweep::{DeviceProfile, Row};
 /// Relative tolerance of the floating-point figures (they are recomputed in another order).
 const REL: f64 = 1e-9;
 
-fn close(a: f64, b: f64) -> bool {
+/// Equal to rounding: the fast code sums in its own order, the reference in f64.
+pub(super) fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= REL * a.abs().max(b.abs()).max(1e-12)
 }
 

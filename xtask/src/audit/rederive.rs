@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use sweep::{Sample, SweepOutput, TraceInput};
 use trace_io::TraceFile;
 
+use super::derived::close;
 use super::dir::Options;
 use super::locate::{Finder, Located, RecordedHash};
 use super::{Check, Status, check};
@@ -311,11 +312,6 @@ struct RowRun<'a> {
     devices: &'a [cachesim::TimelineDevice],
     /// The grid's device profiles, in the order of a hybrid row's `hybrid.cost`.
     profiles: &'a [sweep::DeviceProfile],
-}
-
-/// Equal to rounding: the fast code keeps times in its own order of sums, the reference in f64.
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
 }
 
 impl RowRun<'_> {

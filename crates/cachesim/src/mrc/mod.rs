@@ -205,19 +205,7 @@ pub fn lru_curve_pinned(
         let dep = crate::deploy::Deployment { pins: Some(pins.clone()), ..Default::default() };
         crate::deploy::validate(trace, keep, &base, &dep)?;
     }
-    let k_used = cfg.k_used.unwrap_or(shape.top_k);
-    let base = ReplayConfig {
-        k_used: Some(k_used),
-        warmup: cfg.warmup,
-        semantics: cfg.semantics,
-        reset_at_sequence: cfg.reset_at_sequence,
-        ..ReplayConfig::new(Policy::Lru, k_used.max(1))
-    };
-    crate::validate(&shape, trace.parts().scores.is_some(), &base)?;
-    keep.check_shape(&shape)?;
-    // The stack-distance pass reads F along whole rows: every candidate.
-    crate::require(trace, trace_io::Reads::ids(usize::MAX))?;
-    let seq = trace.seq_offsets().filter(|_| cfg.reset_at_sequence).unwrap_or(&[]);
+    let (k_used, seq) = check_curve(trace, keep, Policy::Lru, cfg)?;
     Ok(curve_of(trace, Policy::Lru, k_used, cfg, |l| {
         let pinned = pins.map(|p| p.layer_mask(l));
         lru_depths(trace.layer_ids(l), keep.layer_mask(l), pinned, shape.candidates, k_used, cfg, seq)
@@ -243,21 +231,34 @@ pub fn belady_curve(trace: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) -> Re
             reason: "the one-pass belady curve is for k-way residency; replay_curve computes the sequential one",
         });
     }
+    let (k_used, seq) = check_curve(trace, keep, Policy::Belady, cfg)?;
+    Ok(curve_of(trace, Policy::Belady, k_used, cfg, |l| {
+        belady::belady_depths(trace.layer_ids(l), keep.layer_mask(l), shape.candidates, k_used, cfg.warmup, seq)
+    }))
+}
+
+/// What a one-pass curve of `policy` checks before its pass: the configuration as
+/// [`crate::validate`] sees it at cap `k_used`, the keep map's shape, and every candidate id (the
+/// pass reads F along whole rows). Returns `k_used` and the tokens at which the caches reset.
+fn check_curve<'t>(
+    trace: &TraceView<'t>,
+    keep: &Keep,
+    policy: Policy,
+    cfg: &CurveConfig,
+) -> Result<(usize, &'t [u64])> {
+    let shape = trace.shape();
     let k_used = cfg.k_used.unwrap_or(shape.top_k);
     let base = ReplayConfig {
         k_used: Some(k_used),
         warmup: cfg.warmup,
         semantics: cfg.semantics,
         reset_at_sequence: cfg.reset_at_sequence,
-        ..ReplayConfig::new(Policy::Belady, k_used.max(1))
+        ..ReplayConfig::new(policy, k_used.max(1))
     };
     crate::validate(&shape, trace.parts().scores.is_some(), &base)?;
     keep.check_shape(&shape)?;
     crate::require(trace, trace_io::Reads::ids(usize::MAX))?;
-    let seq = trace.seq_offsets().filter(|_| cfg.reset_at_sequence).unwrap_or(&[]);
-    Ok(curve_of(trace, Policy::Belady, k_used, cfg, |l| {
-        belady::belady_depths(trace.layer_ids(l), keep.layer_mask(l), shape.candidates, k_used, cfg.warmup, seq)
-    }))
+    Ok((k_used, trace.seq_offsets().filter(|_| cfg.reset_at_sequence).unwrap_or(&[])))
 }
 
 /// The curve of caps `k_used..=E` from each layer's depth histogram (`depths(l)`, layers in

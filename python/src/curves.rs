@@ -29,8 +29,8 @@ const MAX_CURVE_STEPS: u64 = 4_000_000_000;
 /// `picks_per_layer`, and `layers`, one `{layer_id, misses}` per layer with the misses at
 /// each cap `min_cap..=max_cap`. `misses_per_token(cap)` of the result sums the layers.
 ///
-/// - `policy`: lru and belady (k-way) in one pass over every cap, any other policy by one
-///   replay per cap.
+/// - `policy`: lru, and belady, near_pick, near_pick_ema and inv_router (k-way) in one pass
+///   over every cap; fifo and lfu by one replay per cap.
 /// - `caps`: `(lo, hi)` inclusive, default `(k_used, E)`; `keep`, `k_used`, `warmup`,
 ///   `semantics` as in `replay`. Work above about a minute is refused without `yes=True`.
 #[pyfunction]
@@ -86,7 +86,7 @@ pub fn mrc<'py>(
                  narrow caps, use policy=\"lru\" (one pass), or pass yes=True to run it"
             );
         }
-        let base = CurveConfig { k_used, warmup, semantics, reset_at_sequence: false };
+        let base = CurveConfig { k_used, warmup, semantics, ..CurveConfig::default() };
         let c = sweep::plan::miss_curve(&v, &keep, policy, &base, caps)?;
         let v = serde_json::to_value(&c).map_err(|e| Error::Internal(format!("internal error: {e}")))?;
         Ok(tagged("moe-offload-mrc", v))

@@ -78,8 +78,23 @@ fn replay_unit(
     let probs = scores.filter(|_| share_softmax).map(|z| engine::softmax_layer(z, shape.candidates));
     let mut counts = vec![LayerCounts::default(); members.len()];
     // One keep set after another, one F table alive at a time.
-    for same in by_keep_set(runs, l, members) {
+    for mut same in by_keep_set(runs, l, members) {
         let mask = runs[members[same[0]]].0.layer_mask(l);
+        if sharing == Sharing::Lockstep {
+            // Configurations that differ only in cap, of a policy with a one-pass curve: one pass
+            // of the curve for all their caps.
+            for group in curve_groups(runs, members, &same) {
+                let cfg = runs[members[group[0]]].1;
+                let caps: Vec<usize> = group.iter().map(|&b| runs[members[b]].1.cap_of(l)).collect();
+                for (&b, c) in
+                    group.iter().zip(crate::mrc::layer_counts_at_caps(trace, l, mask, probs.as_deref(), cfg, &caps))
+                {
+                    counts[b] = c;
+                    progress(shape.tokens);
+                }
+                same.retain(|b| !group.contains(b));
+            }
+        }
         let table = (same.len() >= 2 && !mask.iter().all(|&kept| kept))
             .then(|| f_table.rebuild(trace.layer_ids(l), mask, shape.candidates));
         let input = |i: usize| engine::LayerInput {
@@ -112,13 +127,35 @@ fn replay_unit(
     counts
 }
 
+/// The groups (positions in `members`) of `same` that one curve pass replays: the
+/// configurations with a one-pass curve ([`crate::mrc::replays_by_curve`]) that differ only in
+/// cap, in order of first appearance, where there are enough of them for the pass to pay
+/// ([`crate::mrc::curve_pays_from`]).
+fn curve_groups(runs: &[(&Keep, &ReplayConfig)], members: &[usize], same: &[usize]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &b in same {
+        let cfg = runs[members[b]].1;
+        if !crate::mrc::replays_by_curve(cfg) {
+            continue;
+        }
+        match groups.iter_mut().find(|g| crate::mrc::same_curve(runs[members[g[0]]].1, cfg)) {
+            Some(g) => g.push(b),
+            None => groups.push(vec![b]),
+        }
+    }
+    groups.retain(|g| g.len() >= crate::mrc::curve_pays_from(runs[members[g[0]]].1.policy));
+    groups
+}
+
 /// How [`crate::replay_many_traces_with`] runs the configurations of a layer that share a keep
 /// set (their counts are the same either way).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Sharing {
     /// One pass over the layer's rows for all of them, a block of tokens at a time (each
     /// configuration's token loop resumed block after block), so the rows and the shared
-    /// tables are read from the core's cache by every configuration (issue #40).
+    /// tables are read from the core's cache by every configuration (issue #40); and those that
+    /// differ only in cap, of a policy with a one-pass curve at λ = 0
+    /// ([`crate::mrc::has_one_pass`]), by one pass of that curve for all their caps.
     #[default]
     Lockstep,
     /// One configuration after another over the whole layer (the path before issue #40, kept to
@@ -195,6 +232,60 @@ pub(crate) fn replay_many_traces(
 mod tests {
     use super::*;
     use crate::{Policy, Semantics, reference, replay};
+
+    /// Configurations that differ only in cap, replayed by one pass of their curve (every policy
+    /// with one, caps from k_used to above E, per-layer caps, duplicates of one cap), give the
+    /// counts of `replay` and of the reference replayer; the others beside them are replayed.
+    #[test]
+    fn configurations_of_one_curve_equal_replay() {
+        let synth = trace_io::synth::SynthConfig {
+            layers: 2,
+            experts: 16,
+            top_k: 3,
+            candidates: 7,
+            tokens: 260,
+            sequences: 3,
+            ..Default::default()
+        };
+        let trace = trace_io::synth::generate(&synth).expect("a valid synthetic trace");
+        let view = trace.view();
+        let shape = view.shape();
+        let full = Keep::full(&shape);
+        let pruned = Keep::from_layers(&shape, &[(0..16).step_by(2).chain([1, 3]).collect(), (4..16).collect()])
+            .expect("a valid keep set");
+        let mut cfgs = Vec::new();
+        for policy in Policy::ALL {
+            for (k_used, warmup, reset, decay) in [(None, 0, false, 0.99), (Some(2), 5, true, 0.03)] {
+                let base = ReplayConfig {
+                    k_used,
+                    warmup,
+                    reset_at_sequence: reset,
+                    decay,
+                    near_pick_n: 4,
+                    j: 0,
+                    ..ReplayConfig::new(policy, 3)
+                };
+                for cap in [3, 4, 7, 16, 20] {
+                    cfgs.push(ReplayConfig { cap, ..base.clone() });
+                }
+                cfgs.push(ReplayConfig { cap: 4, j: 3, ..base.clone() });
+                cfgs.push(ReplayConfig { layer_caps: Some(vec![5, 9]), ..base.clone() });
+                if policy != Policy::Belady {
+                    cfgs.push(ReplayConfig { lambda: 0.2, cap: 4, ..base.clone() });
+                }
+                cfgs.push(ReplayConfig { semantics: Semantics::Sequential, cap: 5, ..base.clone() });
+            }
+        }
+        let runs: Vec<(&Keep, &ReplayConfig)> = cfgs.iter().flat_map(|c| [(&full, c), (&pruned, c)]).collect();
+        assert!(
+            curve_groups(&runs, &(0..runs.len()).collect::<Vec<_>>(), &(0..runs.len()).collect::<Vec<_>>()).len() >= 10
+        );
+        let many = replay_many_traces(&[view], &runs, Sharing::Lockstep, &|_| {}).expect("valid configs");
+        for ((keep, cfg), got) in runs.iter().zip(&many[0]) {
+            assert_eq!(got, &replay(&view, keep, cfg).expect("valid config"), "{cfg:?}");
+            assert_eq!(got, &reference::replay(&view, keep, cfg).expect("valid config"), "{cfg:?}");
+        }
+    }
 
     /// Configurations replayed together (inv_router ones reading one softmax table, pruned ones
     /// one F table) give the counts of `replay` and of the reference replayer, with caps, λ, j,

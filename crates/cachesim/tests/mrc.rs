@@ -6,9 +6,10 @@ use trace_io::synth::{SynthConfig, generate};
 use trace_io::{OwnedParts, Phase, ScoreKind, TraceData, TraceMeta, TraceView};
 
 fn check_equal(view: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) {
-    check_policy(view, keep, cfg, Policy::Lru);
-    if cfg.semantics == Semantics::KWay {
-        check_policy(view, keep, cfg, Policy::Belady);
+    for policy in Policy::ALL {
+        if has_one_pass(policy, cfg.semantics) && (policy != Policy::InvRouter || view.parts().scores.is_some()) {
+            check_policy(view, keep, cfg, policy);
+        }
     }
 }
 
@@ -17,13 +18,7 @@ fn check_policy(view: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig, policy: Po
     let one_pass = one_pass_curve(view, keep, policy, cfg).expect("a one-pass curve").unwrap();
     let k = one_pass.k_used;
     let caps: Vec<usize> = (k..=view.shape().num_experts).collect();
-    let base = ReplayConfig {
-        k_used: Some(k),
-        warmup: cfg.warmup,
-        semantics: cfg.semantics,
-        reset_at_sequence: cfg.reset_at_sequence,
-        ..ReplayConfig::new(policy, k)
-    };
+    let base = ReplayConfig { k_used: Some(k), ..cfg.replay_config(policy, k) };
     let replayed = replay_curve(view, keep, &base, &caps).unwrap();
     assert_eq!(one_pass, replayed, "{policy} {cfg:?}");
     for l in &one_pass.layers {
@@ -66,7 +61,11 @@ fn one_pass_equals_replays_on_synthetic_traces() {
     for keep in [Keep::full(&shape), pruned] {
         for semantics in [Semantics::KWay, Semantics::Sequential] {
             for (k_used, warmup, reset) in [(None, 64, false), (Some(2), 0, true), (Some(3), 10, true)] {
-                check_equal(&v, &keep, &CurveConfig { k_used, warmup, semantics, reset_at_sequence: reset });
+                check_equal(
+                    &v,
+                    &keep,
+                    &CurveConfig { k_used, warmup, semantics, reset_at_sequence: reset, ..Default::default() },
+                );
             }
         }
     }
@@ -197,6 +196,46 @@ fn belady_one_pass_equals_replays_on_many_synthetic_traces() {
     }
 }
 
+/// The credit policies' one-pass curves equal one replay per cap on many small traces: pruned
+/// keep maps, k_used, warmups, resets, N below and above m, and decays that rescale the lazy
+/// scores often (0.03: M passes 1e100 every 66 tokens) or never (1).
+#[test]
+fn credit_one_pass_equals_replays_on_many_synthetic_traces() {
+    for (seed, experts, top_k, candidates) in [(11, 6, 2, 3), (12, 9, 3, 5), (13, 16, 1, 4), (14, 30, 6, 8)] {
+        let t = generate(&SynthConfig {
+            layers: 2,
+            experts,
+            top_k,
+            candidates,
+            tokens: 400,
+            sequences: 4,
+            seed,
+            dead_experts: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        let v = t.view();
+        let shape = v.shape();
+        assert!(v.parts().scores.is_some(), "inv_router reads the scores");
+        let half: Vec<u16> = (0..experts as u16).filter(|e| e % 3 != 1).collect();
+        let pruned = Keep::from_layers(&shape, &[half.clone(), half]).unwrap();
+        for keep in [Keep::full(&shape), pruned] {
+            for (k_used, warmup, reset, decay, near_pick_n) in [
+                (None, 0, false, 0.99, 48),
+                (None, 50, true, 0.03, 2),
+                (Some(1), 7, false, 1.0, 1),
+                (None, 3, true, 0.5, 3),
+            ] {
+                let cfg =
+                    CurveConfig { k_used, warmup, reset_at_sequence: reset, decay, near_pick_n, ..Default::default() };
+                for policy in [Policy::NearPick, Policy::NearPickEma, Policy::InvRouter] {
+                    check_policy(&v, &keep, &cfg, policy);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn belady_hand_computed_stack() {
     // One layer, E = 4, k = m = 2. Tokens: {0,1}, {2,0}, {1,3}, {3,2}. Next uses: t0: 0 -> t1,
@@ -218,6 +257,44 @@ fn belady_hand_computed_stack() {
     let seq = CurveConfig { semantics: Semantics::Sequential, ..cfg };
     assert!(belady_curve(&v, &keep, &seq).is_err());
     assert!(one_pass_curve(&v, &keep, Policy::Belady, &seq).is_none());
+}
+
+#[test]
+fn near_pick_hand_computed_stack() {
+    // One layer, E = 4, k = 1, m = 2, N = 2: each row credits both its candidates, the first is
+    // chosen. Rows: (0,1), (2,3), (1,0), (3,2), (2,1). Stack (highest priority first) before each
+    // token, by (last near-pick token, last access):
+    //   t0: []         -> 0 first use;  stack [0]
+    //   t1: [0]        -> 2 first use;  stack [2,0]
+    //   t2: [2,0]      -> 1 first use;  the slot after F goes to 2 (near t1) over 0 (near t0):
+    //                                   stack [1,2,0]
+    //   t3: [1,2,0]    -> 3 first use;  slots: 1 (near t2) over 2, then 0 (near t2, as a
+    //                                   candidate of t2) over 2 (near t1): stack [3,1,0,2]
+    //   t4: [3,1,0,2]  -> 2 at depth 3.
+    // misses(cap) = 4 first uses + (depth 3 >= cap): 5, 5, 5, 4 for caps 1..4. LRU keeps 2 at
+    // cap 3 (used at t1, after 0) and hits: 5, 5, 4, 4.
+    let meta = TraceMeta {
+        model: "hand".into(),
+        num_experts: 4,
+        top_k: 1,
+        layer_ids: vec![0],
+        score_kind: ScoreKind::None,
+        phase: Phase::Decode,
+        source: "test".into(),
+        extra: Default::default(),
+    };
+    let ids = vec![0, 1, 2, 3, 1, 0, 3, 2, 2, 1];
+    let t = TraceData::new(meta, 5, 2, OwnedParts { ids, ..Default::default() }).unwrap();
+    let v = t.view();
+    let keep = Keep::full(&v.shape());
+    let cfg = CurveConfig { warmup: 0, near_pick_n: 2, ..Default::default() };
+    let near = one_pass_curve(&v, &keep, Policy::NearPick, &cfg).unwrap().unwrap();
+    assert_eq!(near.layers[0].misses, vec![5, 5, 5, 4]);
+    assert_eq!(lru_curve(&v, &keep, &cfg).unwrap().layers[0].misses, vec![5, 5, 4, 4]);
+    check_equal(&v, &keep, &cfg);
+    // N = 1 credits the chosen expert only: near_pick is then LRU.
+    let n1 = CurveConfig { near_pick_n: 1, ..cfg };
+    assert_eq!(one_pass_curve(&v, &keep, Policy::NearPick, &n1).unwrap().unwrap().layers[0].misses, vec![5, 5, 4, 4]);
 }
 
 /// fifo and lfu are not stack algorithms under these semantics: on each trace below a larger

@@ -1,13 +1,13 @@
 //! Miss-ratio curves: the misses of every cache size, per layer.
 //!
 //! [`lru_curve`] computes the LRU curve of every cap from `k_used` to E in **one pass** over the
-//! trace, for both residency semantics; [`belady_curve`] does the same for belady under k-way
-//! residency (the priority stack of `belady.rs`); [`replay_curve`] computes any policy's curve by
-//! one replay per cap (run in parallel), and is the cross-check of the one-pass curves
-//! ([`has_one_pass`] says which exist). The other policies have no one-pass curve: fifo and lfu
-//! are not stack algorithms here (their order depends on insertion, so a larger cache can miss
-//! more: `tests/mrc.rs` holds a trace where each does), and the credit policies' keys depend on
-//! which experts a cap evicted.
+//! trace, for both residency semantics; [`belady_curve`] and [`credit_curve`] do the same for
+//! belady, near_pick, near_pick_ema and inv_router at λ = 0 under k-way residency (the priority
+//! stack of `stack.rs`: their priorities do not depend on the cap); [`replay_curve`] computes any
+//! policy's curve by one replay per cap (run in parallel), and is the cross-check of the one-pass
+//! curves ([`has_one_pass`] says which exist). fifo and lfu have no one-pass curve: they are not
+//! stack algorithms here (their order depends on insertion, so a larger cache can miss more:
+//! `tests/mrc.rs` holds a trace where each does).
 //!
 //! # Why one pass is exact for LRU under k-way residency
 //! Keep a recency stack per layer (most recent first) and update it once per token: the token's
@@ -33,6 +33,10 @@ use trace_io::TraceView;
 use crate::{CacheSimError, Keep, Policy, ReplayConfig, Result, Semantics};
 
 mod belady;
+mod credits;
+mod stack;
+
+use stack::{LayerRows, StackKeys, stack_depths};
 
 /// One layer's curve: `misses[c - min_cap]` is the layer's misses at cap `c`, for `c` in
 /// `min_cap..=max_cap`.
@@ -102,17 +106,22 @@ impl MissCurve {
     }
 }
 
-/// Whether `policy` has a one-pass curve under `semantics`: lru under both ([`lru_curve`]),
-/// belady under k-way residency ([`belady_curve`]).
+/// Whether `policy` has a one-pass curve under `semantics`: lru under both ([`lru_curve`]);
+/// belady ([`belady_curve`]), near_pick, near_pick_ema and inv_router ([`credit_curve`]) under
+/// k-way residency.
 pub fn has_one_pass(policy: Policy, semantics: Semantics) -> bool {
-    matches!((policy, semantics), (Policy::Lru, _) | (Policy::Belady, Semantics::KWay))
+    match policy {
+        Policy::Lru => true,
+        Policy::Belady | Policy::NearPick | Policy::NearPickEma | Policy::InvRouter => semantics == Semantics::KWay,
+        Policy::Fifo | Policy::Lfu => false,
+    }
 }
 
 /// The one-pass curve of `policy` ([`has_one_pass`]) of every cap from `k_used` to E, or `None`
 /// for a policy without one.
 ///
 /// # Errors
-/// As [`lru_curve`] and [`belady_curve`].
+/// As [`lru_curve`], [`belady_curve`] and [`credit_curve`].
 pub fn one_pass_curve(
     trace: &TraceView<'_>,
     keep: &Keep,
@@ -122,12 +131,13 @@ pub fn one_pass_curve(
     match policy {
         _ if !has_one_pass(policy, cfg.semantics) => None,
         Policy::Lru => Some(lru_curve(trace, keep, cfg)),
-        _ => Some(belady_curve(trace, keep, cfg)),
+        Policy::Belady => Some(belady_curve(trace, keep, cfg)),
+        _ => Some(credit_curve(trace, keep, policy, cfg)),
     }
 }
 
-/// Settings of [`lru_curve`]: the [`ReplayConfig`] fields that matter to plain LRU at λ = 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Settings of a curve: the [`ReplayConfig`] fields that matter to a replay at λ = 0 but the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CurveConfig {
     /// Experts used per token; `None` = the trace's top-k.
     pub k_used: Option<usize>,
@@ -137,11 +147,47 @@ pub struct CurveConfig {
     pub semantics: Semantics,
     /// Empty the caches at each sequence start.
     pub reset_at_sequence: bool,
+    /// Decay d of near_pick_ema and inv_router, in (0, 1] (default 0.99).
+    #[serde(default = "default_decay")]
+    pub decay: f64,
+    /// N of near_pick and near_pick_ema (default 48).
+    #[serde(default = "default_near_pick_n")]
+    pub near_pick_n: usize,
+}
+
+fn default_decay() -> f64 {
+    ReplayConfig::new(Policy::Lru, 0).decay
+}
+
+fn default_near_pick_n() -> usize {
+    ReplayConfig::new(Policy::Lru, 0).near_pick_n
+}
+
+impl CurveConfig {
+    /// The [`ReplayConfig`] of `policy` at cap `cap` with these settings (λ = 0).
+    pub fn replay_config(&self, policy: Policy, cap: usize) -> ReplayConfig {
+        ReplayConfig {
+            k_used: self.k_used,
+            warmup: self.warmup,
+            semantics: self.semantics,
+            reset_at_sequence: self.reset_at_sequence,
+            decay: self.decay,
+            near_pick_n: self.near_pick_n,
+            ..ReplayConfig::new(policy, cap)
+        }
+    }
 }
 
 impl Default for CurveConfig {
     fn default() -> Self {
-        CurveConfig { k_used: None, warmup: 64, semantics: Semantics::KWay, reset_at_sequence: false }
+        CurveConfig {
+            k_used: None,
+            warmup: 64,
+            semantics: Semantics::KWay,
+            reset_at_sequence: false,
+            decay: default_decay(),
+            near_pick_n: default_near_pick_n(),
+        }
     }
 }
 
@@ -223,18 +269,110 @@ pub fn lru_curve_pinned(
 /// more), [`CacheSimError::KeepMismatch`], and [`CacheSimError::InvalidParameter`] for
 /// sequential semantics (no one-pass curve: [`replay_curve`] computes it).
 pub fn belady_curve(trace: &TraceView<'_>, keep: &Keep, cfg: &CurveConfig) -> Result<MissCurve> {
+    stack_curve(trace, keep, Stacked::Belady, cfg)
+}
+
+/// The curve of near_pick, near_pick_ema or inv_router of every cap from `k_used` to E, per layer,
+/// in one pass (layers in parallel): the priority stack of `stack.rs` with the policy's credits
+/// (`credits.rs`), `cfg.decay` and `cfg.near_pick_n`.
+///
+/// Equals a [`crate::replay`] with `policy`, λ = 0 and the same settings at every cap (tested on
+/// synthetic traces with pruned keep maps, warmups, resets and rescales of the lazy scores, and
+/// on the real ones).
+///
+/// # Errors
+/// As [`crate::validate`] for `policy` at cap `k_used` (an invalid `k_used`, decay or N, no
+/// scores for inv_router), [`CacheSimError::KeepMismatch`], and
+/// [`CacheSimError::InvalidParameter`] for sequential semantics or a policy without such a curve
+/// ([`has_one_pass`]).
+pub fn credit_curve(trace: &TraceView<'_>, keep: &Keep, policy: Policy, cfg: &CurveConfig) -> Result<MissCurve> {
+    match Stacked::of(policy) {
+        Some(stacked) if stacked != Stacked::Belady => stack_curve(trace, keep, stacked, cfg),
+        _ => Err(CacheSimError::InvalidParameter {
+            name: "policy",
+            value: policy.to_string(),
+            reason: "credit_curve is for near_pick, near_pick_ema and inv_router",
+        }),
+    }
+}
+
+/// The policies of the priority stack (`stack.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stacked {
+    Belady,
+    NearPick,
+    NearPickEma,
+    InvRouter,
+}
+
+impl Stacked {
+    /// `policy`'s stack, `None` for lru (its own one-pass curve), fifo and lfu (none).
+    pub(crate) fn of(policy: Policy) -> Option<Stacked> {
+        match policy {
+            Policy::Belady => Some(Stacked::Belady),
+            Policy::NearPick => Some(Stacked::NearPick),
+            Policy::NearPickEma => Some(Stacked::NearPickEma),
+            Policy::InvRouter => Some(Stacked::InvRouter),
+            Policy::Lru | Policy::Fifo | Policy::Lfu => None,
+        }
+    }
+    fn policy(self) -> Policy {
+        match self {
+            Stacked::Belady => Policy::Belady,
+            Stacked::NearPick => Policy::NearPick,
+            Stacked::NearPickEma => Policy::NearPickEma,
+            Stacked::InvRouter => Policy::InvRouter,
+        }
+    }
+}
+
+/// The one-pass curve of a priority-stack policy (belady or a credit policy) under k-way
+/// residency.
+fn stack_curve(trace: &TraceView<'_>, keep: &Keep, stacked: Stacked, cfg: &CurveConfig) -> Result<MissCurve> {
     let shape = trace.shape();
+    let policy = stacked.policy();
     if cfg.semantics != Semantics::KWay {
         return Err(CacheSimError::InvalidParameter {
             name: "semantics",
             value: "sequential".into(),
-            reason: "the one-pass belady curve is for k-way residency; replay_curve computes the sequential one",
+            reason: "the one-pass curves of the priority stack are for k-way residency; replay_curve computes the sequential one",
         });
     }
-    let (k_used, seq) = check_curve(trace, keep, Policy::Belady, cfg)?;
-    Ok(curve_of(trace, Policy::Belady, k_used, cfg, |l| {
-        belady::belady_depths(trace.layer_ids(l), keep.layer_mask(l), shape.candidates, k_used, cfg.warmup, seq)
+    let (k_used, seq) = check_curve(trace, keep, policy, cfg)?;
+    let base = cfg.replay_config(policy, k_used.max(1));
+    Ok(curve_of(trace, policy, k_used, cfg, |l| {
+        let rows = LayerRows {
+            ids: trace.layer_ids(l),
+            scores: trace.layer_scores(l),
+            probs: None,
+            keep: keep.layer_mask(l),
+            m: shape.candidates,
+            k_used,
+            warmup: cfg.warmup,
+            seq,
+        };
+        stack_histogram(&rows, stacked, &base, shape.num_experts)
     }))
+}
+
+/// The depth histogram of `stacked`'s priority stack over `rows`, cut at `max_depth`; `cfg` gives
+/// the decay and N.
+fn stack_histogram(rows: &LayerRows<'_>, stacked: Stacked, cfg: &ReplayConfig, max_depth: usize) -> DepthHistogram {
+    fn run<K: StackKeys>(rows: &LayerRows<'_>, max_depth: usize, mut keys: K) -> DepthHistogram {
+        stack_depths(rows, max_depth, &mut keys)
+    }
+    let LayerRows { keep, m, k_used, .. } = *rows;
+    match stacked {
+        Stacked::Belady => run(rows, max_depth, belady::BeladyKeys::new(rows.ids, keep, m, k_used, rows.seq)),
+        Stacked::NearPick => run(rows, max_depth, credits::NearPickKeys::new(keep, k_used, cfg.near_pick_n)),
+        Stacked::NearPickEma => {
+            let credit = credits::DecayedCredit::NearPick { near_n: cfg.near_pick_n };
+            run(rows, max_depth, credits::DecayedKeys::new(keep, k_used, m, cfg.decay, credit))
+        }
+        Stacked::InvRouter => {
+            run(rows, max_depth, credits::DecayedKeys::new(keep, k_used, m, cfg.decay, credits::DecayedCredit::Router))
+        }
+    }
 }
 
 /// What a one-pass curve of `policy` checks before its pass: the configuration as
@@ -248,13 +386,7 @@ fn check_curve<'t>(
 ) -> Result<(usize, &'t [u64])> {
     let shape = trace.shape();
     let k_used = cfg.k_used.unwrap_or(shape.top_k);
-    let base = ReplayConfig {
-        k_used: Some(k_used),
-        warmup: cfg.warmup,
-        semantics: cfg.semantics,
-        reset_at_sequence: cfg.reset_at_sequence,
-        ..ReplayConfig::new(policy, k_used.max(1))
-    };
+    let base = ReplayConfig { k_used: Some(k_used), ..cfg.replay_config(policy, k_used.max(1)) };
     crate::validate(&shape, trace.parts().scores.is_some(), &base)?;
     keep.check_shape(&shape)?;
     crate::require(trace, trace_io::Reads::ids(usize::MAX))?;
@@ -307,6 +439,26 @@ pub(crate) struct DepthHistogram {
     cold: u64,
     /// Counted forced misses (slots left empty by pruning).
     forced: u64,
+    /// Counted chosen experts outside the row's first k_used ids (§5 step 3, at λ = 0).
+    substituted: u64,
+    /// Counted slots of the row's first k_used ids whose expert is not kept (§5 step 3).
+    pruned_slots: u64,
+}
+
+impl DepthHistogram {
+    /// Nothing counted, for `experts` experts.
+    fn new(experts: usize) -> DepthHistogram {
+        DepthHistogram { depth: vec![0; experts], cold: 0, forced: 0, substituted: 0, pruned_slots: 0 }
+    }
+
+    /// Counts a row's forced misses, substituted picks and pruned slots: `f` is its chosen set
+    /// (F's first k_used) at λ = 0.
+    fn count_row(&mut self, row: &[u16], f: &[u16], keep: &[bool], k_used: usize) {
+        let first = &row[..k_used.min(row.len())];
+        self.forced += (k_used - f.len()) as u64;
+        self.substituted += f.iter().filter(|e| !first.contains(e)).count() as u64;
+        self.pruned_slots += first.iter().filter(|&&e| !keep[usize::from(e)]).count() as u64;
+    }
 }
 
 fn lru_depths(
@@ -320,7 +472,7 @@ fn lru_depths(
 ) -> DepthHistogram {
     let tokens = ids.len() / m.max(1);
     let e_n = keep.len();
-    let mut hist = DepthHistogram { depth: vec![0; e_n], cold: 0, forced: 0 };
+    let mut hist = DepthHistogram::new(e_n);
     let mut tree = Fenwick(vec![0; tokens * k_used + 1]);
     let mut last = vec![0usize; e_n]; // last-access time, 0 = never (since the last reset)
     let mut live: i64 = 0;
@@ -343,7 +495,9 @@ fn lru_depths(
         chosen.extend(row.iter().copied().filter(|&e| keep[usize::from(e)]).take(k_used));
         let counted = t >= cfg.warmup;
         // Forced misses are the slots F leaves empty; pinned picks then hit outside the stack.
-        let forced = (k_used - chosen.len()) as u64;
+        if counted {
+            hist.count_row(row, &chosen, keep, k_used);
+        }
         if let Some(pinned) = pinned {
             chosen.retain(|&e| !pinned[usize::from(e)]);
         }
@@ -378,7 +532,6 @@ fn lru_depths(
             }
         }
         if counted {
-            hist.forced += forced;
             for d in &depths {
                 match d {
                     Some(d) => hist.depth[*d] += 1,
@@ -388,6 +541,98 @@ fn lru_depths(
         }
     }
     hist
+}
+
+/// Whether configuration `cfg` can be replayed with others that differ from it only in cap by
+/// one pass of its curve ([`layer_counts_at_caps`]): a policy with a one-pass curve
+/// ([`has_one_pass`]) at λ = 0.
+pub(crate) fn replays_by_curve(cfg: &ReplayConfig) -> bool {
+    cfg.lambda == 0.0 && has_one_pass(cfg.policy, cfg.semantics)
+}
+
+/// The fewest caps of one curve for which its one pass is faster than one replay per cap. The
+/// stack walks down to the largest cap for most tokens and compares at every level, where a
+/// replay's cost hardly depends on the cap: measured on the README's ESFT grid (caps 8, 16, 32,
+/// one thread), a pass cost about 1.6 replays for belady, 2.1 for near_pick, 2.4 for
+/// near_pick_ema and inv_router, and the Fenwick LRU pass about 5 of lru's cheap replays
+/// (docs/performance.md, "Fifteenth round").
+pub(crate) fn curve_pays_from(policy: Policy) -> usize {
+    match policy {
+        Policy::Lru => 6,
+        Policy::Belady => 2,
+        _ => 3,
+    }
+}
+
+/// Whether `a` and `b` ([`replays_by_curve`]) give the counts of one curve at their caps: the
+/// same policy and settings but the cap (j does nothing at λ = 0).
+pub(crate) fn same_curve(a: &ReplayConfig, b: &ReplayConfig) -> bool {
+    a.policy == b.policy
+        && a.k_used == b.k_used
+        && a.warmup == b.warmup
+        && a.semantics == b.semantics
+        && a.reset_at_sequence == b.reset_at_sequence
+        && a.decay.to_bits() == b.decay.to_bits()
+        && a.near_pick_n == b.near_pick_n
+}
+
+/// The counts of layer `l` of `trace` under `keep_mask` for the configuration `cfg`
+/// ([`replays_by_curve`], validated) at each cap of `caps` (each >= k_used), from one pass of its
+/// curve cut at the largest cap: equal to one replay per cap (`schedule.rs` tests it). `probs`:
+/// the layer's softmax table ([`crate::engine::softmax_layer`]) when the caller has one.
+pub(crate) fn layer_counts_at_caps(
+    trace: &TraceView<'_>,
+    l: usize,
+    keep_mask: &[bool],
+    probs: Option<&[f64]>,
+    cfg: &ReplayConfig,
+    caps: &[usize],
+) -> Vec<crate::LayerCounts> {
+    let shape = trace.shape();
+    let k_used = cfg.k_used_or(shape.top_k);
+    let seq = trace.seq_offsets().filter(|_| cfg.reset_at_sequence).unwrap_or(&[]);
+    let max_cap = caps.iter().copied().max().unwrap_or(k_used);
+    let hist = match Stacked::of(cfg.policy) {
+        Some(stacked) => {
+            let rows = LayerRows {
+                ids: trace.layer_ids(l),
+                scores: trace.layer_scores(l),
+                probs,
+                keep: keep_mask,
+                m: shape.candidates,
+                k_used,
+                warmup: cfg.warmup,
+                seq,
+            };
+            stack_histogram(&rows, stacked, cfg, max_cap)
+        }
+        None => {
+            let curve_cfg = CurveConfig {
+                k_used: Some(k_used),
+                warmup: cfg.warmup,
+                semantics: cfg.semantics,
+                reset_at_sequence: cfg.reset_at_sequence,
+                decay: cfg.decay,
+                near_pick_n: cfg.near_pick_n,
+            };
+            lru_depths(trace.layer_ids(l), keep_mask, None, shape.candidates, k_used, &curve_cfg, seq)
+        }
+    };
+    let picks = shape.tokens.saturating_sub(cfg.warmup) as u64 * k_used as u64;
+    caps.iter()
+        .map(|&cap| {
+            let deeper: u64 = hist.depth.iter().skip(cap).sum();
+            let misses = hist.cold + hist.forced + deeper;
+            crate::LayerCounts {
+                picks,
+                hits: picks - misses,
+                misses,
+                forced_misses: hist.forced,
+                substituted: hist.substituted,
+                pruned_slots: hist.pruned_slots,
+            }
+        })
+        .collect()
 }
 
 /// Any policy's curve at the given caps, by one [`crate::replay`] per cap (caps in parallel).

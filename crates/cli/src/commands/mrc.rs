@@ -18,8 +18,9 @@ pub struct MrcArgs {
     /// Keep map JSON (default: every expert kept).
     #[arg(long)]
     pub keep: Option<PathBuf>,
-    /// Cache policy; `lru` (both semantics) and `belady` (k-way) are computed in one pass over
-    /// every cap, the others by one replay per cap.
+    /// Cache policy; `lru` (both semantics), `belady`, `near_pick`, `near_pick_ema` and
+    /// `inv_router` (k-way) are computed in one pass over every cap, fifo and lfu by one replay
+    /// per cap.
     #[arg(long, default_value = "lru")]
     pub policy: Policy,
     /// Caps `a..b` (inclusive; default k_used..E).
@@ -140,7 +141,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     let v = f.view();
     super::require_tokens(v.shape(), &a.trace)?;
     let keep = open_keep(a.keep.as_ref(), &v)?;
-    let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, reset_at_sequence: false };
+    let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, ..CurveConfig::default() };
     if a.pin.is_some() && a.policy != Policy::Lru {
         bail!(
             "--pin gives the one-pass lru curve of the unpinned stream; for {} replay each cap with `replay --pin`",

@@ -107,7 +107,7 @@ pub fn search_pinned(req: &PlanRequest<'_>, outcome: &PlanOutcome, pin_counts: &
     }
     let stats = Stats::from_trace(cv, req.in_sample_name.clone(), String::new());
     let base =
-        CurveConfig { k_used: req.k_used, warmup: req.warmup, semantics: Semantics::KWay, reset_at_sequence: false };
+        CurveConfig { k_used: req.k_used, warmup: req.warmup, semantics: Semantics::KWay, ..CurveConfig::default() };
     let mut best: Option<PinnedPlan> = None;
     for (spec, cand) in req.variants.iter().zip(&outcome.candidates) {
         if cand.excluded.is_some() {

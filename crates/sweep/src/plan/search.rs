@@ -170,7 +170,7 @@ pub fn search(req: &PlanRequest<'_>) -> Result<PlanOutcome> {
     let stats = Stats::from_trace(cv, req.in_sample_name.clone(), String::new());
     let held_stats = Stats::from_trace(hv, req.out_of_sample_name.clone(), String::new());
     let base =
-        CurveConfig { k_used: req.k_used, warmup: req.warmup, semantics: Semantics::KWay, reset_at_sequence: false };
+        CurveConfig { k_used: req.k_used, warmup: req.warmup, semantics: Semantics::KWay, ..CurveConfig::default() };
     let eval = |alloc: &Allocation, cin: &MissCurve, cout: &MissCurve| {
         let mpt = |m: u64, c: &MissCurve| if c.tokens == 0 { 0.0 } else { m as f64 / c.tokens as f64 };
         let (i, o) = (mpt(alloc.misses, cin), mpt(evaluate(cout, &alloc.caps), cout));

@@ -100,7 +100,7 @@ impl Stats {
             CountsFormat::Json => {
                 let value: serde_json::Value = serde_json::from_slice(&bytes)
                     .map_err(|source| crate::SaliencyError::Json { path: path.to_path_buf(), source })?;
-                if let Some(key) = read::repeated_top_key(&bytes) {
+                if let Some(key) = trace_io::repeated_top_key(&bytes) {
                     return Err(invalid(
                         format!("{}: key `{key}`", path.display()),
                         "appears twice at the top level: the second would replace the first without a word; \

@@ -19,32 +19,6 @@ pub(crate) fn whole(v: &Value) -> Option<u64> {
     (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15).then_some(f as u64)
 }
 
-/// The first key that appears twice at the top level of the JSON object in `bytes`, or `None` (no
-/// repeat, or not an object). `serde_json::Value` keeps only the last value of a repeated key, so
-/// a count file with the layer `"0"` written twice would lose one without a word.
-pub(crate) fn repeated_top_key(bytes: &[u8]) -> Option<String> {
-    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-    struct Keys;
-    impl<'de> Visitor<'de> for Keys {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Option<String>, A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            let mut repeated = None;
-            while let Some(key) = map.next_key::<String>()? {
-                map.next_value::<IgnoredAny>()?;
-                if repeated.is_none() && !seen.insert(key.clone()) {
-                    repeated = Some(key);
-                }
-            }
-            Ok(repeated)
-        }
-    }
-    serde_json::Deserializer::from_slice(bytes).deserialize_map(Keys).ok().flatten()
-}
-
 /// The layer id in a key: the key itself when it is a number, else the one number in it
 /// (`model.layers.3.mlp` gives 3); `None` for no number or several.
 pub(crate) fn layer_key(key: &str) -> Option<u32> {
@@ -346,22 +320,6 @@ mod tests {
         ];
         for (key, want) in cases {
             assert_eq!(layer_key(key), want, "{key}");
-        }
-    }
-
-    #[test]
-    fn repeated_top_keys_are_found() {
-        // (JSON text, the repeated key)
-        let cases = [
-            (r#"{"0": [1, 2], "0": [3, 4]}"#, Some("0")),
-            (r#"{"0": [1, 2], "1": [3, 4], "1": []}"#, Some("1")),
-            (r#"{"0": {"a": 1, "a": 2}, "1": [3, 4]}"#, None),
-            (r#"{"0": [1, 2], "1": [3, 4]}"#, None),
-            ("[1, 2, 3]", None),
-            ("not json", None),
-        ];
-        for (text, want) in cases {
-            assert_eq!(repeated_top_key(text.as_bytes()).as_deref(), want, "{text}");
         }
     }
 

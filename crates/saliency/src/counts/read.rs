@@ -176,6 +176,14 @@ fn header_columns(rec: &csv::StringRecord) -> Option<Result<[usize; 3]>> {
     })
 }
 
+/// The 1-based line of the first record of a CSV text: the first line that is neither a `#`
+/// comment nor empty (the lines the csv reader skips).
+fn first_record_line(bytes: &[u8]) -> u64 {
+    let skipped =
+        bytes.split(|&b| b == b'\n').take_while(|l| l.first() == Some(&b'#') || l.is_empty() || *l == b"\r").count();
+    skipped as u64 + 1
+}
+
 /// `layer, expert, count` rows.
 pub(super) fn csv(path: &Path, bytes: &[u8], num_experts: Option<u32>) -> Result<RawCounts> {
     let file = path.display().to_string();
@@ -190,12 +198,15 @@ pub(super) fn csv(path: &Path, bytes: &[u8], num_experts: Option<u32>) -> Result
     let mut cols = [0, 1, 2];
     let mut cells: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     let mut first = true;
+    // The csv reader numbers the first record as if the comment lines before it were not there
+    // (its later records are numbered from the top of the file): that line is counted here.
+    let first_line = first_record_line(bytes);
     for rec in r.records() {
         let rec = rec.map_err(|e| {
-            let line = e.position().map_or(0, csv::Position::line);
+            let line = if first { first_line } else { e.position().map_or(0, csv::Position::line) };
             invalid(format!("{file}:{line}"), format!("not a CSV row: {e}"))
         })?;
-        let line = rec.position().map_or(0, csv::Position::line);
+        let line = if first { first_line } else { rec.position().map_or(0, csv::Position::line) };
         if first {
             first = false;
             if let Some(h) = header_columns(&rec) {
@@ -320,6 +331,19 @@ mod tests {
         ];
         for (key, want) in cases {
             assert_eq!(layer_key(key), want, "{key}");
+        }
+    }
+
+    #[test]
+    fn the_first_csv_record_is_numbered_after_comments_and_empty_lines() {
+        let cases: [(&[u8], u64); 4] = [
+            (b"0,0,2\n", 1),
+            (b"# c\n0,0,2\n", 2),
+            (b"# c\n\n# d\r\n\r\n0,0,2\n", 5),
+            (b"layer,expert,count\n# c\n0,0,2\n", 1),
+        ];
+        for (text, want) in cases {
+            assert_eq!(first_record_line(text), want, "{:?}", String::from_utf8_lossy(text));
         }
     }
 

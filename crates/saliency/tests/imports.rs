@@ -190,7 +190,7 @@ fn count_files_of_every_layout_give_the_same_statistics() {
 fn count_file_refusals_name_the_place_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let k2 = CountsOptions { top_k: Some(2), ..Default::default() };
-    let cases: [(&str, &[u8], CountsOptions, &[&str]); 15] = [
+    let cases: [(&str, &[u8], CountsOptions, &[&str]); 16] = [
         (
             "a.json",
             br#"{"0": [3, 1, 0]}"#,
@@ -249,6 +249,13 @@ fn count_file_refusals_name_the_place_and_the_fix() {
             b"layer,expert,count\n0,0,1\n0,1,1\n1,0,1\n1,2,3\n",
             CountsOptions { layer_ids: Some(vec![5, 7]), ..k2.clone() },
             &["n.csv: layer 7 expert 2: count 3 is more than the layer's 2 tokens"],
+        ),
+        // Counts whose sum passes 2^64: the true sum, not the wrapped one.
+        (
+            "p.json",
+            br#"{"0": [18446744073709551615, 18446744073709551615]}"#,
+            k2.clone(),
+            &["p.json: layer 0", "counts sum to 36893488147419103230, which exceeds 2^64 - 1"],
         ),
         // A header-less CSV after comment lines: the lines are counted from the top of the file.
         (

@@ -190,7 +190,7 @@ fn count_files_of_every_layout_give_the_same_statistics() {
 fn count_file_refusals_name_the_place_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let k2 = CountsOptions { top_k: Some(2), ..Default::default() };
-    let cases: [(&str, &[u8], CountsOptions, &[&str]); 16] = [
+    let cases: [(&str, &[u8], CountsOptions, &[&str]); 18] = [
         (
             "a.json",
             br#"{"0": [3, 1, 0]}"#,
@@ -257,6 +257,10 @@ fn count_file_refusals_name_the_place_and_the_fix() {
             k2.clone(),
             &["p.json: layer 0", "counts sum to 36893488147419103230, which exceeds 2^64 - 1"],
         ),
+        // A whole number too large for a count is called that, not "not a whole number".
+        ("q.json", br#"{"0": [3e22, 1]}"#, k2.clone(), &["q.json: key `0` expert 0", "is too large for a count"]),
+        // A layer key "-1" is no layer 1.
+        ("r.json", br#"{"-1": [1, 1], "1": [1, 1]}"#, k2.clone(), &["r.json: key `-1`", "-1 is not a layer id"]),
         // A header-less CSV after comment lines: the lines are counted from the top of the file.
         (
             "s.csv",

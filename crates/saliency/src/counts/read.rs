@@ -19,11 +19,27 @@ pub(crate) fn whole(v: &Value) -> Option<u64> {
     (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15).then_some(f as u64)
 }
 
+/// Why `v`, not a [`whole`] number, is no count: a whole number too large to be read exactly
+/// (a float at or above 2^53, such as `3e22`), or not a whole number >= 0.
+fn not_a_count(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 => format!(
+            "{v} is too large for a count: whole numbers are read up to 2^64 - 1 when written as integers and below \
+             2^53 = 9007199254740992 when written as floats (above it a float is not exact)"
+        ),
+        _ => format!("{v} is not a whole number >= 0"),
+    }
+}
+
 /// The layer id in a key: the key itself when it is a number, else the one number in it
-/// (`model.layers.3.mlp` gives 3); `None` for no number or several.
+/// (`model.layers.3.mlp` gives 3); `None` for no number or several, and for a key that is a
+/// number but no layer id (`-1`, `2.5`, `1e3`: the digits in it are not its value).
 pub(crate) fn layer_key(key: &str) -> Option<u32> {
     if let Ok(n) = key.trim().parse() {
         return Some(n);
+    }
+    if key.trim().parse::<f64>().is_ok() {
+        return None;
     }
     let runs: Vec<&str> = key.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).collect();
     match runs.as_slice() {
@@ -38,9 +54,7 @@ fn count_vec(v: &Value, what: &str) -> Result<Vec<u64>> {
         v.as_array().ok_or_else(|| invalid(what, format!("{} is not an array of per-expert counts", short(v))))?;
     arr.iter()
         .enumerate()
-        .map(|(x, c)| {
-            whole(c).ok_or_else(|| invalid(format!("{what} expert {x}"), format!("{c} is not a whole number >= 0")))
-        })
+        .map(|(x, c)| whole(c).ok_or_else(|| invalid(format!("{what} expert {x}"), not_a_count(c))))
         .collect()
 }
 
@@ -139,6 +153,12 @@ pub(super) fn json(path: &Path, value: &Value) -> Result<RawCounts> {
             continue;
         }
         let id = layer_key(key).ok_or_else(|| {
+            if key.trim().parse::<f64>().is_ok() {
+                return invalid(
+                    format!("{file}: key `{key}`"),
+                    format!("{} is not a layer id: layer ids are whole numbers >= 0", key.trim()),
+                );
+            }
             invalid(
                 format!("{file}: key `{key}`"),
                 "is not a layer: expected {layer: [counts]} with keys that are layer ids (or names with one number, \
@@ -327,6 +347,11 @@ mod tests {
             ("model.layers.7.mlp", Some(7)),
             ("layer_26", Some(26)),
             ("blocks.3.experts.1", None),
+            ("-1", None),
+            (" -12", None),
+            ("2.5", None),
+            ("1e3", None),
+            ("layer-1", Some(1)),
             ("router", None),
         ];
         for (key, want) in cases {

@@ -251,6 +251,10 @@ impl fmt::Display for ConfigKey {
     }
 }
 
+/// Why an empty list of a grid is refused.
+const EMPTY_LIST: &str =
+    "is an empty list, which gives no configurations: give at least one value (or leave the key out for its default)";
+
 impl Grid {
     /// Reads a grid file; relative trace and keep-map paths are resolved against its directory.
     ///
@@ -266,9 +270,20 @@ impl Grid {
     /// Parses a grid from JSON text, resolving relative paths against `base`.
     ///
     /// # Errors
-    /// The JSON error (unknown fields are refused).
+    /// The JSON error (unknown fields are refused), and an error naming the block and the key for
+    /// an empty `overlap` or `layer_caps` list (which the parsed grid cannot tell from an absent
+    /// one; the other empty lists are refused by [`Grid::expand`]).
     pub fn from_json(text: &str, base: &Path) -> std::result::Result<Grid, serde_json::Error> {
         let mut g: Grid = serde_json::from_str(text)?;
+        let raw: serde_json::Value = serde_json::from_str(text)?;
+        let blocks = raw.get("blocks").and_then(serde_json::Value::as_array).map_or(&[][..], Vec::as_slice);
+        for (bi, b) in blocks.iter().enumerate() {
+            for key in ["overlap", "layer_caps"] {
+                if b.get(key).and_then(serde_json::Value::as_array).is_some_and(Vec::is_empty) {
+                    return Err(serde::de::Error::custom(format!("blocks[{bi}].{key}: {EMPTY_LIST}")));
+                }
+            }
+        }
         let resolve = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -433,12 +448,7 @@ impl Grid {
     /// [`SweepError::Grid`] naming the block and the offending value.
     pub fn expand(&self, labels: &[(String, String)], top_k: usize) -> Result<Vec<ConfigKey>> {
         let mut out = Vec::new();
-        let empty = |key: String| SweepError::Grid {
-            key,
-            reason: "is an empty list, which gives no configurations: give at least one value (or leave the key out \
-                     for its default)"
-                .into(),
-        };
+        let empty = |key: String| SweepError::Grid { key, reason: EMPTY_LIST.into() };
         if self.variants.is_empty() {
             return Err(SweepError::Grid {
                 key: "variants".into(),
@@ -460,6 +470,11 @@ impl Grid {
                 ("lambda", b.lambda.len()),
                 ("j", b.j.len()),
                 ("k_used", b.k_used.len()),
+                ("pin", b.pin.len()),
+                ("tier2", b.tier2.len()),
+                ("batch", b.batch.len()),
+                ("prefetch", b.prefetch.len()),
+                ("shuffle", b.shuffle.len()),
             ];
             if let Some((name, _)) = lists.iter().find(|(_, n)| *n == 0) {
                 return Err(empty(format!("blocks[{bi}].{name}")));

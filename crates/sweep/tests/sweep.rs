@@ -489,3 +489,28 @@ fn provenance(g: &Grid) -> sweep::Provenance {
         grid_dir: None,
     }
 }
+
+/// Every empty list of a block is refused naming the block and the key, as `policies: []` is,
+/// rather than "give at least one block"; `overlap` and `layer_caps` (whose absence is their
+/// default) are refused when the grid is parsed.
+#[test]
+fn empty_block_lists_name_their_key() {
+    let one = |extra: &str| {
+        format!(
+            r#"{{"traces": {{"in_sample": "a", "out_of_sample": "b"}}, "variants": ["full"],
+                "blocks": [{{"policies": ["lru"], "cap": [4]{extra}}}]}}"#
+        )
+    };
+    let labels = [("full".to_string(), "full".to_string())];
+    assert_eq!(grid(&one("")).expand(&labels, 2).unwrap().len(), 1);
+    // (`exec: []` has its own message, hybrid_axes.rs.)
+    for key in ["pin", "tier2", "batch", "prefetch", "shuffle"] {
+        let e = grid(&one(&format!(r#", "{key}": []"#))).expand(&labels, 2).unwrap_err();
+        assert!(matches!(&e, SweepError::Grid { key: k, .. } if *k == format!("blocks[0].{key}")), "{key}: {e}");
+        assert!(e.to_string().contains(&format!("blocks[0].{key}: is an empty list")), "{key}: {e}");
+    }
+    for key in ["overlap", "layer_caps"] {
+        let e = Grid::from_json(&one(&format!(r#", "{key}": []"#)), Path::new("")).unwrap_err();
+        assert!(e.to_string().contains(&format!("blocks[0].{key}: is an empty list")), "{key}: {e}");
+    }
+}

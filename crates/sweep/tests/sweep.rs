@@ -514,3 +514,21 @@ fn empty_block_lists_name_their_key() {
         assert!(e.to_string().contains(&format!("blocks[0].{key}: is an empty list")), "{key}: {e}");
     }
 }
+
+/// A plain `cap: [0]` row is the deployed replay of §9 with nothing set: its key is written
+/// without `"deploy": {}` (as every plain row's), and read back as the same key.
+#[test]
+fn a_plain_cap_0_key_writes_no_empty_deploy() {
+    let text = r#"{"traces": {"in_sample": "a", "out_of_sample": "b"}, "variants": ["full"],
+        "blocks": [{"policies": ["lru"], "cap": [0, 4]}]}"#;
+    let keys = grid(text).expand(&[("full".to_string(), "full".to_string())], 2).unwrap();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0].cap, 0);
+    assert_eq!(keys[0].deploy, Some(Default::default()), "cap 0 is replayed deployed");
+    assert_eq!(keys[1].deploy, None);
+    for key in &keys {
+        let json = serde_json::to_string(key).unwrap();
+        assert!(!json.contains("deploy"), "{json}");
+        assert_eq!(&serde_json::from_str::<ConfigKey>(&json).unwrap(), key, "{json}");
+    }
+}

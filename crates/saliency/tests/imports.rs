@@ -190,7 +190,7 @@ fn count_files_of_every_layout_give_the_same_statistics() {
 fn count_file_refusals_name_the_place_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let k2 = CountsOptions { top_k: Some(2), ..Default::default() };
-    let cases: [(&str, &[u8], CountsOptions, &[&str]); 13] = [
+    let cases: [(&str, &[u8], CountsOptions, &[&str]); 18] = [
         (
             "a.json",
             br#"{"0": [3, 1, 0]}"#,
@@ -250,6 +250,25 @@ fn count_file_refusals_name_the_place_and_the_fix() {
             CountsOptions { layer_ids: Some(vec![5, 7]), ..k2.clone() },
             &["n.csv: layer 7 expert 2: count 3 is more than the layer's 2 tokens"],
         ),
+        // Counts whose sum passes 2^64: the true sum, not the wrapped one.
+        (
+            "p.json",
+            br#"{"0": [18446744073709551615, 18446744073709551615]}"#,
+            k2.clone(),
+            &["p.json: layer 0", "counts sum to 36893488147419103230, which exceeds 2^64 - 1"],
+        ),
+        // A whole number too large for a count is called that, not "not a whole number".
+        ("q.json", br#"{"0": [3e22, 1]}"#, k2.clone(), &["q.json: key `0` expert 0", "is too large for a count"]),
+        // A layer key "-1" is no layer 1.
+        ("r.json", br#"{"-1": [1, 1], "1": [1, 1]}"#, k2.clone(), &["r.json: key `-1`", "-1 is not a layer id"]),
+        // A header-less CSV after comment lines: the lines are counted from the top of the file.
+        (
+            "s.csv",
+            b"# from a profiler\n# layer, expert, count\n0,0,2\n0,x,2\n",
+            k2.clone(),
+            &["s.csv:4: field `expert`"],
+        ),
+        ("t.csv", b"# one comment\n0,y,2\n", k2.clone(), &["t.csv:2: field `expert`"]),
         // Top-5 of 4 experts: no routing chooses 5 distinct experts of 4.
         (
             "o.json",

@@ -103,11 +103,20 @@ impl DeviceProfile {
     ///
     /// # Errors
     /// [`crate::SweepError::Io`] if the file cannot be read, [`crate::SweepError::Json`] naming the file for a
-    /// malformed or unknown field, [`crate::SweepError::Profile`] naming the field for a bad value.
+    /// malformed or unknown field, [`crate::SweepError::ProfileFile`] naming the file and the field for a field
+    /// given twice, [`crate::SweepError::Profile`] naming the field for a bad value.
     pub fn read(path: &std::path::Path) -> crate::Result<DeviceProfile> {
         let bytes = trace_io::read_text(path).map_err(|source| crate::SweepError::Io { path: path.into(), source })?;
         let mut v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|source| crate::SweepError::Json { path: path.into(), source })?;
+        if let Some(key) = trace_io::repeated_top_key(&bytes) {
+            return Err(crate::SweepError::ProfileFile {
+                path: path.into(),
+                key,
+                reason: "appears twice: the second value would replace the first without a word; give each field once"
+                    .into(),
+            });
+        }
         if let Some(o) = v.as_object_mut() {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             o.entry("name").or_insert(serde_json::Value::String(stem));
@@ -249,6 +258,19 @@ mod tests {
         assert_eq!(p.tok_s(0.0, 6.8), 1.0 / 0.012);
         let dsv2 = DeviceProfile::preset("dsv2-lite-bf16").unwrap();
         assert!((dsv2.expert_mb - 17.301504).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_profile_field_twice_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("hw.json");
+        std::fs::write(&p, r#"{"expert_mb": 17.3, "compute_ms": 20, "bandwidth_gbps": [3.9], "compute_ms": 5}"#)
+            .unwrap();
+        let e = DeviceProfile::read(&p).unwrap_err();
+        assert!(matches!(&e, crate::SweepError::ProfileFile { key, .. } if key == "compute_ms"), "{e}");
+        assert!(e.to_string().contains("hw.json: key `compute_ms`: appears twice"), "{e}");
+        std::fs::write(&p, r#"{"expert_mb": 17.3, "compute_ms": 20, "bandwidth_gbps": [3.9]}"#).unwrap();
+        assert_eq!(DeviceProfile::read(&p).unwrap().compute_ms, 20.0);
     }
 
     #[test]

@@ -164,6 +164,7 @@ fn null_k() -> Vec<Option<usize>> {
 /// Ordered by variant label, policy name, λ, j, cap and k_used (numerically), which is the order of
 /// every output.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "ConfigKeyFields")]
 pub struct ConfigKey {
     /// Variant label (`full`, `frequency@32`, or the keep-map file's label).
     pub variant: String,
@@ -180,8 +181,11 @@ pub struct ConfigKey {
     pub layer_caps: Option<NamedCaps>,
     /// Experts used per token (resolved: never `null` here).
     pub k_used: usize,
-    /// Pins, tier 2, re-batching (SEMANTICS.md §9–§11); `None` = the plain replay of §5.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Pins, tier 2, re-batching (SEMANTICS.md §9–§11); `None` = the plain replay of §5. A cap
+    /// of 0 without pins, prefetch or hybrid execution is the deployed replay of §9 with nothing
+    /// set (`Some` of the default), which is not written (as a plain row's `None` is) and comes
+    /// back from the cap when read ([`ConfigKey::no_cache_deploy`]).
+    #[serde(default, skip_serializing_if = "is_plain_deploy")]
     pub deploy: Option<crate::DeployKey>,
     /// Prefetch and the shuffled order (SEMANTICS.md §12); `None` = the plain replay of §5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -189,6 +193,62 @@ pub struct ConfigKey {
     /// Hybrid execution (SEMANTICS.md §14); `None` = `exec = transfer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hybrid: Option<crate::HybridKey>,
+}
+
+fn is_plain_deploy(d: &Option<crate::DeployKey>) -> bool {
+    d.as_ref().is_none_or(|d| *d == crate::DeployKey::default())
+}
+
+/// [`ConfigKey`] as written: the same fields, read before the deployment a cap of 0 implies is
+/// put back ([`ConfigKey::no_cache_deploy`]).
+#[derive(serde::Deserialize)]
+struct ConfigKeyFields {
+    variant: String,
+    policy: Policy,
+    lambda: f64,
+    j: usize,
+    cap: usize,
+    #[serde(default)]
+    layer_caps: Option<NamedCaps>,
+    k_used: usize,
+    #[serde(default)]
+    deploy: Option<crate::DeployKey>,
+    #[serde(default)]
+    prefetch: Option<crate::PrefetchKey>,
+    #[serde(default)]
+    hybrid: Option<crate::HybridKey>,
+}
+
+impl From<ConfigKeyFields> for ConfigKey {
+    fn from(f: ConfigKeyFields) -> ConfigKey {
+        let mut key = ConfigKey {
+            variant: f.variant,
+            policy: f.policy,
+            lambda: f.lambda,
+            j: f.j,
+            cap: f.cap,
+            layer_caps: f.layer_caps,
+            k_used: f.k_used,
+            deploy: f.deploy,
+            prefetch: f.prefetch,
+            hybrid: f.hybrid,
+        };
+        key.deploy = key.no_cache_deploy(key.deploy.clone());
+        key
+    }
+}
+
+impl ConfigKey {
+    /// The deployment of a configuration with the deployment axes `deploy`: a cap of 0 (or a
+    /// per-layer cap of 0) without pins, prefetch or hybrid execution is the deployed replay (as
+    /// `replay --cap 0`): every pick not pinned misses.
+    fn no_cache_deploy(&self, deploy: Option<crate::DeployKey>) -> Option<crate::DeployKey> {
+        let no_cache = self.cap == 0 || self.layer_caps.as_ref().is_some_and(|c| c.caps.contains(&0));
+        match deploy {
+            None if no_cache && self.prefetch.is_none() && self.hybrid.is_none() => Some(crate::DeployKey::default()),
+            d => d,
+        }
+    }
 }
 
 /// Per-layer cache capacities with the name they carry in keys.
@@ -251,6 +311,10 @@ impl fmt::Display for ConfigKey {
     }
 }
 
+/// Why an empty list of a grid is refused.
+const EMPTY_LIST: &str =
+    "is an empty list, which gives no configurations: give at least one value (or leave the key out for its default)";
+
 impl Grid {
     /// Reads a grid file; relative trace and keep-map paths are resolved against its directory.
     ///
@@ -266,9 +330,20 @@ impl Grid {
     /// Parses a grid from JSON text, resolving relative paths against `base`.
     ///
     /// # Errors
-    /// The JSON error (unknown fields are refused).
+    /// The JSON error (unknown fields are refused), and an error naming the block and the key for
+    /// an empty `overlap` or `layer_caps` list (which the parsed grid cannot tell from an absent
+    /// one; the other empty lists are refused by [`Grid::expand`]).
     pub fn from_json(text: &str, base: &Path) -> std::result::Result<Grid, serde_json::Error> {
         let mut g: Grid = serde_json::from_str(text)?;
+        let raw: serde_json::Value = serde_json::from_str(text)?;
+        let blocks = raw.get("blocks").and_then(serde_json::Value::as_array).map_or(&[][..], Vec::as_slice);
+        for (bi, b) in blocks.iter().enumerate() {
+            for key in ["overlap", "layer_caps"] {
+                if b.get(key).and_then(serde_json::Value::as_array).is_some_and(Vec::is_empty) {
+                    return Err(serde::de::Error::custom(format!("blocks[{bi}].{key}: {EMPTY_LIST}")));
+                }
+            }
+        }
         let resolve = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -433,12 +508,7 @@ impl Grid {
     /// [`SweepError::Grid`] naming the block and the offending value.
     pub fn expand(&self, labels: &[(String, String)], top_k: usize) -> Result<Vec<ConfigKey>> {
         let mut out = Vec::new();
-        let empty = |key: String| SweepError::Grid {
-            key,
-            reason: "is an empty list, which gives no configurations: give at least one value (or leave the key out \
-                     for its default)"
-                .into(),
-        };
+        let empty = |key: String| SweepError::Grid { key, reason: EMPTY_LIST.into() };
         if self.variants.is_empty() {
             return Err(SweepError::Grid {
                 key: "variants".into(),
@@ -460,6 +530,11 @@ impl Grid {
                 ("lambda", b.lambda.len()),
                 ("j", b.j.len()),
                 ("k_used", b.k_used.len()),
+                ("pin", b.pin.len()),
+                ("tier2", b.tier2.len()),
+                ("batch", b.batch.len()),
+                ("prefetch", b.prefetch.len()),
+                ("shuffle", b.shuffle.len()),
             ];
             if let Some((name, _)) = lists.iter().find(|(_, n)| *n == 0) {
                 return Err(empty(format!("blocks[{bi}].{name}")));
@@ -515,17 +590,7 @@ impl Grid {
                                 for (&k, &(deploy, prefetch, hybrid)) in
                                     b.k_used.iter().flat_map(|k| axes.iter().map(move |a| (k, a)))
                                 {
-                                    // A cap of 0 without pins is the deployed replay's (as
-                                    // `replay --cap 0`): every pick not pinned misses.
-                                    let no_cache =
-                                        *cap == 0 || layer_caps.as_ref().is_some_and(|c| c.caps.contains(&0));
-                                    let deploy = match deploy {
-                                        None if no_cache && prefetch.is_none() && hybrid.is_none() => {
-                                            Some(crate::DeployKey::default())
-                                        }
-                                        d => d.clone(),
-                                    };
-                                    out.push(ConfigKey {
+                                    let mut key = ConfigKey {
                                         variant: label.clone(),
                                         policy,
                                         lambda,
@@ -533,10 +598,12 @@ impl Grid {
                                         cap: *cap,
                                         k_used: k.unwrap_or(top_k),
                                         layer_caps: layer_caps.clone(),
-                                        deploy,
+                                        deploy: None,
                                         prefetch: *prefetch,
                                         hybrid: *hybrid,
-                                    });
+                                    };
+                                    key.deploy = key.no_cache_deploy(deploy.clone());
+                                    out.push(key);
                                 }
                             }
                         }

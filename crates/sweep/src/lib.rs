@@ -64,6 +64,17 @@ pub enum SweepError {
         /// Why.
         reason: String,
     },
+    /// A device profile file breaks a rule of the file itself (a field given twice); `key` names
+    /// the field.
+    #[error("{path}: key `{key}`: {reason}")]
+    ProfileFile {
+        /// The profile file.
+        path: PathBuf,
+        /// The offending field.
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// cachesim refused a configuration.
     #[error("configuration {key}: {source}")]
     Config {

@@ -489,3 +489,46 @@ fn provenance(g: &Grid) -> sweep::Provenance {
         grid_dir: None,
     }
 }
+
+/// Every empty list of a block is refused naming the block and the key, as `policies: []` is,
+/// rather than "give at least one block"; `overlap` and `layer_caps` (whose absence is their
+/// default) are refused when the grid is parsed.
+#[test]
+fn empty_block_lists_name_their_key() {
+    let one = |extra: &str| {
+        format!(
+            r#"{{"traces": {{"in_sample": "a", "out_of_sample": "b"}}, "variants": ["full"],
+                "blocks": [{{"policies": ["lru"], "cap": [4]{extra}}}]}}"#
+        )
+    };
+    let labels = [("full".to_string(), "full".to_string())];
+    assert_eq!(grid(&one("")).expand(&labels, 2).unwrap().len(), 1);
+    // (`exec: []` has its own message, hybrid_axes.rs.)
+    for key in ["pin", "tier2", "batch", "prefetch", "shuffle"] {
+        let e = grid(&one(&format!(r#", "{key}": []"#))).expand(&labels, 2).unwrap_err();
+        assert!(matches!(&e, SweepError::Grid { key: k, .. } if *k == format!("blocks[0].{key}")), "{key}: {e}");
+        assert!(e.to_string().contains(&format!("blocks[0].{key}: is an empty list")), "{key}: {e}");
+    }
+    for key in ["overlap", "layer_caps"] {
+        let e = Grid::from_json(&one(&format!(r#", "{key}": []"#)), Path::new("")).unwrap_err();
+        assert!(e.to_string().contains(&format!("blocks[0].{key}: is an empty list")), "{key}: {e}");
+    }
+}
+
+/// A plain `cap: [0]` row is the deployed replay of §9 with nothing set: its key is written
+/// without `"deploy": {}` (as every plain row's), and read back as the same key.
+#[test]
+fn a_plain_cap_0_key_writes_no_empty_deploy() {
+    let text = r#"{"traces": {"in_sample": "a", "out_of_sample": "b"}, "variants": ["full"],
+        "blocks": [{"policies": ["lru"], "cap": [0, 4]}]}"#;
+    let keys = grid(text).expand(&[("full".to_string(), "full".to_string())], 2).unwrap();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0].cap, 0);
+    assert_eq!(keys[0].deploy, Some(Default::default()), "cap 0 is replayed deployed");
+    assert_eq!(keys[1].deploy, None);
+    for key in &keys {
+        let json = serde_json::to_string(key).unwrap();
+        assert!(!json.contains("deploy"), "{json}");
+        assert_eq!(&serde_json::from_str::<ConfigKey>(&json).unwrap(), key, "{json}");
+    }
+}

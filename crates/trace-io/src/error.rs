@@ -26,6 +26,20 @@ pub enum TraceError {
     /// overlapping or non-contiguous tensors, invalid header JSON).
     #[error("not a valid safetensors container: {0}")]
     Container(String),
+    /// The JSON header names a tensor, or `__metadata__` a key, twice: safetensors would keep the
+    /// last one without a word.
+    #[error("the header has {} twice (only one of them could be read)", match within {
+        Some(within) => format!("`{within}` key `{key}`"),
+        None if key == "__metadata__" => format!("`{key}`"),
+        None => format!("tensor `{key}`"),
+    })]
+    RepeatedKey {
+        /// The top-level key whose object holds the repeat (`__metadata__`), `None` for a tensor
+        /// entry (or `__metadata__` itself) written twice.
+        within: Option<String>,
+        /// The repeated key: a tensor name, or a metadata key.
+        key: String,
+    },
     /// A tensor's bytes, where the header places them, do not end where the file ends: data past
     /// the end of the file (a truncated file), or bytes after the last tensor.
     #[error(

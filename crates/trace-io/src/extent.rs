@@ -39,9 +39,13 @@ pub(crate) fn header_len(bytes: &[u8]) -> Option<u64> {
 /// tensor entries is left to the container parser (`Ok`).
 ///
 /// # Errors
-/// [`TraceError::Extent`] naming the first tensor (in data order) whose bytes run past the end
+/// [`TraceError::RepeatedKey`] for a tensor entry or a metadata key written twice (checked
+/// first: serde keeps the last one); [`TraceError::Extent`] naming the first tensor (in data order) whose bytes run past the end
 /// of the file, or the last tensor when bytes follow it.
 pub(crate) fn check_tensors(file_len: u64, header: &[u8]) -> Result<()> {
+    if let Some(r) = crate::repeated::repeated_header_key(header) {
+        return Err(TraceError::RepeatedKey { within: r.within, key: r.key });
+    }
     let Ok(map) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(header) else {
         return Ok(());
     };

@@ -33,6 +33,7 @@ mod hash;
 pub mod import;
 mod lookahead;
 mod meta;
+mod repeated;
 #[cfg(unix)]
 mod sigbus;
 pub mod summary;
@@ -49,6 +50,7 @@ pub use file::{TraceFile, compression};
 pub use hash::{Digest, HASH_ALGO, bytes_digest, hash_file, split_digest, trace_digest, verify_digest};
 pub use lookahead::Lookahead;
 pub use meta::{FORMAT_NAME, FORMAT_VERSION, Phase, ScoreKind, TraceMeta};
+pub use repeated::repeated_top_key;
 pub use view::{OwnedParts, Shape, TraceData, TraceParts, TraceView};
 pub use write::write_trace;
 

@@ -647,3 +647,54 @@ fn refusals_do_not_depend_on_the_order_of_the_header_map() {
         }
     }
 }
+
+/// A header written twice over one key (a tensor entry, or a metadata key) is refused naming the
+/// key and the file: serde keeps the last one, so the file would be read as something else.
+#[test]
+fn repeated_header_keys_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = r#"{"format": "moe-offload-trace", "format_version": "1", "model": "x", "num_experts": "4",
+        "top_k": "2", "layer_ids": "[0]", "score_kind": "none", "phase": "decode", "source": "x"}"#;
+    let ids = r#"{"dtype": "U16", "shape": [1, 2, 3], "data_offsets": [0, 12]}"#;
+    let raw = |name: &str, header: String| {
+        let mut h = header.into_bytes();
+        while !h.len().is_multiple_of(8) {
+            h.push(b' ');
+        }
+        let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&h);
+        bytes.extend_from_slice(&[0, 0, 1, 0, 2, 0, 3, 0, 2, 0, 1, 0]);
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    let ok = raw("ok.safetensors", format!(r#"{{"__metadata__": {md}, "ids": {ids}}}"#));
+    TraceFile::open(&ok).unwrap();
+    // (file, header, the message)
+    let twice_model = md.replace(r#""source": "x""#, r#""source": "x", "model": "y""#);
+    let cases = [
+        (
+            "tensor.safetensors",
+            format!(r#"{{"__metadata__": {md}, "ids": {ids}, "ids": {ids}}}"#),
+            "tensor `ids` twice",
+        ),
+        (
+            "meta.safetensors",
+            format!(r#"{{"__metadata__": {twice_model}, "ids": {ids}}}"#),
+            "`__metadata__` key `model` twice",
+        ),
+        (
+            "metadata.safetensors",
+            format!(r#"{{"__metadata__": {md}, "__metadata__": {md}, "ids": {ids}}}"#),
+            "`__metadata__` twice",
+        ),
+    ];
+    for (name, header, want) in cases {
+        let p = raw(name, header);
+        let e = TraceFile::open(&p).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains(name), "{name}: {e}");
+        let bytes = std::fs::read(&p).unwrap();
+        let e = TraceFile::from_bytes(&bytes).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains(want), "{name} in memory: {e}");
+    }
+}

@@ -100,7 +100,7 @@ impl Stats {
             CountsFormat::Json => {
                 let value: serde_json::Value = serde_json::from_slice(&bytes)
                     .map_err(|source| crate::SaliencyError::Json { path: path.to_path_buf(), source })?;
-                if let Some(key) = read::repeated_top_key(&bytes) {
+                if let Some(key) = trace_io::repeated_top_key(&bytes) {
                     return Err(invalid(
                         format!("{}: key `{key}`", path.display()),
                         "appears twice at the top level: the second would replace the first without a word; \
@@ -159,7 +159,18 @@ impl Stats {
             {
                 count.resize(n as usize, 0);
             }
-            let sum: u64 = count.iter().sum();
+            // Summed in u128: a sum of u64 counts can pass 2^64, and the message shows the true figure.
+            let wide: u128 = count.iter().map(|&c| u128::from(c)).sum();
+            let Ok(sum) = u64::try_from(wide) else {
+                return Err(invalid(
+                    format!("{}: layer {id}", path.display()),
+                    format!(
+                        "counts sum to {wide}, which exceeds 2^64 - 1 = {}: no trace has that many tokens x top-k; \
+                         check whether the file counts something else",
+                        u64::MAX
+                    ),
+                ));
+            };
             if !sum.is_multiple_of(u64::from(top_k)) {
                 return Err(invalid(
                     format!("{}: layer {id}", path.display()),

@@ -19,37 +19,27 @@ pub(crate) fn whole(v: &Value) -> Option<u64> {
     (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 9.007_199_254_740_992e15).then_some(f as u64)
 }
 
-/// The first key that appears twice at the top level of the JSON object in `bytes`, or `None` (no
-/// repeat, or not an object). `serde_json::Value` keeps only the last value of a repeated key, so
-/// a count file with the layer `"0"` written twice would lose one without a word.
-pub(crate) fn repeated_top_key(bytes: &[u8]) -> Option<String> {
-    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-    struct Keys;
-    impl<'de> Visitor<'de> for Keys {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Option<String>, A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            let mut repeated = None;
-            while let Some(key) = map.next_key::<String>()? {
-                map.next_value::<IgnoredAny>()?;
-                if repeated.is_none() && !seen.insert(key.clone()) {
-                    repeated = Some(key);
-                }
-            }
-            Ok(repeated)
-        }
+/// Why `v`, not a [`whole`] number, is no count: a whole number too large to be read exactly
+/// (a float at or above 2^53, such as `3e22`), or not a whole number >= 0.
+fn not_a_count(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 => format!(
+            "{v} is too large for a count: whole numbers are read up to 2^64 - 1 when written as integers and below \
+             2^53 = 9007199254740992 when written as floats (above it a float is not exact)"
+        ),
+        _ => format!("{v} is not a whole number >= 0"),
     }
-    serde_json::Deserializer::from_slice(bytes).deserialize_map(Keys).ok().flatten()
 }
 
 /// The layer id in a key: the key itself when it is a number, else the one number in it
-/// (`model.layers.3.mlp` gives 3); `None` for no number or several.
+/// (`model.layers.3.mlp` gives 3); `None` for no number or several, and for a key that is a
+/// number but no layer id (`-1`, `2.5`, `1e3`: the digits in it are not its value).
 pub(crate) fn layer_key(key: &str) -> Option<u32> {
     if let Ok(n) = key.trim().parse() {
         return Some(n);
+    }
+    if key.trim().parse::<f64>().is_ok() {
+        return None;
     }
     let runs: Vec<&str> = key.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).collect();
     match runs.as_slice() {
@@ -64,9 +54,7 @@ fn count_vec(v: &Value, what: &str) -> Result<Vec<u64>> {
         v.as_array().ok_or_else(|| invalid(what, format!("{} is not an array of per-expert counts", short(v))))?;
     arr.iter()
         .enumerate()
-        .map(|(x, c)| {
-            whole(c).ok_or_else(|| invalid(format!("{what} expert {x}"), format!("{c} is not a whole number >= 0")))
-        })
+        .map(|(x, c)| whole(c).ok_or_else(|| invalid(format!("{what} expert {x}"), not_a_count(c))))
         .collect()
 }
 
@@ -165,6 +153,12 @@ pub(super) fn json(path: &Path, value: &Value) -> Result<RawCounts> {
             continue;
         }
         let id = layer_key(key).ok_or_else(|| {
+            if key.trim().parse::<f64>().is_ok() {
+                return invalid(
+                    format!("{file}: key `{key}`"),
+                    format!("{} is not a layer id: layer ids are whole numbers >= 0", key.trim()),
+                );
+            }
             invalid(
                 format!("{file}: key `{key}`"),
                 "is not a layer: expected {layer: [counts]} with keys that are layer ids (or names with one number, \
@@ -202,6 +196,14 @@ fn header_columns(rec: &csv::StringRecord) -> Option<Result<[usize; 3]>> {
     })
 }
 
+/// The 1-based line of the first record of a CSV text: the first line that is neither a `#`
+/// comment nor empty (the lines the csv reader skips).
+fn first_record_line(bytes: &[u8]) -> u64 {
+    let skipped =
+        bytes.split(|&b| b == b'\n').take_while(|l| l.first() == Some(&b'#') || l.is_empty() || *l == b"\r").count();
+    skipped as u64 + 1
+}
+
 /// `layer, expert, count` rows.
 pub(super) fn csv(path: &Path, bytes: &[u8], num_experts: Option<u32>) -> Result<RawCounts> {
     let file = path.display().to_string();
@@ -216,12 +218,15 @@ pub(super) fn csv(path: &Path, bytes: &[u8], num_experts: Option<u32>) -> Result
     let mut cols = [0, 1, 2];
     let mut cells: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     let mut first = true;
+    // The csv reader numbers the first record as if the comment lines before it were not there
+    // (its later records are numbered from the top of the file): that line is counted here.
+    let first_line = first_record_line(bytes);
     for rec in r.records() {
         let rec = rec.map_err(|e| {
-            let line = e.position().map_or(0, csv::Position::line);
+            let line = if first { first_line } else { e.position().map_or(0, csv::Position::line) };
             invalid(format!("{file}:{line}"), format!("not a CSV row: {e}"))
         })?;
-        let line = rec.position().map_or(0, csv::Position::line);
+        let line = if first { first_line } else { rec.position().map_or(0, csv::Position::line) };
         if first {
             first = false;
             if let Some(h) = header_columns(&rec) {
@@ -342,6 +347,11 @@ mod tests {
             ("model.layers.7.mlp", Some(7)),
             ("layer_26", Some(26)),
             ("blocks.3.experts.1", None),
+            ("-1", None),
+            (" -12", None),
+            ("2.5", None),
+            ("1e3", None),
+            ("layer-1", Some(1)),
             ("router", None),
         ];
         for (key, want) in cases {
@@ -350,18 +360,15 @@ mod tests {
     }
 
     #[test]
-    fn repeated_top_keys_are_found() {
-        // (JSON text, the repeated key)
-        let cases = [
-            (r#"{"0": [1, 2], "0": [3, 4]}"#, Some("0")),
-            (r#"{"0": [1, 2], "1": [3, 4], "1": []}"#, Some("1")),
-            (r#"{"0": {"a": 1, "a": 2}, "1": [3, 4]}"#, None),
-            (r#"{"0": [1, 2], "1": [3, 4]}"#, None),
-            ("[1, 2, 3]", None),
-            ("not json", None),
+    fn the_first_csv_record_is_numbered_after_comments_and_empty_lines() {
+        let cases: [(&[u8], u64); 4] = [
+            (b"0,0,2\n", 1),
+            (b"# c\n0,0,2\n", 2),
+            (b"# c\n\n# d\r\n\r\n0,0,2\n", 5),
+            (b"layer,expert,count\n# c\n0,0,2\n", 1),
         ];
         for (text, want) in cases {
-            assert_eq!(repeated_top_key(text.as_bytes()).as_deref(), want, "{text}");
+            assert_eq!(first_record_line(text), want, "{:?}", String::from_utf8_lossy(text));
         }
     }
 

@@ -167,6 +167,61 @@ const CASES: &[Case] = &[
         Ok("lru curve"),
     ),
     case("stats -o -", &["stats", "{d}/calib.safetensors", "-o", "-"], Ok("moe-offload-stats")),
+    // The second fresh-user pass.
+    case(
+        "a profile file with a field twice",
+        &[
+            "replay",
+            "{d}/calib.safetensors",
+            "--policy",
+            "lru",
+            "--cap",
+            "0",
+            "--exec",
+            "host",
+            "--profile-file",
+            "{d}/dup-profile.json",
+        ],
+        Err("dup-profile.json: key `compute_ms`: appears twice"),
+    ),
+    case(
+        "mrc --keep plan.json, as replay reads it",
+        &["mrc", "{d}/calib.safetensors", "--keep", "{d}/plan.json", "-o", "{d}/mrc-plan.json"],
+        Ok("wrote"),
+    ),
+    case("mrc --json without -o", &["mrc", "{d}/calib.safetensors", "--json"], Ok("\"kind\": \"moe-offload-mrc\"")),
+    case(
+        "plan --json without -o",
+        &[
+            "plan",
+            "--in-sample",
+            "{d}/calib.safetensors",
+            "--out-of-sample",
+            "{d}/held.safetensors",
+            "--budget-gb",
+            "0.5",
+            "--json",
+        ],
+        Ok("\"kind\": \"moe-offload-plan\""),
+    ),
+    Case {
+        what: "mrc --caps above E, refused before the work line",
+        args: &["mrc", "{d}/calib.safetensors", "--caps", "30..40", "-o", "{d}/mrc-e.json"],
+        expect: Err("cap 40 is more than the E = 32 experts"),
+        absent: "mrc: lru curve",
+    },
+    Case {
+        what: "mrc --caps 0..3: cap 0 is the no-cache deployment of replay --cap 0",
+        args: &["mrc", "{d}/calib.safetensors", "--caps", "0..3", "-o", "{d}/mrc-0.json"],
+        expect: Err("cap 0 is below k_used = 4"),
+        absent: "mrc: lru curve",
+    },
+    case("replay --cap 0", &["replay", "{d}/calib.safetensors", "--policy", "lru", "--cap", "0"], Ok("misses")),
+    case(
+        "the mrc table ends at the last cap",
+        &["mrc", "{d}/calib.safetensors", "--caps", "4..31", "-o", "{d}/mrc-31.json"],
+        Ok("|  31 |"),
+    ),
     Case { what: "the version", args: &["--version"], expect: Ok("moe-offload 0."), absent: "0.0.0" },
 ];
 
@@ -203,6 +258,10 @@ fn fixture(d: &Path) {
     write("no-policies.json", &grid(two, r#"["full"]"#, "[]", "[8]"));
     write("cap0-grid.json", &grid(two, r#"["full"]"#, r#"["lru"]"#, "[0, 8]"));
     write("list.json", "[1, 2, 3]\n");
+    write(
+        "dup-profile.json",
+        r#"{"expert_mb": 1.0, "compute_ms": 20, "bandwidth_gbps": [3.9], "host_gbps": 50, "compute_ms": 5}"#,
+    );
     write("reap1.json", r#"{"only": {"tok": 4, "freq": {"0": [4, 2, 2, 0], "1": [3, 3, 1, 1]}}}"#);
     let mut stats: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("stats.json")).unwrap()).unwrap();
     stats["layers"][0]["tokens"] = 0.into();

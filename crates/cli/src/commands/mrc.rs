@@ -15,7 +15,8 @@ use trace_io::{TraceFile, TraceView};
 pub struct MrcArgs {
     /// The trace.
     pub trace: PathBuf,
-    /// Keep map JSON (default: every expert kept).
+    /// Keep map JSON, or a plan written by `moe-offload plan` (its chosen keep map, as `replay
+    /// --keep plan.json` reads it); default: every expert kept.
     #[arg(long)]
     pub keep: Option<PathBuf>,
     /// Cache policy; `lru` (both semantics), `belady`, `near_pick`, `near_pick_ema` and
@@ -23,7 +24,7 @@ pub struct MrcArgs {
     /// per cap.
     #[arg(long, default_value = "lru")]
     pub policy: Policy,
-    /// Caps `a..b` (inclusive; default k_used..E).
+    /// Caps `a..b` (inclusive; default k_used..E): k_used <= a, b <= E.
     #[arg(long, value_parser = parse_caps)]
     pub caps: Option<(usize, usize)>,
     /// Experts used per token (default: the trace's top-k).
@@ -44,10 +45,11 @@ pub struct MrcArgs {
     #[arg(long)]
     pub pin: Option<PathBuf>,
     /// Output JSON; a CSV (layer_id, cap, misses, misses_per_token) is written beside it.
-    #[arg(short, long)]
-    pub output: PathBuf,
+    /// Required unless --json.
+    #[arg(short, long, required_unless_present = "json")]
+    pub output: Option<PathBuf>,
     /// Print the output JSON (kind `moe-offload-mrc`) on stdout instead of the table; status
-    /// lines go to stderr.
+    /// lines go to stderr. Without -o nothing is written.
     #[arg(long)]
     pub json: bool,
 }
@@ -62,10 +64,27 @@ fn parse_caps(s: &str) -> std::result::Result<(usize, usize), String> {
     Ok((a, b))
 }
 
+/// The keep map of `path` (a keep map, or a plan's chosen keep map: [`read_keep`]) checked
+/// against the trace of `v`; every expert kept for `None`.
+///
+/// [`read_keep`]: super::replay::inputs::read_keep
 pub(super) fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
+    open_map(path, v, super::replay::inputs::read_keep)
+}
+
+/// A pin map (a keep-map file; a plan's keep map is the set kept, not a hot set).
+fn open_pins(path: &PathBuf, v: &TraceView<'_>) -> Result<Keep> {
+    open_map(Some(path), v, |p| Ok(KeepMap::read_json(p)?))
+}
+
+fn open_map(
+    path: Option<&PathBuf>,
+    v: &TraceView<'_>,
+    read: impl Fn(&std::path::Path) -> Result<KeepMap>,
+) -> Result<Keep> {
     Ok(match path {
         Some(p) => {
-            let map = KeepMap::read_json(p)?;
+            let map = read(p)?;
             super::replay::inputs::check_map_fits(&map, v.meta(), p)?;
             Keep::from_layers(&v.shape(), &map.layers).with_context(|| format!("keep map {}", p.display()))?
         }
@@ -121,22 +140,51 @@ pub(super) fn bound_curves(steps: u64, yes: bool) -> Result<()> {
     Ok(())
 }
 
-/// Runs `mrc`.
-pub fn mrc(a: &MrcArgs) -> Result<()> {
-    super::refuse_stdout(
-        &a.output,
-        "it writes a JSON file and a CSV beside it: give -o mrc.json; --json prints the JSON",
-    )?;
-    let csv_path = a.output.with_extension("csv");
-    if csv_path == a.output {
+/// Refuses caps of `caps` outside k_used..=E (before any work): below k_used a token cannot
+/// hold its experts (SEMANTICS.md §5; cap 0, no cache, is the deployed replay of §9, `replay
+/// --cap 0`), above E there is nothing more to cache.
+fn check_caps(caps: Option<(usize, usize)>, k_used: usize, e: usize) -> Result<()> {
+    let Some((lo, hi)) = caps else { return Ok(()) };
+    if lo < k_used {
         bail!(
-            "-o {}: the CSV written beside the JSON output would be this same file; give the output a .json name",
-            a.output.display()
+            "--caps {lo}..{hi}: cap {lo} is below k_used = {k_used} (a token needs all its experts resident at once, \
+             SEMANTICS.md §5): a curve covers caps k_used..E = {k_used}..{e}; cap 0 (no cache, §9) is \
+             `replay --cap 0`"
         );
     }
-    for out in [&a.output, &csv_path] {
-        super::refuse_overwrite(out, std::iter::once(a.trace.as_path()).chain(a.keep.as_deref()))?;
+    if hi > e {
+        bail!(
+            "--caps {lo}..{hi}: cap {hi} is more than the E = {e} experts per layer (a cache of E holds every \
+             expert): give caps up to {e}"
+        );
     }
+    Ok(())
+}
+
+/// Runs `mrc`.
+pub fn mrc(a: &MrcArgs) -> Result<()> {
+    // `--json` without `-o`: the document on stdout, no file.
+    let files = match &a.output {
+        Some(output) => {
+            super::refuse_stdout(
+                output,
+                "it writes a JSON file and a CSV beside it: give -o mrc.json; --json prints the JSON",
+            )?;
+            let csv_path = output.with_extension("csv");
+            if csv_path == *output {
+                bail!(
+                    "-o {}: the CSV written beside the JSON output would be this same file; give the output a .json \
+                     name",
+                    output.display()
+                );
+            }
+            for out in [output, &csv_path] {
+                super::refuse_overwrite(out, std::iter::once(a.trace.as_path()).chain(a.keep.as_deref()))?;
+            }
+            Some((output.clone(), csv_path))
+        }
+        None => None,
+    };
     let f = TraceFile::open(&a.trace)?;
     let v = f.view();
     super::require_tokens(v.shape(), &a.trace)?;
@@ -148,15 +196,30 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
             a.policy
         );
     }
+    let k_used = a.k_used.unwrap_or(v.shape().top_k);
+    check_caps(a.caps, k_used, v.shape().num_experts)?;
+    // The replay of the curve's first cap, refused here as the curve would refuse it (k_used above
+    // the candidates, a policy that needs scores on a trace without them), before any work.
+    let first = cachesim::ReplayConfig {
+        k_used: a.k_used,
+        warmup: a.warmup,
+        semantics: a.semantics,
+        ..cachesim::ReplayConfig::new(a.policy, a.caps.map_or(k_used, |(lo, _)| lo))
+    };
+    cachesim::validate(&v.shape(), v.parts().scores.is_some(), &first)?;
+    let pins = match &a.pin {
+        Some(p) => Some(open_pins(p, &v).with_context(|| format!("--pin {}", p.display()))?),
+        None => None,
+    };
     let (steps, what) = curve_work(&v, a.policy, a.semantics, a.k_used, a.caps);
+    // The work line comes first: it is what the refusal of too much work without --yes is about.
     crate::progress::status!("mrc: {what}");
     bound_curves(steps, a.yes)?;
     let working = crate::progress::working("mrc");
-    let (c, pins) = match &a.pin {
+    let (c, pins) = match &pins {
         None => (sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?, None),
-        Some(p) => {
-            let pins = open_keep(Some(p), &v).with_context(|| format!("--pin {}", p.display()))?;
-            let full = cachesim::mrc::lru_curve_pinned(&v, &keep, Some(&pins), &base)?;
+        Some(pins) => {
+            let full = cachesim::mrc::lru_curve_pinned(&v, &keep, Some(pins), &base)?;
             let per_layer: Vec<usize> = (0..pins.layers()).map(|l| pins.kept_count(l)).collect();
             (slice_caps(full, a.caps)?, Some(per_layer))
         }
@@ -166,6 +229,9 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     if let (Some(obj), Some(pins)) = (value.as_object_mut(), &pins) {
         obj.insert("layer_pins".into(), serde_json::json!(pins));
     }
+    let Some((output, csv_path)) = files else {
+        return super::json::print(&value);
+    };
     let json = serde_json::to_vec_pretty(&value)?;
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(["layer_id", "cap", "misses", "misses_per_token"])?;
@@ -177,19 +243,18 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     }
     let bytes = w.into_inner()?;
     // Both or neither: a full disk while writing the CSV must not leave the JSON without it.
-    trace_io::write_atomic_files(&[(&a.output, &json), (&csv_path, &bytes)])
-        .with_context(|| format!("writing {} and {}", a.output.display(), csv_path.display()))?;
+    trace_io::write_atomic_files(&[(&output, &json), (&csv_path, &bytes)])
+        .with_context(|| format!("writing {} and {}", output.display(), csv_path.display()))?;
     if a.json {
-        super::status(format_args!("wrote {} and {}", a.output.display(), csv_path.display()));
+        super::status(format_args!("wrote {} and {}", output.display(), csv_path.display()));
         return super::json::print(&value);
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "wrote {} and {}", a.output.display(), csv_path.display())?;
+    writeln!(out, "wrote {} and {}", output.display(), csv_path.display())?;
     let mut t = comfy_table::Table::new();
     t.set_header(["cap", "misses/token (all layers)", "hit rate"]);
     let picks = c.picks_per_layer * c.layers.len() as u64;
-    let step = ((c.max_cap - c.min_cap) / 12).max(1);
-    for cap in (c.min_cap..=c.max_cap).step_by(step) {
+    for cap in table_caps(c.min_cap, c.max_cap) {
         let m = c.total_misses(cap);
         let hr = if picks == 0 { 0.0 } else { 1.0 - m as f64 / picks as f64 };
         t.add_row([cap.to_string(), format!("{:.4}", c.misses_per_token(cap)), format!("{hr:.4}")]);
@@ -199,7 +264,16 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     Ok(())
 }
 
-/// The caps `lo..=hi` of a curve computed from k_used to E.
+/// The caps of the printed table: about a dozen from `min` in equal steps, and always `max`.
+fn table_caps(min: usize, max: usize) -> Vec<usize> {
+    let step = ((max - min) / 12).max(1);
+    let mut caps: Vec<usize> = (min..=max).step_by(step).collect();
+    if caps.last() != Some(&max) {
+        caps.push(max);
+    }
+    caps
+}
+
 fn slice_caps(c: cachesim::mrc::MissCurve, caps: Option<(usize, usize)>) -> Result<cachesim::mrc::MissCurve> {
     let Some((lo, hi)) = caps else { return Ok(c) };
     let (min, max) = (c.min_cap, c.max_cap);

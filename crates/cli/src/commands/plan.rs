@@ -71,16 +71,23 @@ pub struct PlanArgs {
     /// `--moe-hot-count` list. lru only.
     #[arg(long, value_delimiter = ',')]
     pub pin_counts: Option<Vec<usize>>,
-    /// Output plan JSON (`-` for stdout; the table then goes to stderr).
-    #[arg(short, long)]
-    pub output: PathBuf,
+    /// Output plan JSON (`-` for stdout; the table then goes to stderr). Required unless --json.
+    #[arg(short, long, required_unless_present = "json")]
+    pub output: Option<PathBuf>,
     /// Print the plan JSON (kind `moe-offload-plan`, the bytes of the output file) on stdout
-    /// instead of the table; status lines go to stderr.
+    /// instead of the table; status lines go to stderr. Without -o nothing is written.
     #[arg(long)]
     pub json: bool,
     /// `--exec host` and its flags (SEMANTICS.md §14): pins chosen by tok/s.
     #[command(flatten)]
     pub hybrid: super::plan_hybrid::HybridFlags,
+}
+
+impl PlanArgs {
+    /// Where the plan goes: `-o`, else (`--json` alone) standard output.
+    pub fn output(&self) -> &std::path::Path {
+        self.output.as_deref().unwrap_or(std::path::Path::new("-"))
+    }
 }
 
 /// Runs `plan`.
@@ -89,7 +96,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         return super::plan_hybrid::run(a);
     }
     let budget_gb = a.budget_gb.context("--budget-gb is required without --exec")?;
-    super::refuse_overwrite(&a.output, [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
+    super::refuse_overwrite(a.output(), [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
     if let Some(max) = a.max_slot_replacement.filter(|m| !(0.0..=1.0).contains(m)) {
         bail!("--max-slot-replacement {max}: a fraction of slots, between 0 and 1");
     }
@@ -171,15 +178,15 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     }
     let mut bytes = serde_json::to_vec_pretty(&report)?;
     bytes.push(b'\n');
-    super::write_output(&a.output, &bytes)?;
+    super::write_output(a.output(), &bytes)?;
     if a.json {
-        if !super::is_stdout(&a.output) {
-            super::status(format_args!("wrote {}", a.output.display()));
+        if !super::is_stdout(a.output()) {
+            super::status(format_args!("wrote {}", a.output().display()));
             super::write_output(std::path::Path::new("-"), &bytes)?;
         }
         return Ok(());
     }
-    let mut out = super::human(&a.output);
+    let mut out = super::human(a.output());
     writeln!(
         out,
         "budget {} GB ({} pinned): {slots} expert slots of {:.3} MB (profile {}{}); policy {}; plan in {}\n",
@@ -193,7 +200,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             (false, false) => ", the default; --profile to choose your model's",
         },
         a.policy,
-        a.output.display()
+        a.output().display()
     )?;
     let mut t = comfy_table::Table::new();
     t.set_header(["variant", "plan", "slots", "misses/token in", "misses/token out", "held-out slot repl.", "note"]);

@@ -53,7 +53,7 @@ pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
     if h.exec != Some(Exec::Host) {
         bail!("--exec {}: plan supports exec host (static pins, cap 0)", h.exec.map_or("-".into(), |e| e.to_string()));
     }
-    super::refuse_overwrite(&a.output, [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
+    super::refuse_overwrite(a.output(), [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
@@ -110,11 +110,16 @@ pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
         "llama_cpp": { "moe_hot_count": hot, "ot": ot, "n_cpu_moe": n_cpu_moe },
     });
     let bytes = serde_json::to_vec_pretty(&doc)?;
-    super::write_output(&a.output, &[bytes, b"\n".to_vec()].concat())?;
+    let bytes = [bytes, b"\n".to_vec()].concat();
+    super::write_output(a.output(), &bytes)?;
     if a.json {
+        if !super::is_stdout(a.output()) {
+            super::status(format_args!("wrote {}", a.output().display()));
+            super::write_output(std::path::Path::new("-"), &bytes)?;
+        }
         return Ok(());
     }
-    let mut out = super::human(&a.output);
+    let mut out = super::human(a.output());
     let line = |p: &HybridPlan| {
         format!(
             "{:.2} tok/s ({:.2} all-CPU, {:.2} all-GPU), {:.3} GB of GPU memory",
@@ -139,6 +144,6 @@ pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
         (Some(ot), Some(n)) => writeln!(out, "  llama.cpp {ot}  (or --n-cpu-moe {n})")?,
         (Some(ot), None) => writeln!(out, "  llama.cpp {ot}")?,
     }
-    writeln!(out, "wrote {}", super::shown(&a.output))?;
+    writeln!(out, "wrote {}", super::shown(a.output()))?;
     Ok(())
 }

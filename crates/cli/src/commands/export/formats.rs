@@ -78,8 +78,8 @@ pub fn gguf_prune_stats(stats: &Stats) -> Result<Vec<u8>> {
 }
 
 /// A generic keep-set JSON, the input of MTPLX's `qwen4_expert_keep` and similar pruners:
-/// `{"kind": "moe-offload-keep-set", "k", "num_experts", "metric", "layers": [{"layer", "keep"}]}`
-/// with `keep` ascending. One K for every layer (the runtime config carries one expert count).
+/// `{"kind": "moe-offload-keep-set", "k", "num_experts", "metric", "stats_sha256", "layers":
+/// [{"layer", "keep"}]}` with `keep` ascending, `stats_sha256` null for the full map. One K for every layer (the runtime config carries one expert count).
 ///
 /// # Errors
 /// A map that keeps a different number of experts per layer (a budget map).
@@ -102,7 +102,8 @@ pub fn keep_set(map: &KeepMap, version: &str) -> Result<Vec<u8>> {
         "k": map.k,
         "num_experts": map.num_experts,
         "metric": map.metric,
-        "stats_sha256": map.stats_sha256,
+        // `null` for a map built from no statistics (`full`, which keeps every expert).
+        "stats_sha256": (!map.stats_sha256.is_empty()).then_some(&map.stats_sha256),
         "moe_offload_version": version,
         "layers": layers,
     });
@@ -340,6 +341,11 @@ mod tests {
             assert_eq!(keep.len() as u64, v["k"].as_u64().unwrap());
             assert!(keep.windows(2).all(|w| w[0] < w[1]) && keep.iter().all(|&e| e < 4));
         }
+        assert_eq!(v["stats_sha256"], map.stats_sha256.as_str());
+        // The full map (a plan's choice `full`) was built from no statistics: null, not "".
+        let full: serde_json::Value =
+            serde_json::from_slice(&keep_set(&KeepMap::full(4, vec![1, 3]), "v").unwrap()).unwrap();
+        assert_eq!(full["stats_sha256"], serde_json::Value::Null);
         let mut m = map;
         m.layers[1] = vec![0, 1, 2];
         let err = keep_set(&m, "v").unwrap_err().to_string();

@@ -184,7 +184,7 @@ pub struct ConfigKey {
     /// Pins, tier 2, re-batching (SEMANTICS.md §9–§11); `None` = the plain replay of §5. A cap
     /// of 0 without pins, prefetch or hybrid execution is the deployed replay of §9 with nothing
     /// set (`Some` of the default), which is not written (as a plain row's `None` is) and comes
-    /// back from the cap when read ([`ConfigKey::no_cache_deploy`]).
+    /// back from the cap when read (`ConfigKey::no_cache_deploy`).
     #[serde(default, skip_serializing_if = "is_plain_deploy")]
     pub deploy: Option<crate::DeployKey>,
     /// Prefetch and the shuffled order (SEMANTICS.md §12); `None` = the plain replay of §5.

@@ -12,8 +12,8 @@ use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
 use cachesim::hybrid::{Exec, Overlap};
 use cachesim::shuffle::Shuffled;
 use cachesim::{
-    CacheSimError, CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig,
-    Semantics, TimelineDevice,
+    CacheSimError, CoactTable, Keep, Policy, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig, Semantics,
+    TimelineDevice,
 };
 use pyo3::prelude::*;
 use serde_json::{Value, json};
@@ -350,7 +350,7 @@ fn run(a: &Args) -> Result<Value> {
         CacheSimError::KUsedAboveCandidates { candidates, .. } => {
             Error::from(e).hint(format!("use k_used={candidates} or less"))
         }
-        CacheSimError::BeladyWithLambda { .. } => {
+        CacheSimError::OfflineWithLambda { .. } => {
             Error::from(e).hint("drop lam, or use an online policy such as lru with lam")
         }
         e => e.into(),
@@ -521,7 +521,7 @@ fn json_extras(a: &Args, v: &TraceView<'_>, dep: &Deployment, c: &DeployCounts) 
 
 /// Replay with prefetch, the timeline or the shuffled order (the CLI's `replay_prefetch::run`).
 fn run_prefetch(a: &Args, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<Value> {
-    let coact_wanted = a.prefetch.is_some_and(|p| p.predictor == Predictor::Coact);
+    let coact_wanted = a.prefetch.is_some_and(|p| p.predictor.facts().needs_calibration);
     if a.calib.is_some() && !coact_wanted {
         usage!("calib is read only by the coact predictor: add prefetch=\"coact:B\", or drop calib");
     }
@@ -547,7 +547,7 @@ fn run_prefetch(a: &Args, v: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) ->
         match e {
             CacheSimError::NoLookahead => Error::from(e).context(&a.trace_name),
             CacheSimError::CalibrationMismatch { .. } => Error::from(e).context(format!("calib {calib_name}")),
-            CacheSimError::BudgetAboveCap { .. } | CacheSimError::PrefetchWithBelady => {
+            CacheSimError::BudgetAboveCap { .. } | CacheSimError::PrefetchWithOffline { .. } => {
                 Error::from(e).context("prefetch")
             }
             e => e.into(),

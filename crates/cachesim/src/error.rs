@@ -30,12 +30,14 @@ pub enum CacheSimError {
         /// The experts used per token.
         k_used: usize,
     },
-    /// Belady's policy is exact only when selection does not depend on the cache, so it cannot be
-    /// combined with cache-aware routing (λ > 0).
+    /// An offline policy (`belady`, [`crate::PolicyFacts::offline`]) is exact only when selection
+    /// does not depend on the cache, so it cannot be combined with cache-aware routing (λ > 0).
     #[error(
-        "policy belady needs lambda = 0 (cache-aware routing makes the future depend on the cache), got lambda = {lambda}"
+        "policy {policy} needs lambda = 0 (cache-aware routing makes the future depend on the cache), got lambda = {lambda}"
     )]
-    BeladyWithLambda {
+    OfflineWithLambda {
+        /// The offline policy.
+        policy: crate::Policy,
         /// The requested λ.
         lambda: f64,
     },
@@ -61,7 +63,7 @@ pub enum CacheSimError {
     #[error("{what} needs router scores, and the trace has none")]
     NeedsScores {
         /// What needs them (`cache-aware routing (lambda > 0)` or `policy inv_router`).
-        what: &'static str,
+        what: String,
     },
     /// Cache-aware routing (λ > 0) on a trace without candidates beyond `k_used`: there is no
     /// alternative expert to route to.
@@ -117,6 +119,17 @@ pub enum CacheSimError {
         /// The pinned expert.
         expert: usize,
     },
+    /// A tier-2 policy that may not serve as tier 2 ([`crate::PolicyFacts::may_be_tier2`]:
+    /// tier 2 sees only tier 1's misses, SEMANTICS.md §10).
+    #[error(
+        "tier-2 policy {policy} is not supported here: tier 2 takes {allowed}: the credit policies need router candidates tier 2 does not see"
+    )]
+    Tier2Policy {
+        /// The policy asked for.
+        policy: crate::Policy,
+        /// The policies that may serve as tier 2, from their facts (`lru, fifo, lfu or belady`).
+        allowed: String,
+    },
     /// A deployment feature (SEMANTICS.md §9–§11) in a combination the replayer does not
     /// support, or that the trace cannot give.
     #[error("{what} is not supported here: {reason}")]
@@ -137,9 +150,13 @@ pub enum CacheSimError {
         /// Why it is rejected.
         reason: &'static str,
     },
-    /// Prefetch with `belady` (SEMANTICS.md §12: its future would depend on the prefetches).
-    #[error("policy belady cannot be combined with prefetch; use an online policy such as lru")]
-    PrefetchWithBelady,
+    /// Prefetch with an offline policy (`belady`, SEMANTICS.md §12: its future would depend on
+    /// the prefetches).
+    #[error("policy {policy} cannot be combined with prefetch; use an online policy such as lru")]
+    PrefetchWithOffline {
+        /// The offline policy.
+        policy: crate::Policy,
+    },
     /// The prefetch budget exceeds a layer's cache capacity (SEMANTICS.md §12: B <= cap).
     #[error(
         "prefetch budget {budget} is larger than the cache capacity {cap} of layer index {layer}; use a budget of {cap} or less"

@@ -80,9 +80,9 @@ use trace_io::{Shape, TraceView};
 pub use config::{ParseNameError, ReplayConfig, Semantics};
 pub use error::{CacheSimError, Result};
 pub use keep::Keep;
-pub use policy::{Policy, PolicyFacts, Shares};
+pub use policy::{Credits, OnePass, Policy, PolicyFacts, Shares};
 pub use prefetch::{
-    CoactTable, Predictor, Prefetch, PrefetchCounts, PrefetchOptions, PrefetchReplay, replay_prefetch,
+    CoactTable, Predictor, PredictorFacts, Prefetch, PrefetchCounts, PrefetchOptions, PrefetchReplay, replay_prefetch,
     replay_prefetch_on, validate_prefetch,
 };
 pub use reads::{replay_reads, runs_reads};
@@ -169,7 +169,7 @@ impl ReplayCounts {
 /// - [`CacheSimError::CapBelowKUsed`]: `cap` < `k_used`.
 /// - [`CacheSimError::LayerCapBelowKUsed`]: a per-layer cap < `k_used`.
 /// - [`CacheSimError::WarmupCoversTrace`]: warmup >= the trace's tokens (nothing would count).
-/// - [`CacheSimError::BeladyWithLambda`]: `belady` with λ > 0.
+/// - [`CacheSimError::OfflineWithLambda`]: an offline policy (`belady`) with λ > 0.
 /// - [`CacheSimError::NeedsScores`]: λ > 0 or `inv_router` on a trace without scores.
 /// - [`CacheSimError::NoRoomForRouting`]: λ > 0 and m == `k_used`.
 pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<()> {
@@ -211,17 +211,17 @@ pub fn validate(shape: &Shape, has_scores: bool, cfg: &ReplayConfig) -> Result<(
         return Err(CacheSimError::WarmupCoversTrace { warmup: cfg.warmup, tokens: shape.tokens });
     }
     let facts = cfg.policy.facts();
-    if !facts.allows_lambda && cfg.lambda > 0.0 {
-        return Err(CacheSimError::BeladyWithLambda { lambda: cfg.lambda });
+    if !facts.allows_lambda() && cfg.lambda > 0.0 {
+        return Err(CacheSimError::OfflineWithLambda { policy: cfg.policy, lambda: cfg.lambda });
     }
     if facts.token_indices && u32::try_from(shape.tokens).is_err() {
         return invalid("policy", cfg.policy.to_string(), "token indices are recorded as u32: at most 2^32 - 1 tokens");
     }
     if cfg.lambda > 0.0 && !has_scores {
-        return Err(CacheSimError::NeedsScores { what: "cache-aware routing (lambda > 0)" });
+        return Err(CacheSimError::NeedsScores { what: "cache-aware routing (lambda > 0)".into() });
     }
-    if facts.needs_scores && !has_scores {
-        return Err(CacheSimError::NeedsScores { what: "policy inv_router" });
+    if facts.needs_scores() && !has_scores {
+        return Err(CacheSimError::NeedsScores { what: format!("policy {}", cfg.policy) });
     }
     if cfg.lambda > 0.0 && shape.candidates == k_used {
         return Err(CacheSimError::NoRoomForRouting { k_used, candidates: shape.candidates });

@@ -3,7 +3,7 @@
 
 use trace_io::{Reads, Shape};
 
-use crate::{Keep, Policy, ReplayConfig};
+use crate::{Credits, Keep, ReplayConfig};
 
 /// The content of a trace of shape `shape` that replaying `cfg` with `keep` reads:
 /// - cache-aware routing (λ > 0) and `inv_router`: every candidate id and every score;
@@ -11,7 +11,8 @@ use crate::{Keep, Policy, ReplayConfig};
 /// - otherwise (λ = 0, every expert kept): the first `k_used` ids of each row, and for
 ///   `near_pick` and `near_pick_ema` the first max(k_used, N) (their credits read F up to N).
 pub fn replay_reads(shape: &Shape, keep: &Keep, cfg: &ReplayConfig) -> Reads {
-    if cfg.lambda > 0.0 || cfg.policy == Policy::InvRouter {
+    let credits = cfg.policy.facts().credits;
+    if cfg.lambda > 0.0 || credits == Credits::RouterScores {
         return Reads::ids_and_scores();
     }
     let pruned = (0..keep.layers()).any(|l| !keep.layer_mask(l).iter().all(|&kept| kept));
@@ -19,9 +20,9 @@ pub fn replay_reads(shape: &Shape, keep: &Keep, cfg: &ReplayConfig) -> Reads {
         return Reads::ids(usize::MAX);
     }
     let k_used = cfg.k_used_or(shape.top_k);
-    match cfg.policy {
-        Policy::NearPick | Policy::NearPickEma => Reads::ids(k_used.max(cfg.near_pick_n)),
-        _ => Reads::ids(k_used),
+    match credits {
+        Credits::NearPickRanks => Reads::ids(k_used.max(cfg.near_pick_n)),
+        Credits::None | Credits::RouterScores => Reads::ids(k_used),
     }
 }
 
@@ -33,6 +34,7 @@ pub fn runs_reads(shape: &Shape, runs: &[(&Keep, &ReplayConfig)]) -> Reads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Policy;
 
     /// Each rule of SEMANTICS.md §1 for the replay, on a shape with k = 4, m = 16, N = 6.
     #[test]

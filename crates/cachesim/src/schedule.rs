@@ -270,7 +270,7 @@ mod tests {
                 }
                 cfgs.push(ReplayConfig { cap: 4, j: 3, ..base.clone() });
                 cfgs.push(ReplayConfig { layer_caps: Some(vec![5, 9]), ..base.clone() });
-                if policy != Policy::Belady {
+                if policy.facts().allows_lambda() {
                     cfgs.push(ReplayConfig { lambda: 0.2, cap: 4, ..base.clone() });
                 }
                 cfgs.push(ReplayConfig { semantics: Semantics::Sequential, cap: 5, ..base.clone() });

@@ -169,7 +169,7 @@ fn rebatch_by_hand() {
 }
 
 fn lambdas(policy: Policy) -> &'static [f64] {
-    if policy == Policy::Belady { &[0.0] } else { &[0.0, 0.09] }
+    if policy.facts().allows_lambda() { &[0.0, 0.09] } else { &[0.0] }
 }
 
 /// Per token with one tier and no pins, the deployed path gives the plain replayer's counts;
@@ -220,13 +220,18 @@ fn deployed_matrix_fast_equals_reference() {
         let keep = Keep::from_layers(&shape, &keep_ids).expect("valid keep");
         // Pins: the first 2 kept experts of layer 0, 1 of layer 1 (per-layer sizes).
         let pin = Keep::from_layers(&shape, &[keep_ids[0][..2].to_vec(), keep_ids[1][..1].to_vec()]).expect("pins");
+        // The policies that may serve as tier 2, from their facts (lru, fifo, lfu, belady).
+        let tier2_policies: Vec<Policy> = Policy::ALL.into_iter().filter(|p| p.facts().may_be_tier2()).collect();
+        assert_eq!(tier2_policies.len(), 4);
         for policy in Policy::ALL {
             for &lambda in lambdas(policy) {
                 for cap in [0, 3, 5] {
                     let cfg = ReplayConfig { lambda, warmup: 7, ..ReplayConfig::new(policy, cap) };
                     for schedule in [Schedule::PerToken, Schedule::Served, Schedule::Rebatch(3)] {
                         for pinned in [None, Some(pin.clone())] {
-                            for tier2 in [None, Some(Tier2 { policy: Policy::ALL[runs % 4], cap: 4 })] {
+                            for tier2 in
+                                [None, Some(Tier2 { policy: tier2_policies[runs % tier2_policies.len()], cap: 4 })]
+                            {
                                 let dep = Deployment { pins: pinned.clone(), tier2, schedule };
                                 let c = both(&view, &keep, &cfg, &dep);
                                 if let Some(t2) = tier2 {

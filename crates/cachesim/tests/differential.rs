@@ -54,7 +54,7 @@ fn run_matrix(trace: &trace_io::TraceData, seed: u64) -> usize {
     for (keep_name, keep) in keeps(&shape, seed) {
         for k_used in [shape.top_k, shape.top_k - 1] {
             for policy in Policy::ALL {
-                let lambdas: &[f64] = if policy == Policy::Belady { &[0.0] } else { &[0.0, 0.05, 0.12, 0.7] };
+                let lambdas: &[f64] = if !policy.facts().allows_lambda() { &[0.0] } else { &[0.0, 0.05, 0.12, 0.7] };
                 for &lambda in lambdas {
                     let js: &[usize] = if lambda == 0.0 { &[2] } else { &[2, 3] };
                     for &j in js {
@@ -113,7 +113,7 @@ fn fast_equals_reference_with_wide_rows_and_weak_locality() {
     for (keep_name, keep) in keeps(&shape, 7) {
         for policy in Policy::ALL {
             for lambda in [0.0, 0.09, 0.3] {
-                if policy == Policy::Belady && lambda > 0.0 {
+                if !policy.facts().allows_lambda() && lambda > 0.0 {
                     continue;
                 }
                 for cap in [4, 9, 16, 40] {
@@ -141,7 +141,7 @@ fn fast_equals_reference_with_many_protected_experts() {
         for (keep_name, keep) in keeps(&shape, seed) {
             for policy in Policy::ALL {
                 for lambda in [0.0, 0.12] {
-                    if policy == Policy::Belady && lambda > 0.0 {
+                    if !policy.facts().allows_lambda() && lambda > 0.0 {
                         continue;
                     }
                     for cap in [8, 9, 12] {
@@ -201,7 +201,7 @@ fn fast_equals_reference_on_ties_underflow_and_edge_caps() {
             for policy in Policy::ALL {
                 for decay in [1.0, 0.5, 1e-200, 0.9] {
                     for lambda in [0.0, 0.12, 1.0] {
-                        if policy == Policy::Belady && lambda > 0.0 {
+                        if !policy.facts().allows_lambda() && lambda > 0.0 {
                             continue;
                         }
                         for cap in [4, 5, 16] {
@@ -241,7 +241,7 @@ fn replay_many_equals_replay() {
     let mut cfgs = Vec::new();
     for policy in Policy::ALL {
         for lambda in [0.0, 0.12, 0.7] {
-            if policy == Policy::Belady && lambda > 0.0 {
+            if !policy.facts().allows_lambda() && lambda > 0.0 {
                 continue;
             }
             for (cap, k_used, semantics, reset) in
@@ -442,7 +442,7 @@ fn every_policy_with_large_caps_equals_reference() {
             let mut cfgs = Vec::new();
             for policy in Policy::ALL {
                 for (lambda, j) in [(0.0, 0), (0.12, 2)] {
-                    if policy == Policy::Belady && lambda > 0.0 {
+                    if !policy.facts().allows_lambda() && lambda > 0.0 {
                         continue;
                     }
                     for cap in [33, 70, 140] {

@@ -351,7 +351,7 @@ fn bad_configurations_are_refused() {
     assert!(matches!(run(&with_scores, cfg(Policy::Lru, 0)), CacheSimError::InvalidParameter { name: "cap", .. }));
     assert_eq!(
         run(&with_scores, ReplayConfig { lambda: 0.1, ..cfg(Policy::Belady, 2) }),
-        CacheSimError::BeladyWithLambda { lambda: 0.1 }
+        CacheSimError::OfflineWithLambda { policy: Policy::Belady, lambda: 0.1 }
     );
     assert_eq!(
         run(&with_scores, ReplayConfig { k_used: Some(4), ..cfg(Policy::Lru, 4) }),

@@ -119,7 +119,7 @@ fn fast_equals_reference_on_every_policy_and_predictor() {
         }
     }
     let mut nonzero = 0;
-    for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::Belady) {
+    for policy in Policy::ALL.into_iter().filter(|p| p.facts().allows_prefetch()) {
         for (keep, lambda, semantics, warmup, reset, cap) in [
             (&full, 0.0, Semantics::KWay, 0, false, 6),
             (&pruned, 0.0, Semantics::KWay, 10, true, 5),
@@ -179,7 +179,7 @@ fn no_prefetch_is_plain_replay_and_the_additive_model() {
             assert_eq!(t.tok_s, additive, "{policy} cap {cap}");
             let stall = plain.misses_per_token() * dev.expert_mb / (1000.0 * bw);
             assert_eq!(t.stall_s_per_token, stall);
-            if policy != Policy::Belady {
+            if policy.facts().allows_prefetch() {
                 both(&view, &keep, &cfg, &opts);
             }
         }
@@ -204,7 +204,7 @@ fn oracle_at_k_used_moves_every_miss_ahead() {
     let trace = synth(21, s);
     let view = trace.view();
     let keep = Keep::full(&view.shape());
-    for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::Belady) {
+    for policy in Policy::ALL.into_iter().filter(|p| p.facts().allows_prefetch()) {
         for (cap, warmup, reset) in [(4, 0, false), (7, 30, true), (12, 5, false)] {
             let cfg = ReplayConfig { warmup, reset_at_sequence: reset, ..ReplayConfig::new(policy, cap) };
             let plain = cachesim::replay(&view, &keep, &cfg).expect("valid");

@@ -172,7 +172,10 @@ fn bad_prefetch_configurations_are_refused() {
         let opts = PrefetchOptions { prefetch: p, coact: t, ..Default::default() };
         cachesim::replay_prefetch(&view, &keep, c, &opts).expect_err("refused")
     };
-    assert_eq!(err(&cfg(Policy::Belady, 2), pf(Predictor::Oracle, 1), None), E::PrefetchWithBelady);
+    assert_eq!(
+        err(&cfg(Policy::Belady, 2), pf(Predictor::Oracle, 1), None),
+        E::PrefetchWithOffline { policy: Policy::Belady }
+    );
     assert_eq!(
         err(&cfg(Policy::Lru, 2), pf(Predictor::Oracle, 3), None),
         E::BudgetAboveCap { budget: 3, cap: 2, layer: 0 }

@@ -102,7 +102,7 @@ proptest! {
         let shape = view.shape();
         prop_assume!(shape.candidates > shape.top_k);
         let keep = Keep::from_layers(&shape, &random_keep(seed, s.layers, s.num_experts, keep_p, 1)).expect("valid");
-        for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::Belady) {
+        for policy in Policy::ALL.into_iter().filter(|p| p.facts().allows_lambda()) {
             let plain = ReplayConfig { warmup: 3, ..ReplayConfig::new(policy, shape.top_k + 1) };
             let p = cachesim::replay(&view, &keep, &plain).expect("valid");
             let all_boosted = ReplayConfig { lambda, j: shape.candidates, ..plain.clone() };

@@ -29,7 +29,7 @@ fn fast_equals_reference_on_translation() {
     let table = CoactTable::learn(&calib.view()).expect("a validated calibration trace");
     let view = trace.view();
     let keep = Keep::full(&view.shape());
-    for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::Belady) {
+    for policy in Policy::ALL.into_iter().filter(|p| p.facts().allows_prefetch()) {
         let cfg = ReplayConfig::new(policy, 16);
         let plain = cachesim::replay(&view, &keep, &cfg).expect("valid");
         for (predictor, budget) in [(Predictor::PrevToken, 6), (Predictor::Coact, 4), (Predictor::Oracle, 6)] {
@@ -80,7 +80,7 @@ fn shuffled_order_misses_more_on_translation() {
             real.misses_per_token(),
             shuf.misses_per_token()
         );
-        if policy != Policy::Belady {
+        if !policy.facts().offline {
             assert!(shuf.misses > real.misses, "{policy}: shuffled {} <= real {}", shuf.misses, real.misses);
         }
     }

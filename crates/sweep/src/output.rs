@@ -101,16 +101,14 @@ pub fn best_per_variant(rows: &[Row]) -> Vec<BestOf> {
         .filter_map(|((variant, cap, k_used, named), rows)| {
             let best = |s: Sample| {
                 rows.iter()
-                    .filter(|r| r.sample == s && r.config.policy != cachesim::Policy::Belady)
+                    .filter(|r| r.sample == s && !r.config.policy.facts().offline)
                     .min_by(|a, b| a.misses_per_token.total_cmp(&b.misses_per_token).then(a.config.cmp(&b.config)))
                     .copied()
             };
             let (ins, outs) = (best(Sample::InSample)?, best(Sample::OutOfSample)?);
             let chosen = rows.iter().find(|r| r.sample == Sample::OutOfSample && r.key == ins.key)?;
             let belady = |s: Sample| {
-                rows.iter()
-                    .find(|r| r.sample == s && r.config.policy == cachesim::Policy::Belady)
-                    .map(|r| r.misses_per_token)
+                rows.iter().find(|r| r.sample == s && r.config.policy.facts().offline).map(|r| r.misses_per_token)
             };
             Some(BestOf {
                 variant: variant.to_string(),

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use cachesim::shuffle::Shuffled;
-use cachesim::{CoactTable, Keep, Predictor, Prefetch, PrefetchCounts, PrefetchOptions, Timeline, TimelineDevice};
+use cachesim::{CoactTable, Keep, Prefetch, PrefetchCounts, PrefetchOptions, Timeline, TimelineDevice};
 use trace_io::TraceView;
 
 use crate::DeviceProfile;
@@ -169,7 +169,7 @@ pub(crate) fn devices(profiles: &[DeviceProfile]) -> Vec<TimelineDevice> {
 
 /// Whether any key predicts with `coact` (the table is then learned).
 pub(crate) fn needs_coact<'k>(keys: impl IntoIterator<Item = &'k crate::ConfigKey>) -> bool {
-    keys.into_iter().any(|k| k.prefetch.and_then(|p| p.prefetch).is_some_and(|p| p.predictor == Predictor::Coact))
+    keys.into_iter().any(|k| k.prefetch.and_then(|p| p.prefetch).is_some_and(|p| p.predictor.facts().needs_calibration))
 }
 
 /// A replay of one prefetch configuration: counts, and the timelines when it has a predictor.

@@ -195,7 +195,7 @@ fn differential(trace: &TraceView<'_>, maps: &[&KeepMap]) -> Check {
         let keep = Keep::from_layers(&shape, &map.layers).expect("keep maps of this grid fit the trace");
         for policy in Policy::ALL {
             for lambda in [0.0, 0.09] {
-                if lambda > 0.0 && (policy == Policy::Belady || !has_room) {
+                if lambda > 0.0 && (!policy.facts().allows_lambda() || !has_room) {
                     continue;
                 }
                 for semantics in [Semantics::KWay, Semantics::Sequential] {
@@ -255,10 +255,10 @@ pub fn sweep_checks(profiles: &[DeviceProfile], grid: &Grid, rows: &[Row]) -> Ve
     let mut first_fail = None;
     let mut first_finding = None;
     let (mut pairs, mut above) = (0, 0);
-    for b in rows.iter().filter(|r| r.config.policy == Policy::Belady) {
+    for b in rows.iter().filter(|r| r.config.policy.facts().offline) {
         let b_cfg = sweep::replay_config(grid, &b.config);
         for r in rows.iter().filter(|r| {
-            r.config.policy != Policy::Belady
+            !r.config.policy.facts().offline
                 && r.config.lambda == 0.0
                 && r.sample == b.sample
                 && r.config.variant == b.config.variant

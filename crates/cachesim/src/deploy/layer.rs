@@ -4,10 +4,11 @@
 use trace_io::TraceView;
 
 use super::level::Level;
-use super::prio::{Belady, Fifo, InvRouter, Lfu, Lru, NearPick, NearPickEma, Prio, StepSets};
+use super::prio::{Prio, StepParams, StepSets};
 use super::steps::StepPlan;
 use super::{Deployment, LayerExtra};
-use crate::{Keep, LayerCounts, Policy, ReplayConfig};
+use crate::policy::{VisitSteps, with_steps};
+use crate::{Keep, LayerCounts, ReplayConfig};
 
 /// One layer's inputs, resolved.
 struct Input<'a> {
@@ -108,32 +109,17 @@ pub(crate) fn replay_layer_with<X: StepSink>(
         j: cfg.j,
     };
     let e_n = shape.num_experts;
+    let params = StepParams { num_experts: e_n, decay: cfg.decay, near_n: cfg.near_pick_n, m: shape.candidates };
     let level = Level::new(e_n, cfg.cap_of(l));
-    let record = dep.tier2.is_some();
-    let (counts, extra, stream) = match cfg.policy {
-        Policy::Lru => tier1(&input, level, Lru::new(e_n), record, sink),
-        Policy::Fifo => tier1(&input, level, Fifo::new(e_n), record, sink),
-        Policy::Lfu => tier1(&input, level, Lfu::new(e_n), record, sink),
-        Policy::Belady => tier1(&input, level, Belady::new(e_n, lambda0_sets(&input)), record, sink),
-        Policy::NearPick => tier1(&input, level, NearPick::new(e_n, cfg.near_pick_n), record, sink),
-        Policy::NearPickEma => tier1(&input, level, NearPickEma::new(e_n, cfg.decay, cfg.near_pick_n), record, sink),
-        Policy::InvRouter => tier1(&input, level, InvRouter::new(e_n, cfg.decay, shape.candidates), record, sink),
-    };
-    let mut extra = extra;
+    let tier1 = Tier1 { input: &input, level, record: dep.tier2.is_some(), sink };
+    let (counts, mut extra, stream) = with_steps(cfg.policy, &params, || lambda0_sets(&input), tier1);
     match dep.tier2 {
         None => extra.storage_reads = counts.misses - counts.forced_misses,
         Some(t2) => {
-            let level = Level::new(e_n, t2.cap);
-            let (hits, misses) = match t2.policy {
-                Policy::Fifo => tier2(&stream, e_n, level, Fifo::new(e_n)),
-                Policy::Lfu => tier2(&stream, e_n, level, Lfu::new(e_n)),
-                Policy::Belady => {
-                    let sets = StepSets { ids: stream.sets.ids.clone(), starts: stream.sets.starts.clone() };
-                    tier2(&stream, e_n, level, Belady::new(e_n, sets))
-                }
-                // validate() admits only lru, fifo, lfu and belady at tier 2.
-                _ => tier2(&stream, e_n, level, Lru::new(e_n)),
-            };
+            // validate() admits at tier 2 only policies that may serve there (their facts).
+            let sets = || StepSets { ids: stream.sets.ids.clone(), starts: stream.sets.starts.clone() };
+            let tier2 = Tier2Loop { stream: &stream, num_experts: e_n, level: Level::new(e_n, t2.cap) };
+            let (hits, misses) = with_steps(t2.policy, &params, sets, tier2);
             extra.t2_hits = hits;
             extra.storage_reads = misses;
         }
@@ -221,6 +207,35 @@ fn select_cache_aware(
         let (_, r) = best.expect("n <= |F|");
         taken[r] = true;
         chosen.push(f[r]);
+    }
+}
+
+/// Tier 1's step loop of a layer ([`tier1`]) as a [`VisitSteps`].
+struct Tier1<'i, 'a, X> {
+    input: &'i Input<'a>,
+    level: Level,
+    record: bool,
+    sink: &'i mut X,
+}
+
+impl<X: StepSink> VisitSteps for Tier1<'_, '_, X> {
+    type Out = (LayerCounts, LayerExtra, Stream);
+    fn visit<P: Prio>(self, prio: P) -> Self::Out {
+        tier1(self.input, self.level, prio, self.record, self.sink)
+    }
+}
+
+/// Tier 2's loop over a layer's stream ([`tier2`]) as a [`VisitSteps`].
+struct Tier2Loop<'s> {
+    stream: &'s Stream,
+    num_experts: usize,
+    level: Level,
+}
+
+impl VisitSteps for Tier2Loop<'_> {
+    type Out = (u64, u64);
+    fn visit<P: Prio>(self, prio: P) -> Self::Out {
+        tier2(self.stream, self.num_experts, self.level, prio)
     }
 }
 

@@ -36,10 +36,10 @@
 //!   starts with any deployment feature; served replay together with re-batching.
 
 mod freq;
-mod heap;
+pub(crate) mod heap;
 mod layer;
 mod level;
-mod prio;
+pub(crate) mod prio;
 mod steps;
 
 pub(crate) use layer::replay_layer_with;
@@ -193,6 +193,16 @@ pub(crate) struct LayerExtra {
     pub storage_reads: u64,
 }
 
+/// The policies that may serve as tier 2, from their facts: `lru, fifo, lfu or belady`.
+fn tier2_policies() -> String {
+    let names: Vec<&str> = Policy::ALL.iter().filter(|p| p.facts().may_be_tier2()).map(|p| p.as_str()).collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 fn unsupported(what: &'static str, reason: &'static str) -> CacheSimError {
     CacheSimError::DeployUnsupported { what, reason }
 }
@@ -241,11 +251,8 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &De
         }
     }
     if let Some(t2) = dep.tier2 {
-        if !matches!(t2.policy, Policy::Lru | Policy::Fifo | Policy::Lfu | Policy::Belady) {
-            return Err(unsupported(
-                "tier-2 policy",
-                "tier 2 takes lru, fifo, lfu or belady: the credit policies need router candidates tier 2 does not see",
-            ));
+        if !t2.policy.facts().may_be_tier2() {
+            return Err(CacheSimError::Tier2Policy { policy: t2.policy, allowed: tier2_policies() });
         }
         if t2.cap < k_used {
             return Err(CacheSimError::InvalidParameter {

@@ -118,7 +118,7 @@ mod tests {
                 (5, 0.3, 2, None, 3, false, false),
                 (3, 0.12, 1, None, 0, true, true),
             ] {
-                if lambda > 0.0 && !policy.facts().allows_lambda {
+                if lambda > 0.0 && !policy.facts().allows_lambda() {
                     continue;
                 }
                 let semantics = if sequential { Semantics::Sequential } else { Semantics::KWay };

@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use trace_io::TraceView;
 
-use crate::{CacheSimError, Keep, Policy, ReplayConfig, Result, Semantics};
+use crate::{CacheSimError, Keep, OnePass, Policy, ReplayConfig, Result, Semantics};
 
 mod belady;
 mod credits;
@@ -109,11 +109,13 @@ impl MissCurve {
 /// Whether `policy` has a one-pass curve under `semantics`: lru under both ([`lru_curve`]);
 /// belady ([`belady_curve`]), near_pick, near_pick_ema and inv_router ([`credit_curve`]) under
 /// k-way residency.
+///
+/// Read from the policy's facts ([`crate::PolicyFacts::curve`]).
 pub fn has_one_pass(policy: Policy, semantics: Semantics) -> bool {
-    match policy {
-        Policy::Lru => true,
-        Policy::Belady | Policy::NearPick | Policy::NearPickEma | Policy::InvRouter => semantics == Semantics::KWay,
-        Policy::Fifo | Policy::Lfu => false,
+    match policy.facts().curve {
+        OnePass::Lru { .. } => true,
+        OnePass::Stack { .. } => semantics == Semantics::KWay,
+        OnePass::None => false,
     }
 }
 
@@ -128,11 +130,11 @@ pub fn one_pass_curve(
     policy: Policy,
     cfg: &CurveConfig,
 ) -> Option<Result<MissCurve>> {
-    match policy {
+    match policy.facts().curve {
         _ if !has_one_pass(policy, cfg.semantics) => None,
-        Policy::Lru => Some(lru_curve(trace, keep, cfg)),
-        Policy::Belady => Some(belady_curve(trace, keep, cfg)),
-        _ => Some(credit_curve(trace, keep, policy, cfg)),
+        OnePass::Lru { .. } => Some(lru_curve(trace, keep, cfg)),
+        OnePass::Stack { .. } => Stacked::of(policy).map(|stacked| stack_curve(trace, keep, stacked, cfg)),
+        OnePass::None => None,
     }
 }
 
@@ -556,11 +558,11 @@ pub(crate) fn replays_by_curve(cfg: &ReplayConfig) -> bool {
 /// one thread), a pass cost about 1.6 replays for belady, 2.1 for near_pick, 2.4 for
 /// near_pick_ema and inv_router, and the Fenwick LRU pass about 5 of lru's cheap replays
 /// (docs/performance.md, "Fifteenth round").
+/// Read from the policy's facts ([`crate::OnePass`]); `usize::MAX` for a policy without a pass.
 pub(crate) fn curve_pays_from(policy: Policy) -> usize {
-    match policy {
-        Policy::Lru => 6,
-        Policy::Belady => 2,
-        _ => 3,
+    match policy.facts().curve {
+        OnePass::Lru { pays_from } | OnePass::Stack { pays_from } => pays_from,
+        OnePass::None => usize::MAX,
     }
 }
 

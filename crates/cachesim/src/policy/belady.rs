@@ -1,6 +1,8 @@
 //! `belady`: priority = the next token at which the expert is chosen again, negated.
 
-use super::{PolicyFacts, PolicyKind, Shares};
+use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
+use crate::deploy::heap::KeyHeap;
+use crate::deploy::prio::{Prio, StepParams, StepSets};
 use crate::engine::structures::{ValueCounts, pick_counted};
 use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
 
@@ -114,13 +116,62 @@ impl Evictor for Belady {
 impl PolicyKind<'_> for Belady {
     const FACTS: PolicyFacts = PolicyFacts {
         name: "belady",
-        needs_scores: false,
-        allows_lambda: false,
+        offline: true,
+        credits: Credits::None,
         token_indices: true,
         shares: Shares::Nothing,
+        curve: OnePass::Stack { pays_from: 2 },
         cost_per_pick: 140,
     };
+    type Steps = BeladySteps;
+    fn build_steps(p: &StepParams, sets: impl FnOnce() -> StepSets) -> BeladySteps {
+        BeladySteps::new(p.num_experts, sets())
+    }
     fn build(params: &Params<'_>, input: &LayerInput<'_>) -> Belady {
         Belady::new(params, input)
+    }
+}
+
+/// belady: the next step whose set holds the expert, negated (never: evicted first). The next
+/// uses of a step's set are set when the step starts, for the whole step (§11 step 4).
+pub(crate) struct BeladySteps {
+    sets: StepSets,
+    /// Per entry of `sets.ids`: the next step after its own whose set holds the expert
+    /// (`u64::MAX`: never).
+    next_after: Vec<u64>,
+    next: Vec<u64>,
+}
+
+impl BeladySteps {
+    pub(crate) fn new(num_experts: usize, sets: StepSets) -> BeladySteps {
+        let mut next_after = vec![u64::MAX; sets.ids.len()];
+        let mut upcoming = vec![u64::MAX; num_experts];
+        for s in (0..sets.starts.len() - 1).rev() {
+            let range = sets.starts[s]..sets.starts[s + 1];
+            for i in range.clone() {
+                next_after[i] = upcoming[usize::from(sets.ids[i])];
+            }
+            for i in range {
+                upcoming[usize::from(sets.ids[i])] = s as u64;
+            }
+        }
+        BeladySteps { sets, next_after, next: vec![u64::MAX; num_experts] }
+    }
+}
+
+impl Prio for BeladySteps {
+    const ACCESS_KEYED: bool = false;
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        u128::from(u64::MAX - self.next[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, _e: usize, _now: u64, _inserted: bool) {}
+    fn begin_step(&mut self, s: usize, heap: &mut KeyHeap) {
+        for i in self.sets.starts[s]..self.sets.starts[s + 1] {
+            let e = usize::from(self.sets.ids[i]);
+            self.next[e] = self.next_after[i];
+            heap.update(e, || self.rank(e));
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `fifo`: priority = time of insertion.
 
-use super::{PolicyFacts, PolicyKind, Shares};
+use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
+use crate::deploy::prio::{Order, Prio, StepParams, StepSets};
 use crate::engine::simd::pick_if;
 use crate::engine::structures::List;
 use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
@@ -49,13 +50,43 @@ impl Evictor for Fifo {
 impl PolicyKind<'_> for Fifo {
     const FACTS: PolicyFacts = PolicyFacts {
         name: "fifo",
-        needs_scores: false,
-        allows_lambda: true,
+        offline: false,
+        credits: Credits::None,
         token_indices: false,
         shares: Shares::Nothing,
+        curve: OnePass::None,
         cost_per_pick: 100,
     };
+    type Steps = FifoSteps;
+    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> FifoSteps {
+        FifoSteps::new(p.num_experts)
+    }
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> Fifo {
         Fifo(List::new(params.num_experts))
+    }
+}
+
+/// fifo: time of insertion.
+pub(crate) struct FifoSteps {
+    inserted: Vec<u64>,
+}
+
+impl FifoSteps {
+    pub(crate) fn new(num_experts: usize) -> FifoSteps {
+        FifoSteps { inserted: vec![0; num_experts] }
+    }
+}
+
+impl Prio for FifoSteps {
+    const ORDER: Order = Order::Insertion;
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        u128::from(self.inserted[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, inserted: bool) {
+        if inserted {
+            self.inserted[e] = now;
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! `inv_router`: s ← d·s + p, p = the softmax of the row's router scores, a [`Decayed`] policy.
 
 use super::decayed::{Credit, Decayed};
-use super::{PolicyFacts, PolicyKind, Shares};
+use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
+use crate::deploy::heap::KeyHeap;
+use crate::deploy::prio::{Lazy, Prio, StepParams, StepSets};
 use crate::engine::{Cache, LayerInput, Params};
 use crate::exp::exp_lanes;
 
@@ -78,14 +80,65 @@ pub(crate) type InvRouter<'a> = Decayed<RouterCredit<'a>>;
 impl<'a> PolicyKind<'a> for InvRouter<'a> {
     const FACTS: PolicyFacts = PolicyFacts {
         name: "inv_router",
-        needs_scores: true,
-        allows_lambda: true,
+        offline: false,
+        credits: Credits::RouterScores,
         token_indices: false,
         shares: Shares::Softmax,
+        curve: OnePass::Stack { pays_from: 3 },
         cost_per_pick: 320,
     };
+    type Steps = InvRouterSteps;
+    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> InvRouterSteps {
+        InvRouterSteps::new(p.num_experts, p.decay, p.m)
+    }
     fn build(params: &Params<'a>, input: &LayerInput<'a>) -> InvRouter<'a> {
         let credit = RouterCredit { probs_row: vec![0.0; params.m], probs: input.probs };
         Decayed::new(params, credit)
+    }
+}
+
+/// inv_router: (s, time of last access), s ← d·s + p per row (p the softmax of the row's scores
+/// over all m candidates), once per step.
+pub(crate) struct InvRouterSteps {
+    lazy: Lazy,
+    probs: Vec<f64>,
+}
+
+impl InvRouterSteps {
+    pub(crate) fn new(num_experts: usize, decay: f64, m: usize) -> InvRouterSteps {
+        InvRouterSteps { lazy: Lazy::new(num_experts, decay), probs: vec![0.0; m] }
+    }
+}
+
+impl Prio for InvRouterSteps {
+    const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        0
+    }
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        self.lazy.rank(e)
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.lazy.touch(e, now);
+    }
+    fn begin_credits(&mut self) {
+        self.lazy.begin();
+    }
+    fn credit_row(&mut self, _s: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, heap: &mut KeyHeap) {
+        // validate() guarantees scores for inv_router.
+        let Some(z) = scores else { return };
+        softmax_row(z, &mut self.probs);
+        for (&e, &p) in row.iter().zip(&self.probs) {
+            self.lazy.credit(usize::from(e), p, heap);
+        }
+    }
+    fn end_credits(&mut self, heap: &mut KeyHeap) {
+        self.lazy.end(heap);
     }
 }

@@ -1,6 +1,7 @@
 //! `lfu`: priority = (accesses since insertion, time of last access).
 
-use super::{PolicyFacts, PolicyKind, Shares};
+use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
+use crate::deploy::prio::{Order, Prio, StepParams, StepSets};
 use crate::engine::structures::Groups;
 use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
 
@@ -53,13 +54,44 @@ impl Evictor for Lfu {
 impl PolicyKind<'_> for Lfu {
     const FACTS: PolicyFacts = PolicyFacts {
         name: "lfu",
-        needs_scores: false,
-        allows_lambda: true,
+        offline: false,
+        credits: Credits::None,
         token_indices: false,
         shares: Shares::Nothing,
+        curve: OnePass::None,
         cost_per_pick: 160,
     };
+    type Steps = LfuSteps;
+    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> LfuSteps {
+        LfuSteps::new(p.num_experts)
+    }
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> Lfu {
         Lfu { g: Groups::new(params.num_experts, params.cap) }
+    }
+}
+
+/// lfu: (accesses since insertion — per step, one per step in which the expert is in the
+/// step's set — , time of last access).
+pub(crate) struct LfuSteps {
+    count: Vec<u64>,
+    last: Vec<u64>,
+}
+
+impl LfuSteps {
+    pub(crate) fn new(num_experts: usize) -> LfuSteps {
+        LfuSteps { count: vec![0; num_experts], last: vec![0; num_experts] }
+    }
+}
+
+impl Prio for LfuSteps {
+    const ORDER: Order = Order::Frequency;
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        (u128::from(self.count[e]) << 64) | u128::from(self.last[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, inserted: bool) {
+        self.count[e] = if inserted { 1 } else { self.count[e] + 1 };
+        self.last[e] = now;
     }
 }

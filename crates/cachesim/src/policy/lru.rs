@@ -1,6 +1,7 @@
 //! `lru`: priority = time of last access.
 
-use super::{PolicyFacts, PolicyKind, Shares};
+use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
+use crate::deploy::prio::{Order, Prio, StepParams, StepSets};
 use crate::engine::simd::pick_if;
 use crate::engine::structures::List;
 use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
@@ -44,13 +45,41 @@ impl Evictor for Lru {
 impl PolicyKind<'_> for Lru {
     const FACTS: PolicyFacts = PolicyFacts {
         name: "lru",
-        needs_scores: false,
-        allows_lambda: true,
+        offline: false,
+        credits: Credits::None,
         token_indices: false,
         shares: Shares::Nothing,
+        curve: OnePass::Lru { pays_from: 6 },
         cost_per_pick: 100,
     };
+    type Steps = LruSteps;
+    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> LruSteps {
+        LruSteps::new(p.num_experts)
+    }
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> Lru {
         Lru(List::new(params.num_experts))
+    }
+}
+
+/// lru: time of last access.
+pub(crate) struct LruSteps {
+    last: Vec<u64>,
+}
+
+impl LruSteps {
+    pub(crate) fn new(num_experts: usize) -> LruSteps {
+        LruSteps { last: vec![0; num_experts] }
+    }
+}
+
+impl Prio for LruSteps {
+    const ORDER: Order = Order::EveryAccess;
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        u128::from(self.last[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.last[e] = now;
     }
 }

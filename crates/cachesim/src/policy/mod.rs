@@ -1,12 +1,16 @@
 //! The eviction policies of SEMANTICS.md §5, one file each, and the one table that names them.
 //!
-//! A policy is a type that implements [`crate::engine::Evictor`] (what the token loop asks of
-//! it: accesses, evictions, victims, credits after a token) and [`PolicyKind`] (its facts and
-//! how to build it for one layer). The table at the end of this file ([`policies!`]) lists each
-//! policy once, with its doc line and its type; from it come the public [`Policy`] enum, its
-//! names ([`Policy::ALL`], [`Policy::as_str`], parsing), its [`PolicyFacts`] and the dispatch of
-//! the fast replayer. Adding a policy is one new file here and one line in that table (plus, as
-//! for every policy, its priority in the plain reference replayer, `crate::reference`, which is
+//! A policy is a type that implements [`crate::engine::Evictor`] (what the token loops of the
+//! plain and prefetch replays ask of it: accesses, evictions, victims, credits after a token)
+//! and [`PolicyKind`]: its facts ([`PolicyFacts`]), how to build it for one layer, and its
+//! priorities in the deployed step loop (`PolicyKind::Steps`, a [`crate::deploy::prio::Prio`]:
+//! pins, tier 2, served and re-batched steps, hybrid execution), all in the policy's file. The
+//! table at the end of this file ([`policies!`]) lists each policy once, with its doc line and
+//! its type; from it come the public [`Policy`] enum, its names ([`Policy::ALL`],
+//! [`Policy::as_str`], parsing), its facts and the dispatch of every fast loop ([`replay_layer`],
+//! [`lockstep_member`], [`with_policy`], [`with_steps`]). Every refusal that depends on the policy
+//! reads its facts. Adding a policy is one new file here and one line in that table (plus, as
+//! for every policy, its priority in the reference replayers, `crate::reference`, which are
 //! written from the spec, not from this code).
 
 use std::fmt;
@@ -17,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::LayerCounts;
 use crate::config::ParseNameError;
+use crate::deploy::prio::{Prio, StepParams, StepSets};
 use crate::engine::lockstep::{Member, Run};
 use crate::engine::{Evictor, LayerInput, Params, run};
 
@@ -32,23 +37,83 @@ mod near_pick_ema;
 pub(crate) use inv_router::softmax_row;
 
 /// Facts about one policy, kept on the policy (its `PolicyKind::FACTS`) and read through
-/// [`Policy::facts`] by validation, by the scheduler of `replay_many` and by the cli.
+/// [`Policy::facts`] by validation of every path (plain, prefetch, deployed, hybrid), by the
+/// miss-ratio curves, by the scheduler of `replay_many`, and by the sweep and the cli. Every
+/// refusal that depends on the policy reads these facts, never a policy's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyFacts {
     /// The spelling on the command line, in grids and in output keys (`lru`, `near_pick_ema`).
     pub name: &'static str,
-    /// Needs router scores in the trace (the softmax of `inv_router`).
-    pub needs_scores: bool,
-    /// Allows cache-aware routing (λ > 0); `belady`'s future is exact only at λ = 0.
-    pub allows_lambda: bool,
+    /// Reads the future of the trace (`belady`): exact only when the selection does not depend
+    /// on the cache, so refused with cache-aware routing (λ > 0, SEMANTICS.md §5) and with
+    /// prefetch (§12); a bound, not a policy to deploy, in the sweep's summaries.
+    pub offline: bool,
+    /// The credits the policy takes from each token's (or step's) candidates (SEMANTICS.md §5).
+    pub credits: Credits,
     /// Records token indices as `u32` (`belady`'s next use, `near_pick`'s last near token): the
     /// trace must have fewer than 2^32 tokens.
     pub token_indices: bool,
     /// What configurations of one layer may share, computed once for all of them.
     pub shares: Shares,
+    /// The policy's one-pass miss-ratio curve ([`crate::mrc`]), if it has one.
+    pub curve: OnePass,
     /// Instructions per pick, roughly, on the seed-scale benchmark trace (docs/performance.md):
     /// only to order the tasks of `replay_many`, costliest first.
     pub cost_per_pick: u64,
+}
+
+impl PolicyFacts {
+    /// Whether cache-aware routing (λ > 0) may be combined with the policy: every online one.
+    pub const fn allows_lambda(&self) -> bool {
+        !self.offline
+    }
+
+    /// Whether prefetch (SEMANTICS.md §12) may be combined with the policy: every online one.
+    pub const fn allows_prefetch(&self) -> bool {
+        !self.offline
+    }
+
+    /// Whether the trace must hold router scores (the softmax credits of `inv_router`).
+    pub const fn needs_scores(&self) -> bool {
+        matches!(self.credits, Credits::RouterScores)
+    }
+
+    /// Whether the policy may serve as tier 2 (SEMANTICS.md §10): tier 2 sees only tier 1's
+    /// misses, not the router's candidates, so only a policy without credits can.
+    pub const fn may_be_tier2(&self) -> bool {
+        matches!(self.credits, Credits::None)
+    }
+}
+
+/// The credits of a policy (SEMANTICS.md §5), which decide what of each row it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credits {
+    /// None: the priority changes only on accesses (lru, fifo, lfu, belady).
+    None,
+    /// The first N kept candidates of each row (F at rank < N: near_pick, near_pick_ema).
+    NearPickRanks,
+    /// The softmax of each row's router scores over all m candidates (inv_router).
+    RouterScores,
+}
+
+/// A policy's one-pass miss-ratio curve ([`crate::mrc`]): every cap of a curve from one pass
+/// over the trace instead of one replay per cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnePass {
+    /// None: the policy is not a stack algorithm (fifo, lfu: counterexamples in `tests/mrc.rs`).
+    None,
+    /// The Fenwick-tree LRU stack distances ([`crate::mrc::lru_curve`]), under either
+    /// residency semantics.
+    Lru {
+        /// The fewest caps of one curve for which the pass is faster than a replay per cap.
+        pays_from: usize,
+    },
+    /// The priority stack ([`crate::mrc::belady_curve`], [`crate::mrc::credit_curve`]), under
+    /// k-way residency only.
+    Stack {
+        /// As for [`OnePass::Lru`].
+        pays_from: usize,
+    },
 }
 
 /// What a policy's configurations on one layer can share (SEMANTICS.md §5: values that do not
@@ -67,6 +132,21 @@ pub(crate) trait PolicyKind<'a>: Evictor + Sized {
     const FACTS: PolicyFacts;
     /// The policy's state for one layer, allocated here, before the token loop.
     fn build(params: &Params<'a>, input: &LayerInput<'a>) -> Self;
+    /// The policy's priorities in the deployed step loop ([`crate::deploy`]: pins, tier 2,
+    /// served and re-batched steps, hybrid execution), in the same file as the policy.
+    type Steps: Prio;
+    /// Builds them for one layer's tier 1 or tier 2. `sets` gives the step sets whose next uses
+    /// an offline policy reads (tier 1: F[0..n] of each step at λ = 0; tier 2: its requests);
+    /// it is called only by a policy that reads them.
+    fn build_steps(params: &StepParams, sets: impl FnOnce() -> StepSets) -> Self::Steps;
+}
+
+/// A deployed step loop generic over the policy's priorities, run by [`with_steps`].
+pub(crate) trait VisitSteps {
+    /// What the loop returns.
+    type Out;
+    /// Runs the loop with `prio`.
+    fn visit<P: Prio>(self, prio: P) -> Self::Out;
 }
 
 /// A token loop generic over the policy, run by [`with_policy`] with the configured one.
@@ -116,6 +196,19 @@ macro_rules! policies {
                     let policy = <$kind as PolicyKind<'a>>::build(&params, &input);
                     Box::new(Run::new(params, input, policy))
                 } )*
+            }
+        }
+
+        /// Builds `policy`'s deployed priorities ([`PolicyKind::build_steps`]) and hands them to
+        /// `visit` (monomorphized per policy): tier 1 and tier 2 of [`crate::deploy`].
+        pub(crate) fn with_steps<V: VisitSteps>(
+            policy: Policy,
+            params: &StepParams,
+            sets: impl FnOnce() -> StepSets,
+            visit: V,
+        ) -> V::Out {
+            match policy {
+                $( Policy::$variant => visit.visit(<$kind as PolicyKind<'_>>::build_steps(params, sets)), )*
             }
         }
 

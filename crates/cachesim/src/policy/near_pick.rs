@@ -1,6 +1,8 @@
 //! `near_pick`: priority = (last token at which the expert stood in F at rank < N, last access).
 
-use super::{PolicyFacts, PolicyKind, Shares};
+use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
+use crate::deploy::heap::KeyHeap;
+use crate::deploy::prio::{Prio, StepParams, StepSets};
 use crate::engine::structures::{ValueCounts, pick_counted};
 use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
 
@@ -132,13 +134,56 @@ pub(crate) fn move_near(f: &[u16], key: u32, count: &mut [u32], keys: &mut [u32]
 impl PolicyKind<'_> for NearPick {
     const FACTS: PolicyFacts = PolicyFacts {
         name: "near_pick",
-        needs_scores: false,
-        allows_lambda: true,
+        offline: false,
+        credits: Credits::NearPickRanks,
         token_indices: true,
         shares: Shares::Nothing,
+        curve: OnePass::Stack { pays_from: 3 },
         cost_per_pick: 290,
     };
+    type Steps = NearPickSteps;
+    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> NearPickSteps {
+        NearPickSteps::new(p.num_experts, p.near_n)
+    }
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> NearPick {
         NearPick::new(params)
+    }
+}
+
+/// near_pick: (last step at which the expert stood in F at rank < N, time of last access); never:
+/// lowest.
+pub(crate) struct NearPickSteps {
+    near_n: usize,
+    /// Step + 1, 0 = never.
+    near: Vec<u64>,
+    last: Vec<u64>,
+}
+
+impl NearPickSteps {
+    pub(crate) fn new(num_experts: usize, near_n: usize) -> NearPickSteps {
+        NearPickSteps { near_n, near: vec![0; num_experts], last: vec![0; num_experts] }
+    }
+}
+
+impl Prio for NearPickSteps {
+    const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        self.near_n
+    }
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        (u128::from(self.near[e]) << 64) | u128::from(self.last[e])
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.last[e] = now;
+    }
+    fn credit_row(&mut self, s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
+        // The step only grows: so do the keys.
+        for &e in &f[..f.len().min(self.near_n)] {
+            let e = usize::from(e);
+            self.near[e] = s as u64 + 1;
+            heap.raise(e, || self.rank(e));
+        }
     }
 }

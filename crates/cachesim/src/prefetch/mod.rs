@@ -45,7 +45,7 @@ use crate::config::ParseNameError;
 use crate::engine::{Evictor, LayerInput, Params};
 use crate::policy::{VisitPolicy, with_policy};
 use crate::timeline::{LayerEvent, Timeline, TimelineDevice};
-use crate::{CacheSimError, Keep, LayerCounts, Policy, ReplayConfig, ReplayCounts, Result};
+use crate::{CacheSimError, Keep, LayerCounts, ReplayConfig, ReplayCounts, Result};
 
 /// A prefetch predictor of SEMANTICS.md §12.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -62,20 +62,48 @@ pub enum Predictor {
     Oracle,
 }
 
+/// Facts about one predictor, the one list of them ([`Predictor::facts`]), read by validation,
+/// by the replay's layer order, and by the sweep, the cli and the Python package to decide what
+/// to load: no caller tests a predictor by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PredictorFacts {
+    /// The spelling on the command line, in grids and in output keys.
+    pub name: &'static str,
+    /// Needs a co-activation table from a calibration trace ([`CoactTable`], `--calib`).
+    pub needs_calibration: bool,
+    /// Needs the trace's `lookahead_ids` (SEMANTICS.md §12).
+    pub needs_lookahead: bool,
+    /// Reads the experts chosen at the layer below in this replay: at λ > 0 those depend on
+    /// that layer's cache, so layers replay in order.
+    pub reads_layer_below: bool,
+}
+
 impl Predictor {
     /// Every predictor.
     pub const ALL: [Predictor; 4] = [Predictor::PrevToken, Predictor::Coact, Predictor::Lookahead, Predictor::Oracle];
 
-    /// The spelling on the command line, in grids and in output keys.
-    pub fn as_str(self) -> &'static str {
+    /// The predictor's facts.
+    pub const fn facts(self) -> &'static PredictorFacts {
+        const fn f(name: &'static str, calib: bool, lookahead: bool, below: bool) -> PredictorFacts {
+            PredictorFacts { name, needs_calibration: calib, needs_lookahead: lookahead, reads_layer_below: below }
+        }
         match self {
-            Predictor::PrevToken => "prev_token",
-            Predictor::Coact => "coact",
-            Predictor::Lookahead => "lookahead",
-            Predictor::Oracle => "oracle",
+            Predictor::PrevToken => &const { f("prev_token", false, false, false) },
+            Predictor::Coact => &const { f("coact", true, false, true) },
+            Predictor::Lookahead => &const { f("lookahead", false, true, false) },
+            Predictor::Oracle => &const { f("oracle", false, false, false) },
         }
     }
+
+    /// The spelling on the command line, in grids and in output keys.
+    pub fn as_str(self) -> &'static str {
+        self.facts().name
+    }
 }
+
+/// Every predictor's name, comma-separated, for [`ParseNameError`].
+static PREDICTOR_NAMES: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| Predictor::ALL.map(Predictor::as_str).join(", "));
 
 impl fmt::Display for Predictor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -89,7 +117,7 @@ impl FromStr for Predictor {
         Predictor::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| ParseNameError {
             what: "predictor",
             given: s.to_string(),
-            expected: "prev_token, coact, lookahead, oracle",
+            expected: PREDICTOR_NAMES.as_str(),
         })
     }
 }
@@ -209,7 +237,7 @@ pub struct PrefetchOptions<'a> {
 /// Checks prefetch options against a trace before any work (after [`crate::validate`]).
 ///
 /// # Errors
-/// - [`CacheSimError::PrefetchWithBelady`]: belady with prefetch.
+/// - [`CacheSimError::PrefetchWithOffline`]: an offline policy (belady) with prefetch.
 /// - [`CacheSimError::BudgetAboveCap`]: B larger than a layer's cap.
 /// - [`CacheSimError::NoLookahead`]: `lookahead` on a trace without `lookahead_ids`.
 /// - [`CacheSimError::CoactNeedsCalibration`], [`CacheSimError::CalibrationMismatch`]: `coact`
@@ -221,8 +249,8 @@ pub fn validate_prefetch(trace: &TraceView<'_>, cfg: &ReplayConfig, opts: &Prefe
         dev.validate()?;
     }
     let Some(pf) = opts.prefetch else { return Ok(()) };
-    if cfg.policy == Policy::Belady {
-        return Err(CacheSimError::PrefetchWithBelady);
+    if !cfg.policy.facts().allows_prefetch() {
+        return Err(CacheSimError::PrefetchWithOffline { policy: cfg.policy });
     }
     if u16::try_from(pf.budget).is_err() {
         let value = pf.budget.to_string();
@@ -231,12 +259,13 @@ pub fn validate_prefetch(trace: &TraceView<'_>, cfg: &ReplayConfig, opts: &Prefe
     if let Some((layer, cap)) = (0..shape.layers).map(|l| (l, cfg.cap_of(l))).find(|&(_, cap)| pf.budget > cap) {
         return Err(CacheSimError::BudgetAboveCap { budget: pf.budget, cap, layer });
     }
-    match pf.predictor {
-        Predictor::Lookahead if trace.lookahead().is_none() => Err(CacheSimError::NoLookahead),
-        Predictor::Coact => match opts.coact {
-            None => Err(CacheSimError::CoactNeedsCalibration),
-            Some(table) => table.check_fits(&trace.meta().layer_ids, shape.num_experts),
-        },
+    let facts = pf.predictor.facts();
+    if facts.needs_lookahead && trace.lookahead().is_none() {
+        return Err(CacheSimError::NoLookahead);
+    }
+    match opts.coact {
+        None if facts.needs_calibration => Err(CacheSimError::CoactNeedsCalibration),
+        Some(table) if facts.needs_calibration => table.check_fits(&trace.meta().layer_ids, shape.num_experts),
         _ => Ok(()),
     }
 }
@@ -290,7 +319,7 @@ pub fn replay_prefetch_on(
     // layer below's F[0..n]); lookahead_ids are validated whole when the trace is opened.
     crate::require(trace, crate::replay_reads(&shape, keep, cfg))?;
     let record = !devices.is_empty();
-    let chain = opts.prefetch.is_some_and(|p| p.predictor == Predictor::Coact) && cfg.lambda > 0.0;
+    let chain = opts.prefetch.is_some_and(|p| p.predictor.facts().reads_layer_below) && cfg.lambda > 0.0;
     let layers: Vec<(PfLayerCounts, Vec<LayerEvent>)> = if chain {
         let k_used = cfg.k_used_or(shape.top_k);
         let mut prev: Option<(Vec<u16>, Vec<u16>)> = None;

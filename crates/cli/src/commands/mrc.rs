@@ -112,7 +112,10 @@ pub(super) fn curve_work(
         (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
     // One pass over every cap from k_used to E, sliced to the caps asked for.
     if cachesim::mrc::has_one_pass(policy, semantics) && lo >= k && hi <= s.num_experts {
-        let order = if policy == Policy::Lru { "log E" } else { "the depth of the deepest pick" };
+        let order = match policy.facts().curve {
+            cachesim::OnePass::Lru { .. } => "log E",
+            _ => "the depth of the deepest pick",
+        };
         let what = format!(
             "{policy} curve of caps {lo}..={hi} in one pass (O(L x T x k x {order})): about {per_replay} steps"
         );

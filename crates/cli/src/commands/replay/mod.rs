@@ -185,7 +185,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
             anyhow::anyhow!("{e}: use --k-used {candidates} or less")
         }
-        cachesim::CacheSimError::BeladyWithLambda { .. } => {
+        cachesim::CacheSimError::OfflineWithLambda { .. } => {
             anyhow::anyhow!("{e}: drop --lambda, or use an online policy such as lru with --lambda")
         }
         e => e.into(),

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use cachesim::{
-    CacheSimError, CoactTable, Keep, Predictor, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig,
-    TimelineDevice, shuffle::Shuffled,
+    CacheSimError, CoactTable, Keep, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig, TimelineDevice,
+    shuffle::Shuffled,
 };
 use clap::Args;
 use serde_json::{Value, json};
@@ -65,7 +65,7 @@ pub fn run(
     keep: &Keep,
     cfg: &ReplayConfig,
 ) -> Result<()> {
-    let coact_wanted = x.prefetch.is_some_and(|p| p.predictor == Predictor::Coact);
+    let coact_wanted = x.prefetch.is_some_and(|p| p.predictor.facts().needs_calibration);
     if x.calib.is_some() && !coact_wanted {
         bail!("--calib is read only by the coact predictor: add --prefetch coact:B, or drop --calib");
     }
@@ -96,7 +96,7 @@ pub fn run(
             CacheSimError::NoLookahead => anyhow::anyhow!("{trace_name}: {e}"),
             CacheSimError::CalibrationMismatch { .. } => anyhow::anyhow!("--calib {calib_name}: {e}"),
             CacheSimError::BudgetAboveCap { .. } => anyhow::anyhow!("--prefetch: {e}"),
-            CacheSimError::PrefetchWithBelady => anyhow::anyhow!("--prefetch: {e}"),
+            CacheSimError::PrefetchWithOffline { .. } => anyhow::anyhow!("--prefetch: {e}"),
             e => e.into(),
         }
     };

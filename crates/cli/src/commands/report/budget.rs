@@ -103,7 +103,7 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
 /// every bandwidth of the profile.
 fn best_table(best: &BTreeMap<(usize, usize), (f64, &Row)>, p: &DeviceProfile) -> String {
     let mut online: BTreeMap<usize, (f64, &Row)> = BTreeMap::new();
-    for (&(_, n), &(t, r)) in best.iter().filter(|(_, (_, r))| r.config.policy != cachesim::Policy::Belady) {
+    for (&(_, n), &(t, r)) in best.iter().filter(|(_, (_, r))| !r.config.policy.facts().offline) {
         let e = online.entry(n).or_insert((t, r));
         if t > e.0 || (t == e.0 && r.key < e.1.key) {
             *e = (t, r);

@@ -130,3 +130,54 @@ impl Lazy {
         }
     }
 }
+
+/// The credits of a decayed policy in the deployed loop (near_pick_ema, inv_router): what it adds
+/// to the lazy scores per row of a step.
+pub(crate) trait StepCredit {
+    /// How many entries of F [`StepCredit::credit_row`] reads (its first ones).
+    fn f_needed(&self) -> usize;
+    /// Credits one row (`f` its kept candidates, `row` its candidates, `scores` their router
+    /// scores) into `lazy`, telling `heap` of every raised key.
+    fn credit_row(&mut self, f: &[u16], row: &[u16], scores: Option<&[f32]>, lazy: &mut Lazy, heap: &mut KeyHeap);
+}
+
+/// A decayed policy's deployed priority: (S, time of last access), with the lazy decay of §5
+/// ([`Lazy`], once per step) and the policy's credits `C`.
+pub(crate) struct DecayedSteps<C> {
+    lazy: Lazy,
+    credit: C,
+}
+
+impl<C> DecayedSteps<C> {
+    pub(crate) fn new(num_experts: usize, decay: f64, credit: C) -> DecayedSteps<C> {
+        DecayedSteps { lazy: Lazy::new(num_experts, decay), credit }
+    }
+}
+
+impl<C: StepCredit> Prio for DecayedSteps<C> {
+    const CREDITS: bool = true;
+    fn f_needed(&self) -> usize {
+        self.credit.f_needed()
+    }
+    #[inline(always)]
+    fn key(&self, e: usize) -> u128 {
+        self.lazy.key(e)
+    }
+    #[inline(always)]
+    fn rank(&self, e: usize) -> u128 {
+        self.lazy.rank(e)
+    }
+    #[inline(always)]
+    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
+        self.lazy.touch(e, now);
+    }
+    fn begin_credits(&mut self) {
+        self.lazy.begin();
+    }
+    fn credit_row(&mut self, _s: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>, heap: &mut KeyHeap) {
+        self.credit.credit_row(f, row, scores, &mut self.lazy, heap);
+    }
+    fn end_credits(&mut self, heap: &mut KeyHeap) {
+        self.lazy.end(heap);
+    }
+}

@@ -33,7 +33,7 @@ pub(crate) mod token_loop;
 pub(crate) use cache::{ABSENT, Cache};
 pub(crate) use evictor::{Evictor, Pick, Protected};
 pub(crate) use shared::{FTable, softmax_layer};
-pub(crate) use token_loop::{State, TokenSink, run, run_tokens};
+pub(crate) use token_loop::{State, TokenHook, run, run_tokens};
 use trace_io::{Shape, TraceView};
 
 use crate::{Keep, Policy, ReplayConfig, Semantics};

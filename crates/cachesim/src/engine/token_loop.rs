@@ -17,17 +17,33 @@ pub(crate) fn run<P: Evictor>(params: &Params<'_>, input: &LayerInput<'_>, polic
     run_tokens(params, input, State::new(params, input, policy), 0..params.tokens, &mut ()).counts
 }
 
-/// What the token loop tells an execution model after each token (SEMANTICS.md §14): nothing
-/// for a plain replay (`()`, which compiles to nothing), the token's misses that are not forced
-/// for hybrid execution ([`crate::hybrid::LayerEvents`]).
-pub(crate) trait TokenSink {
-    /// After token t (every token, counted or not): its misses that are not forced.
-    fn token(&mut self, misses: u32);
+/// The parts of a replay beyond SEMANTICS.md §5 that the one token loop is built with, chosen
+/// outside the loop and monomorphized: prefetch (§12: proposals inserted before selection, the
+/// bookkeeping of useful loads, the timeline's events; `crate::prefetch`) and the execution
+/// model's record of each token (§14, [`crate::hybrid::LayerEvents`]). The plain replay's hook is
+/// `()`: every method is empty and [`TokenHook::PREFETCH`] is false, so its loop compiles to the
+/// §5 loop alone.
+pub(crate) trait TokenHook {
+    /// Whether the loop has the prefetch step (proposals, their inserts, their stamps).
+    const PREFETCH: bool = false;
+    /// Appends the proposals for token `t` to `out` (empty on entry; at most the budget,
+    /// distinct ids `< E`); `oracle` is F[0..n] of the token (only the oracle may read it).
+    #[inline(always)]
+    fn propose(&mut self, _t: usize, _oracle: &[u16], _out: &mut Vec<u16>) {}
+    /// Expert `e` was inserted by the `i`-th prefetch load of token `t`; `counted`: t >= W.
+    #[inline(always)]
+    fn prefetched(&mut self, _e: usize, _t: usize, _i: u64, _counted: bool) {}
+    /// A demand access of expert `e` (step 4), a hit or not.
+    #[inline(always)]
+    fn demand(&mut self, _e: usize, _hit: bool) {}
+    /// After token `t` (every token, counted or not): its chosen experts (in processing order),
+    /// its misses that are not forced, and its prefetch loads.
+    fn token(&mut self, t: usize, chosen: &[u16], misses: u32, loads: u32, counted: bool);
 }
 
-impl TokenSink for () {
+impl TokenHook for () {
     #[inline(always)]
-    fn token(&mut self, _misses: u32) {}
+    fn token(&mut self, _t: usize, _chosen: &[u16], _misses: u32, _loads: u32, _counted: bool) {}
 }
 
 /// Everything one layer's replay carries from token to token: the policy, the cache, the
@@ -36,7 +52,8 @@ pub(crate) struct State<P: Evictor> {
     pub(crate) policy: P,
     pub(crate) cache: Cache<P::Key>,
     /// `chosen_marks[e] == t + 1`: e is chosen for token t (k-way protection); never written in
-    /// sequential mode. `[E]`.
+    /// sequential mode. With prefetch, `2t + 1`: e is a proposal of token t (written in both
+    /// modes), `2t + 2`: chosen. `[E]`.
     pub(crate) chosen_marks: Vec<u64>,
     /// With a full keep set F is the row itself; otherwise F (expert, position in the row) is
     /// built along the row in `f_ids`, `f_pos` (`[m]`), only as far as steps 2 and 5 read it.
@@ -47,8 +64,10 @@ pub(crate) struct State<P: Evictor> {
     pub(crate) chosen_buf: Vec<(u16, u32)>,
     pub(crate) chosen_ids: Vec<u16>,
     pub(crate) pending: Vec<u32>,
-    /// A token's victims (at most one per miss: `<= k_used`).
+    /// A token's victims (at most one per miss or prefetch load: `<= max(k_used, budget)`).
     pub(crate) victims: Vec<u128>,
+    /// A token's prefetch proposals (`<= budget`; empty without prefetch).
+    pub(crate) proposals: Vec<u16>,
     pub(crate) counts: LayerCounts,
     /// The pick clock.
     pub(crate) now: u64,
@@ -58,6 +77,11 @@ pub(crate) struct State<P: Evictor> {
 
 impl<P: Evictor> State<P> {
     pub(crate) fn new(params: &Params<'_>, input: &LayerInput<'_>, policy: P) -> State<P> {
+        State::with_budget(params, input, policy, 0)
+    }
+
+    /// The state of a replay with prefetch of up to `budget` loads per token.
+    pub(crate) fn with_budget(params: &Params<'_>, input: &LayerInput<'_>, policy: P, budget: usize) -> State<P> {
         let (m, k) = (params.m, params.k_used);
         State {
             policy,
@@ -69,7 +93,8 @@ impl<P: Evictor> State<P> {
             chosen_buf: Vec::with_capacity(k),
             chosen_ids: Vec::with_capacity(k),
             pending: Vec::with_capacity(m),
-            victims: Vec::with_capacity(k),
+            victims: Vec::with_capacity(k.max(budget)),
+            proposals: Vec::with_capacity(budget),
             counts: LayerCounts::default(),
             now: 0,
             ri: 0,
@@ -81,12 +106,12 @@ impl<P: Evictor> State<P> {
 /// and out: inside, its parts are locals the compiler keeps apart). Resumable: a caller may
 /// replay a trace's tokens in several ranges, in order.
 #[inline(never)]
-pub(crate) fn run_tokens<P: Evictor, S: TokenSink>(
+pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
     params: &Params<'_>,
     input: &LayerInput<'_>,
     state: State<P>,
     tokens: std::ops::Range<usize>,
-    sink: &mut S,
+    hook: &mut H,
 ) -> State<P> {
     let (m, k, cap) = (params.m, params.k_used, params.cap);
     let State {
@@ -100,6 +125,7 @@ pub(crate) fn run_tokens<P: Evictor, S: TokenSink>(
         mut chosen_ids,
         mut pending,
         mut victims,
+        mut proposals,
         mut counts,
         mut now,
         mut ri,
@@ -134,6 +160,45 @@ pub(crate) fn run_tokens<P: Evictor, S: TokenSink>(
             pruned = row[..k].iter().filter(|&&e| !input.keep[usize::from(e)]).count();
         }
         let n = k.min(f_len);
+
+        // Prefetch (SEMANTICS.md §12): proposals, pruned ones dropped; the non-resident ones
+        // inserted in order, evicting only experts that are not proposals of this token.
+        let mut loads = 0u64;
+        if H::PREFETCH {
+            proposals.clear();
+            let oracle = if keep_all { &row[..n] } else { &table_f.map_or(&f_ids[..], |t| t.0)[..n] };
+            hook.propose(t, oracle, &mut proposals);
+            if !keep_all {
+                proposals.retain(|&e| input.keep[usize::from(e)]);
+            }
+            let pf_stamp = 2 * t as u64 + 1;
+            for &e in &proposals {
+                chosen_marks[usize::from(e)] = pf_stamp;
+            }
+            let protected = Protected { marks: &chosen_marks, stamp: pf_stamp };
+            if P::BATCH {
+                let missing = proposals.iter().filter(|&&e| !cache.contains(usize::from(e))).count();
+                let q = (cache.len + missing).saturating_sub(cap);
+                if q > 0 {
+                    policy.victims(&cache, protected, q, &proposals, &mut victims);
+                    for &key in &victims {
+                        let v = (key & 0xFFFF) as usize;
+                        cache.remove(v);
+                        policy.evicted(v, &cache);
+                    }
+                }
+            }
+            for &e in &proposals {
+                let e = usize::from(e);
+                if cache.contains(e) {
+                    continue;
+                }
+                now += 1;
+                policy.step(Pick { e, now, t, i: loads as usize }, cap, protected, &mut cache);
+                hook.prefetched(e, t, loads, t >= params.warmup);
+                loads += 1;
+            }
+        }
 
         // Step 2: selection; substituted = chosen experts outside the row's first k_used.
         let (chosen, substituted): (&[u16], usize) = match row_scores {
@@ -207,8 +272,9 @@ pub(crate) fn run_tokens<P: Evictor, S: TokenSink>(
             counts.pruned_slots += pruned as u64;
         }
 
-        // Step 4: residency.
-        let stamp = t as u64 + 1;
+        // Step 4: residency. With prefetch, a token's proposals have stamp 2t + 1 and its
+        // chosen experts 2t + 2.
+        let stamp = if H::PREFETCH { 2 * t as u64 + 2 } else { t as u64 + 1 };
         if !params.sequential {
             for &e in chosen {
                 chosen_marks[usize::from(e)] = stamp;
@@ -232,13 +298,16 @@ pub(crate) fn run_tokens<P: Evictor, S: TokenSink>(
         let mut hits = 0;
         for (i, &e) in chosen.iter().enumerate() {
             now += 1;
-            hits += u64::from(policy.step(Pick { e: usize::from(e), now, t, i }, cap, protected, &mut cache));
+            let e = usize::from(e);
+            let hit = policy.step(Pick { e, now, t, i }, cap, protected, &mut cache);
+            hook.demand(e, hit);
+            hits += u64::from(hit);
         }
         if counted {
             counts.hits += hits;
             counts.misses += chosen.len() as u64 - hits;
         }
-        sink.token((chosen.len() as u64 - hits) as u32);
+        hook.token(t, chosen, (chosen.len() as u64 - hits) as u32, loads as u32, counted);
 
         // Step 5: credits.
         // With a table, f_len is its row's length.
@@ -256,6 +325,7 @@ pub(crate) fn run_tokens<P: Evictor, S: TokenSink>(
         chosen_ids,
         pending,
         victims,
+        proposals,
         counts,
         now,
         ri,

@@ -6,7 +6,7 @@
 use trace_io::TraceView;
 
 use super::LayerEvents;
-use crate::engine::{Evictor, LayerInput, Params, State, TokenSink, run_tokens};
+use crate::engine::{Evictor, LayerInput, Params, State, TokenHook, run_tokens};
 use crate::policy::{VisitPolicy, with_policy};
 use crate::{Keep, LayerCounts, ReplayConfig};
 
@@ -23,9 +23,9 @@ pub(crate) fn token_misses(
     with_policy(&params, &input, Visit { params: &params, input: &input, events })
 }
 
-impl TokenSink for LayerEvents {
+impl TokenHook for LayerEvents {
     #[inline(always)]
-    fn token(&mut self, misses: u32) {
+    fn token(&mut self, _t: usize, _chosen: &[u16], misses: u32, _loads: u32, _counted: bool) {
         LayerEvents::token(self, misses);
     }
 }

@@ -3,7 +3,7 @@
 use super::decayed::{Credit, Decayed};
 use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
 use crate::deploy::heap::KeyHeap;
-use crate::deploy::prio::{Lazy, Prio, StepParams, StepSets};
+use crate::deploy::prio::{DecayedSteps, Lazy, StepCredit, StepParams, StepSets};
 use crate::engine::{Cache, LayerInput, Params};
 use crate::exp::exp_lanes;
 
@@ -87,9 +87,9 @@ impl<'a> PolicyKind<'a> for InvRouter<'a> {
         curve: OnePass::Stack { pays_from: 3 },
         cost_per_pick: 320,
     };
-    type Steps = InvRouterSteps;
-    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> InvRouterSteps {
-        InvRouterSteps::new(p.num_experts, p.decay, p.m)
+    type Steps = DecayedSteps<RouterStepCredit>;
+    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> Self::Steps {
+        DecayedSteps::new(p.num_experts, p.decay, RouterStepCredit { probs: vec![0.0; p.m] })
     }
     fn build(params: &Params<'a>, input: &LayerInput<'a>) -> InvRouter<'a> {
         let credit = RouterCredit { probs_row: vec![0.0; params.m], probs: input.probs };
@@ -97,48 +97,23 @@ impl<'a> PolicyKind<'a> for InvRouter<'a> {
     }
 }
 
-/// inv_router: (s, time of last access), s ← d·s + p per row (p the softmax of the row's scores
-/// over all m candidates), once per step.
-pub(crate) struct InvRouterSteps {
-    lazy: Lazy,
+/// inv_router's deployed credits: s ← d·s + p per row (p the softmax of the row's scores over
+/// all m candidates), once per step.
+pub(crate) struct RouterStepCredit {
+    /// The row's probabilities, `[m]`.
     probs: Vec<f64>,
 }
 
-impl InvRouterSteps {
-    pub(crate) fn new(num_experts: usize, decay: f64, m: usize) -> InvRouterSteps {
-        InvRouterSteps { lazy: Lazy::new(num_experts, decay), probs: vec![0.0; m] }
-    }
-}
-
-impl Prio for InvRouterSteps {
-    const CREDITS: bool = true;
+impl StepCredit for RouterStepCredit {
     fn f_needed(&self) -> usize {
         0
     }
-    #[inline(always)]
-    fn key(&self, e: usize) -> u128 {
-        self.lazy.key(e)
-    }
-    #[inline(always)]
-    fn rank(&self, e: usize) -> u128 {
-        self.lazy.rank(e)
-    }
-    #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
-        self.lazy.touch(e, now);
-    }
-    fn begin_credits(&mut self) {
-        self.lazy.begin();
-    }
-    fn credit_row(&mut self, _s: usize, _f: &[u16], row: &[u16], scores: Option<&[f32]>, heap: &mut KeyHeap) {
+    fn credit_row(&mut self, _f: &[u16], row: &[u16], scores: Option<&[f32]>, lazy: &mut Lazy, heap: &mut KeyHeap) {
         // validate() guarantees scores for inv_router.
         let Some(z) = scores else { return };
         softmax_row(z, &mut self.probs);
         for (&e, &p) in row.iter().zip(&self.probs) {
-            self.lazy.credit(usize::from(e), p, heap);
+            lazy.credit(usize::from(e), p, heap);
         }
-    }
-    fn end_credits(&mut self, heap: &mut KeyHeap) {
-        self.lazy.end(heap);
     }
 }

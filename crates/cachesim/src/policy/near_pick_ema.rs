@@ -3,7 +3,7 @@
 use super::decayed::{Credit, Decayed};
 use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
 use crate::deploy::heap::KeyHeap;
-use crate::deploy::prio::{Lazy, Prio, StepParams, StepSets};
+use crate::deploy::prio::{DecayedSteps, Lazy, StepCredit, StepParams, StepSets};
 use crate::engine::{Cache, LayerInput, Params};
 
 /// near_pick_ema's credits: x = 1 for the experts at rank < N of F (1 · M = M exactly).
@@ -44,53 +44,27 @@ impl PolicyKind<'_> for NearPickEma {
         curve: OnePass::Stack { pays_from: 3 },
         cost_per_pick: 200,
     };
-    type Steps = NearPickEmaSteps;
-    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> NearPickEmaSteps {
-        NearPickEmaSteps::new(p.num_experts, p.decay, p.near_n)
+    type Steps = DecayedSteps<EmaStepCredit>;
+    fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> Self::Steps {
+        DecayedSteps::new(p.num_experts, p.decay, EmaStepCredit { near_n: p.near_n })
     }
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> NearPickEma {
         Decayed::new(params, EmaCredit { n: params.near_n })
     }
 }
 
-/// near_pick_ema: (s, time of last access), s ← d·s + [rank < N in F] per row, once per step.
-pub(crate) struct NearPickEmaSteps {
+/// near_pick_ema's deployed credits: s ← d·s + [rank < N in F] per row, once per step.
+pub(crate) struct EmaStepCredit {
     near_n: usize,
-    lazy: Lazy,
 }
 
-impl NearPickEmaSteps {
-    pub(crate) fn new(num_experts: usize, decay: f64, near_n: usize) -> NearPickEmaSteps {
-        NearPickEmaSteps { near_n, lazy: Lazy::new(num_experts, decay) }
-    }
-}
-
-impl Prio for NearPickEmaSteps {
-    const CREDITS: bool = true;
+impl StepCredit for EmaStepCredit {
     fn f_needed(&self) -> usize {
         self.near_n
     }
-    #[inline(always)]
-    fn key(&self, e: usize) -> u128 {
-        self.lazy.key(e)
-    }
-    #[inline(always)]
-    fn rank(&self, e: usize) -> u128 {
-        self.lazy.rank(e)
-    }
-    #[inline(always)]
-    fn access(&mut self, e: usize, now: u64, _inserted: bool) {
-        self.lazy.touch(e, now);
-    }
-    fn begin_credits(&mut self) {
-        self.lazy.begin();
-    }
-    fn credit_row(&mut self, _s: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, heap: &mut KeyHeap) {
+    fn credit_row(&mut self, f: &[u16], _row: &[u16], _scores: Option<&[f32]>, lazy: &mut Lazy, heap: &mut KeyHeap) {
         for &e in &f[..f.len().min(self.near_n)] {
-            self.lazy.credit(usize::from(e), 1.0, heap);
+            lazy.credit(usize::from(e), 1.0, heap);
         }
-    }
-    fn end_credits(&mut self, heap: &mut KeyHeap) {
-        self.lazy.end(heap);
     }
 }

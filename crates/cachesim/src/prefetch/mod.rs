@@ -37,7 +37,7 @@ use trace_io::TraceView;
 
 pub use coact::CoactTable;
 use coact::{Coact, PrevChosen};
-use predict::{NoPrefetch, Predict};
+use predict::NoPrefetch;
 use prev_token::PrevToken;
 use token_loop::{Outputs, PfLayerCounts};
 
@@ -420,16 +420,7 @@ impl VisitPolicy for Visit<'_, '_, '_> {
     type Out = PfLayerCounts;
     fn visit<P: Evictor>(self, policy: P) -> PfLayerCounts {
         let Visit { params, input, budget, choice, out } = self;
-        fn go<P: Evictor, R: Predict>(
-            params: &Params<'_>,
-            input: &LayerInput<'_>,
-            budget: usize,
-            policy: P,
-            pred: R,
-            out: Outputs<'_>,
-        ) -> PfLayerCounts {
-            token_loop::run(params, input, budget, policy, pred, out)
-        }
+        use token_loop::run as go;
         match choice {
             Choice::None => go(params, input, budget, policy, NoPrefetch, out),
             Choice::PrevToken(p) => go(params, input, budget, policy, p, out),

@@ -308,14 +308,16 @@ pub(crate) enum Stacked {
 }
 
 impl Stacked {
-    /// `policy`'s stack, `None` for lru (its own one-pass curve), fifo and lfu (none).
+    /// `policy`'s stack keys, `None` for a policy whose facts do not say
+    /// [`OnePass::Stack`] (lru has its own one-pass curve; fifo and lfu have none). Every policy
+    /// whose facts say `Stack` has keys here (`tests::every_stack_policy_has_keys`).
     pub(crate) fn of(policy: Policy) -> Option<Stacked> {
         match policy {
             Policy::Belady => Some(Stacked::Belady),
             Policy::NearPick => Some(Stacked::NearPick),
             Policy::NearPickEma => Some(Stacked::NearPickEma),
             Policy::InvRouter => Some(Stacked::InvRouter),
-            Policy::Lru | Policy::Fifo | Policy::Lfu => None,
+            _ => None,
         }
     }
     fn policy(self) -> Policy {
@@ -685,4 +687,20 @@ pub fn replay_curve(trace: &TraceView<'_>, keep: &Keep, base: &ReplayConfig, cap
         picks_per_layer: tokens * k_used as u64,
         layers,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The facts of a policy and the stacks agree: a policy whose facts say [`OnePass::Stack`]
+    /// has keys, and the keys give back their policy.
+    #[test]
+    fn every_stack_policy_has_keys() {
+        for policy in Policy::ALL {
+            let stacked = Stacked::of(policy);
+            assert_eq!(stacked.is_some(), matches!(policy.facts().curve, OnePass::Stack { .. }), "{policy}");
+            assert!(stacked.is_none_or(|s| s.policy() == policy), "{policy}");
+        }
+    }
 }

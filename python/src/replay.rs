@@ -335,18 +335,10 @@ fn run(a: &Args) -> Result<Value> {
         let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
         return run_prefetch(a, &v, &keep, &cfg);
     }
-    let reads = if plain {
-        cachesim::replay_reads(&shape, &keep, &cfg)
-    } else {
-        cachesim::deploy::deploy_reads(&shape, &keep, &cfg)
-    };
-    let v = f.view_for(reads)?;
-    let replayed = if plain {
-        cachesim::replay(&v, &keep, &cfg).map(DeployCounts::from_plain)
-    } else {
-        cachesim::deploy::replay(&v, &keep, &cfg, &dep)
-    };
-    let dc = replayed.map_err(|e| match e {
+    // Hybrid execution has its own entry (above): this request transfers.
+    let request = cachesim::Replay { keep: &keep, config: &cfg, deployment: &dep, exec: Default::default() };
+    let v = f.view_for(request.reads(&shape))?;
+    let dc = request.run(&v).map(|r| r.deploy_counts()).map_err(|e| match e {
         CacheSimError::KUsedAboveCandidates { candidates, .. } => {
             Error::from(e).hint(format!("use k_used={candidates} or less"))
         }

@@ -70,6 +70,7 @@ mod policy;
 pub mod prefetch;
 mod reads;
 pub mod reference;
+mod request;
 mod schedule;
 pub mod shuffle;
 pub mod timeline;
@@ -86,6 +87,7 @@ pub use prefetch::{
     replay_prefetch_on, validate_prefetch,
 };
 pub use reads::{replay_reads, runs_reads};
+pub use request::{Replay, ReplayPath, Replayed};
 pub use schedule::Sharing;
 pub use timeline::{Timeline, TimelineDevice};
 

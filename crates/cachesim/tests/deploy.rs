@@ -337,3 +337,51 @@ fn heap_policies_with_rescales_fast_equal_reference() {
     }
     assert_eq!(runs, 2 * 4 * 3 * 3 * 3 * 2);
 }
+
+/// `cachesim::Replay` picks the loop from what is asked (plain: per token, one tier, no pins,
+/// cap > 0, transfers; hybrid: `exec` host; else deployed) and gives that loop's counts.
+#[test]
+fn a_replay_request_picks_its_loop() {
+    use cachesim::hybrid::Exec;
+    use cachesim::{Replay, ReplayPath, Replayed};
+    let trace = synth(5, SMALL);
+    let view = trace.view();
+    let shape = view.shape();
+    let keep = Keep::full(&shape);
+    let pin = pins(&view, &vec![vec![0]; shape.layers]);
+    let t2 = Some(Tier2 { policy: Policy::Lru, cap: 6 });
+    let cases = [
+        (4, Deployment::default(), Exec::Transfer, ReplayPath::Plain),
+        (0, Deployment::default(), Exec::Transfer, ReplayPath::Deployed),
+        (4, Deployment { pins: Some(pin.clone()), ..Deployment::default() }, Exec::Transfer, ReplayPath::Deployed),
+        (4, Deployment { tier2: t2, ..Deployment::default() }, Exec::Transfer, ReplayPath::Deployed),
+        (
+            4,
+            Deployment { schedule: Schedule::Rebatch(3), ..Deployment::default() },
+            Exec::Transfer,
+            ReplayPath::Deployed,
+        ),
+        (4, Deployment::default(), Exec::Host, ReplayPath::Hybrid),
+        (0, Deployment { pins: Some(pin), ..Deployment::default() }, Exec::Host, ReplayPath::Hybrid),
+    ];
+    for (cap, dep, exec, path) in cases {
+        let cfg = cfg0(Policy::Lfu, cap);
+        let request = Replay { keep: &keep, config: &cfg, deployment: &dep, exec };
+        assert_eq!(request.path(), path, "{cap} {dep:?} {exec}");
+        let got = request.run(&view).expect("valid request");
+        let deployed = cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("valid");
+        assert_eq!(got.deploy_counts(), deployed, "{path:?}");
+        match (got, path) {
+            (Replayed::Plain(c), ReplayPath::Plain) => {
+                assert_eq!(c, cachesim::replay(&view, &keep, &cfg).expect("valid"));
+                assert_eq!(request.reads(&shape), cachesim::replay_reads(&shape, &keep, &cfg));
+            }
+            (Replayed::Deployed(_), ReplayPath::Deployed) => {}
+            (Replayed::Hybrid(c, events), ReplayPath::Hybrid) => {
+                let direct = cachesim::hybrid::replay_hybrid(&view, &keep, &cfg, &dep, exec).expect("valid");
+                assert_eq!((c, events), direct);
+            }
+            (got, path) => panic!("{path:?} gave {got:?}"),
+        }
+    }
+}

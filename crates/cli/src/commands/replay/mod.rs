@@ -147,7 +147,8 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             );
         }
     }
-    let plain = dep.is_plain(&cfg) && !exec.is_hybrid();
+    let request = cachesim::Replay { keep: &keep, config: &cfg, deployment: &dep, exec };
+    let plain = request.path() == cachesim::ReplayPath::Plain;
     // With a deployment, `--profile` prices the deployed replay (below); the other prefetch
     // flags do not apply to it.
     let prefetch_on = if plain { a.extra.active() } else { a.extra.active() && !only_profile(&a.extra) };
@@ -161,27 +162,11 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         let v = f.view_for(cachesim::replay_reads(&shape, &keep, &cfg))?;
         return prefetch::run(&a.extra, a.hybrid.profile_file.as_deref(), &a.trace, a.json, &v, &keep, &cfg);
     }
-    let reads = if plain {
-        cachesim::replay_reads(&shape, &keep, &cfg)
-    } else {
-        cachesim::deploy::deploy_reads(&shape, &keep, &cfg)
-    };
-    let v = f.view_for(reads)?;
+    let v = f.view_for(request.reads(&shape))?;
     let working = crate::progress::working("replay");
-    let mut hybrid = None;
-    let replayed = if plain {
-        cachesim::replay(&v, &keep, &cfg).map(cachesim::deploy::DeployCounts::from_plain)
-    } else if exec.is_hybrid() {
-        cachesim::hybrid::replay_hybrid(&v, &keep, &cfg, &dep, exec).map(|(c, events)| {
-            let deploy = c.deploy.clone();
-            hybrid = Some((c, events));
-            deploy
-        })
-    } else {
-        cachesim::deploy::replay(&v, &keep, &cfg, &dep)
-    };
+    let replayed = request.run(&v);
     working.finish();
-    let dc = replayed.map_err(|e| match e {
+    let replayed = replayed.map_err(|e| match e {
         cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
             anyhow::anyhow!("{e}: use --k-used {candidates} or less")
         }
@@ -190,6 +175,11 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         }
         e => e.into(),
     })?;
+    let dc = replayed.deploy_counts();
+    let hybrid = match replayed {
+        cachesim::Replayed::Hybrid(hc, events) => Some((hc, events)),
+        _ => None,
+    };
     let c = &dc.counts;
     let profile = hybrid::base_profile(a.hybrid.profile_file.as_deref(), a.extra.profile.as_deref(), &v)?;
     // The hybrid counts, profile, device and cost.

@@ -15,6 +15,15 @@
 //!   replayer ([`replay_many`]: several configurations of one trace, sharing per-layer work);
 //!   [`reference::replay`] a plain, single-threaded one written for clarity, used to check the
 //!   fast one (SEMANTICS.md §8.4). All give identical counts.
+//! - Beyond §5, in modules: [`deploy`] (pins, a second tier, served and re-batched steps, cap 0:
+//!   §9–§11), [`prefetch`] and [`timeline`] (§12–§13), [`hybrid`] (non-resident experts computed
+//!   on the CPU, §14), [`mrc`] (every cap of a curve in one pass). [`Replay`] is one request
+//!   (keep set, configuration, deployment, execution) that picks its loop.
+//! - One engine: every policy is one file holding its facts ([`PolicyFacts`]), its token-loop
+//!   state and its deployed priority, named once in the policy table; the plain, lockstep,
+//!   prefetch and hybrid replays run the one token loop of §5 built with a hook chosen outside
+//!   the loop (`()` for plain replay, which compiles to the §5 loop alone); the deployed step
+//!   loop of §11 serves pins, tiers, served steps and hybrid execution (docs/ARCHITECTURE.md).
 //! - [`CacheSimError`]: the one error type.
 //!
 //! ```

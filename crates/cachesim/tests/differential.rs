@@ -309,7 +309,7 @@ fn inv_router_on_continuous_scores() {
 /// near_pick with its window N below k_used, and with λ > 0 choosing beyond it: chosen experts
 /// outside F's first N keep their near value while their last access moves, so the order among
 /// experts of equal near value changes mid-sequence (a design that keeps the cached experts
-/// sorted by near value, tried in docs/performance.md's sixth round, failed only this test when
+/// sorted by near value, tried in the sixth round of docs/performance.md at 29c2d74, failed only this test when
 /// its reordering after such a hit was removed). Long traces, so that experts of one near value
 /// meet again.
 #[test]
@@ -350,7 +350,7 @@ fn near_pick_outside_its_window_equals_reference() {
 /// experts: decays that keep scores apart, that tie them (1.0, where near_pick_ema's credits are
 /// integers) and that underflow; λ = 0 and λ > 0; alone (`replay`) and with shared scores
 /// (`replay_many`). A victim search over a short candidate list with a score bound (tried in
-/// docs/performance.md's sixth round) passed every other test with a wrong bound; this one
+/// the sixth round of docs/performance.md at 29c2d74) passed every other test with a wrong bound; this one
 /// failed it.
 #[test]
 fn decayed_candidates_equal_reference() {

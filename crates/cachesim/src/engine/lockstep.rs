@@ -64,7 +64,7 @@ impl<P: Evictor> Member for Run<'_, P> {
 /// member's replay alone (the token loop is resumable over consecutive ranges). `progress` is
 /// told the tokens replayed after each block (members × block length). Memory: every member's
 /// state is alive at once (for `belady`, 4 bytes × T × k_used each; the reference grid's peak
-/// RSS did not move, docs/performance.md "Fourteenth round").
+/// RSS did not move, the "Fourteenth round" of docs/performance.md at 29c2d74).
 pub(crate) fn run_lockstep(
     members: &mut [Box<dyn Member + '_>],
     tokens: usize,

@@ -310,7 +310,7 @@ pub(crate) enum Stacked {
 impl Stacked {
     /// `policy`'s stack keys, `None` for a policy whose facts do not say
     /// [`OnePass::Stack`] (lru has its own one-pass curve; fifo and lfu have none). Every policy
-    /// whose facts say `Stack` has keys here (`tests::every_stack_policy_has_keys`).
+    /// whose facts say `Stack` has keys here (`stack::tests::every_stack_policy_has_keys`).
     pub(crate) fn of(policy: Policy) -> Option<Stacked> {
         match policy {
             Policy::Belady => Some(Stacked::Belady),
@@ -320,7 +320,7 @@ impl Stacked {
             _ => None,
         }
     }
-    fn policy(self) -> Policy {
+    pub(crate) fn policy(self) -> Policy {
         match self {
             Stacked::Belady => Policy::Belady,
             Stacked::NearPick => Policy::NearPick,
@@ -559,7 +559,7 @@ pub(crate) fn replays_by_curve(cfg: &ReplayConfig) -> bool {
 /// replay's cost hardly depends on the cap: measured on the README's ESFT grid (caps 8, 16, 32,
 /// one thread), a pass cost about 1.6 replays for belady, 2.1 for near_pick, 2.4 for
 /// near_pick_ema and inv_router, and the Fenwick LRU pass about 5 of lru's cheap replays
-/// (docs/performance.md, "Fifteenth round").
+/// (the "Fifteenth round" of docs/performance.md in git history, `git show 29c2d74:docs/performance.md`).
 /// Read from the policy's facts ([`crate::OnePass`]); `usize::MAX` for a policy without a pass.
 pub(crate) fn curve_pays_from(policy: Policy) -> usize {
     match policy.facts().curve {
@@ -689,18 +689,3 @@ pub fn replay_curve(trace: &TraceView<'_>, keep: &Keep, base: &ReplayConfig, cap
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The facts of a policy and the stacks agree: a policy whose facts say [`OnePass::Stack`]
-    /// has keys, and the keys give back their policy.
-    #[test]
-    fn every_stack_policy_has_keys() {
-        for policy in Policy::ALL {
-            let stacked = Stacked::of(policy);
-            assert_eq!(stacked.is_some(), matches!(policy.facts().curve, OnePass::Stack { .. }), "{policy}");
-            assert!(stacked.is_none_or(|s| s.policy() == policy), "{policy}");
-        }
-    }
-}

@@ -169,3 +169,20 @@ pub(super) fn stack_depths<K: StackKeys>(rows: &LayerRows<'_>, max_depth: usize,
     }
     hist
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::mrc::Stacked;
+    use crate::{OnePass, Policy};
+
+    /// The facts of a policy and the stacks agree: a policy whose facts say [`OnePass::Stack`]
+    /// has keys ([`Stacked::of`]), and the keys give back their policy.
+    #[test]
+    fn every_stack_policy_has_keys() {
+        for policy in Policy::ALL {
+            let stacked = Stacked::of(policy);
+            assert_eq!(stacked.is_some(), matches!(policy.facts().curve, OnePass::Stack { .. }), "{policy}");
+            assert!(stacked.is_none_or(|s| s.policy() == policy), "{policy}");
+        }
+    }
+}

@@ -688,4 +688,3 @@ pub fn replay_curve(trace: &TraceView<'_>, keep: &Keep, base: &ReplayConfig, cap
         layers,
     })
 }
-

@@ -70,8 +70,8 @@ fn run(
     let recorded = grid.relative_to(path.parent().unwrap_or(Path::new("")));
     let (cs, hs) =
         (recorded.traces.in_sample.display().to_string(), recorded.traces.out_of_sample.display().to_string());
-    let ins = TraceInput { view: calib.0.view(), source: &cs, sha256: &calib.1 };
-    let oos = TraceInput { view: heldout.0.view(), source: &hs, sha256: &heldout.1 };
+    let ins = TraceInput { view: calib.0.view(), source: &cs, digest: &calib.1 };
+    let oos = TraceInput { view: heldout.0.view(), source: &hs, digest: &heldout.1 };
     let size = grid.size();
     if size > MAX_CONFIGS && !yes {
         usage!(

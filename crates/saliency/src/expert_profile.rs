@@ -184,7 +184,7 @@ impl Stats {
                 top_k: 1,
                 layer_ids: ids,
                 source: format!("llama-expert-stats:{file} (sums = 6-digit means x activation_counts)"),
-                source_sha256: trace_io::sha256_hex(bytes),
+                source_digest: trace_io::sha256_hex(bytes),
             },
             layers: layers.into_iter().map(|(_, l, _)| l).collect(),
         };

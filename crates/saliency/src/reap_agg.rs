@@ -322,7 +322,7 @@ impl Stats {
                 top_k: opts.top_k,
                 layer_ids,
                 source,
-                source_sha256: sha,
+                source_digest: sha,
             },
             layers,
         };

@@ -28,9 +28,23 @@ pub struct StatsMeta {
     pub source: String,
     /// Digest of the source file's bytes as recorded (`trace_io::split_digest`): `blake3:HEX`
     /// for a trace (`trace_io::trace_digest`), a bare hex SHA-256 in older files and for REAP
-    /// aggregates; empty when unknown. The field keeps its name so that both read alike.
-    pub source_sha256: String,
+    /// aggregates; empty when unknown ([`StatsMeta::digest`] reads it). Files written before the
+    /// rename name it `source_sha256`, read as an alias; [`Stats::sha256`] hashes it under that
+    /// older key, so the rename changed no recorded digest.
+    #[serde(alias = "source_sha256")]
+    pub source_digest: String,
 }
+
+impl StatsMeta {
+    /// [`StatsMeta::source_digest`] named by its algorithm, `None` when it is empty (unknown).
+    pub fn digest(&self) -> Option<trace_io::Digest> {
+        (!self.source_digest.is_empty()).then(|| trace_io::Digest::parse(&self.source_digest))
+    }
+}
+
+/// The key [`StatsMeta::source_digest`] had in files before the rename, and still has in the
+/// form [`Stats::sha256`] hashes.
+const LEGACY_DIGEST_KEY: &str = "source_sha256";
 
 /// Statistics of one layer: per expert e (vectors of length E), summed over the k used slots of
 /// every token (SEMANTICS.md §2). Optional statistics are `None` when the source did not record
@@ -87,11 +101,11 @@ impl Stats {
     /// when it has output norms; `reap_sum` = Σ g·‖o‖ and `reap_sumsq` = Σ (g·‖o‖)² when it has
     /// both. `tokens` = T for every layer (SEMANTICS.md §2).
     ///
-    /// `source` and `source_sha256` are recorded as given (typically the trace path and
+    /// `source` and `source_digest` are recorded as given (typically the trace path and
     /// `trace_io::trace_digest` of it). The view must be validated for what this reads
     /// (`trace_io::Reads::stats`: the first k ids, gates, norms; the caller checks with
     /// `TraceView::require`), so this cannot fail.
-    pub fn from_trace(trace: &TraceView<'_>, source: String, source_sha256: String) -> Stats {
+    pub fn from_trace(trace: &TraceView<'_>, source: String, source_digest: String) -> Stats {
         let shape = trace.shape();
         let meta = trace.meta();
         let (e, k, m) = (shape.num_experts, shape.top_k, shape.candidates);
@@ -144,7 +158,7 @@ impl Stats {
                 top_k: meta.top_k,
                 layer_ids: meta.layer_ids.clone(),
                 source,
-                source_sha256,
+                source_digest,
             },
             layers,
         }
@@ -155,13 +169,29 @@ impl Stats {
         self.meta.num_experts as usize
     }
 
-    /// Hex SHA-256 of the canonical JSON of the statistics (`serde_json::to_vec(self)`, compact,
-    /// fields in declaration order). Keep maps record it to tie themselves to their statistics.
+    /// Hex SHA-256 of the canonical JSON of the statistics: `serde_json::to_vec(self)`, compact,
+    /// fields in declaration order, with `meta.source_digest` under its older key `source_sha256`
+    /// (in its place), so that statistics hash as they did before the rename. Keep maps record
+    /// it to tie themselves to their statistics.
     pub fn sha256(&self) -> String {
+        trace_io::sha256_hex(&self.canonical_bytes())
+    }
+
+    /// The bytes [`Stats::sha256`] hashes.
+    fn canonical_bytes(&self) -> Vec<u8> {
         // Serializing plain structs of integers, finite floats and strings cannot fail; a non-finite
-        // float serializes as `null`, which still hashes deterministically.
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        trace_io::sha256_hex(&bytes)
+        // float serializes as `null`, which still hashes deterministically. serde_json keeps the
+        // declaration order of fields (feature `preserve_order`), so the value writes the same
+        // bytes as the struct.
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let Some(meta) = value.get_mut("meta").and_then(serde_json::Value::as_object_mut) {
+            let renamed = std::mem::take(meta)
+                .into_iter()
+                .map(|(k, v)| if k == "source_digest" { (LEGACY_DIGEST_KEY.to_string(), v) } else { (k, v) })
+                .collect();
+            *meta = renamed;
+        }
+        serde_json::to_vec(&value).unwrap_or_default()
     }
 
     /// Checks the structure and content: 1 <= E <= 65536, 1 <= k <= E, one layer per layer id, every per-expert vector
@@ -359,5 +389,50 @@ impl Stats {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(digest: &str) -> Stats {
+        Stats {
+            meta: StatsMeta {
+                model: "m".into(),
+                num_experts: 2,
+                top_k: 1,
+                layer_ids: vec![4],
+                source: "t.safetensors".into(),
+                source_digest: digest.into(),
+            },
+            layers: vec![LayerStats {
+                tokens: 3,
+                count: vec![2, 1],
+                gate_sum: Some(vec![1.5, 0.25]),
+                ean_sum: None,
+                reap_sum: None,
+                reap_sumsq: None,
+                reap_missing: Vec::new(),
+            }],
+        }
+    }
+
+    /// The provenance digest is written as `source_digest`, read from either key, and hashed
+    /// under the older key in its place: the digest is the SHA-256 of the compact JSON with the
+    /// key spelled as before, so keep maps recorded before the rename still verify.
+    #[test]
+    fn the_source_digest_reads_its_old_name_and_hashes_as_before() {
+        let s = stats("blake3:ab12");
+        let compact = String::from_utf8(serde_json::to_vec(&s).unwrap()).unwrap();
+        assert!(compact.contains(r#""source":"t.safetensors","source_digest":"blake3:ab12"}"#), "{compact}");
+        let legacy = compact.replace("\"source_digest\":", "\"source_sha256\":");
+        assert_eq!(s.sha256(), trace_io::sha256_hex(legacy.as_bytes()));
+        assert_ne!(s.sha256(), trace_io::sha256_hex(compact.as_bytes()));
+        let back: Stats = serde_json::from_str(&legacy).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(s.meta.digest(), Some(trace_io::Digest { algorithm: "blake3".into(), hex: "ab12".into() }));
+        assert_eq!(stats("cd34").meta.digest(), Some(trace_io::Digest::sha256("cd34")));
+        assert_eq!(stats("").meta.digest(), None);
     }
 }

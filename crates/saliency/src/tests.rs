@@ -53,7 +53,7 @@ fn count_stats(count: Vec<u64>, reap: Option<Vec<f64>>) -> Stats {
             top_k: 1,
             layer_ids: vec![3],
             source: String::new(),
-            source_sha256: String::new(),
+            source_digest: String::new(),
         },
         layers: vec![LayerStats {
             tokens,
@@ -453,7 +453,7 @@ fn budget_stats() -> Stats {
             top_k: 1,
             layer_ids: vec![0, 1],
             source: String::new(),
-            source_sha256: String::new(),
+            source_digest: String::new(),
         },
         layers: vec![layer(vec![10, 5, 3, 2]), layer(vec![19, 1, 0, 0])],
     }

@@ -51,7 +51,7 @@ fn arb_stats() -> impl Strategy<Value = Stats> {
                     top_k: 1,
                     layer_ids: (0..layers.len() as u32).map(|i| i * 2 + 1).collect(),
                     source: String::new(),
-                    source_sha256: String::new(),
+                    source_digest: String::new(),
                 },
                 layers,
             }

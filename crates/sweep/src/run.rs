@@ -36,7 +36,7 @@ pub struct TraceInput<'a> {
     /// Where it came from (a path, or `embedded:NAME`).
     pub source: &'a str,
     /// Digest of the trace file's bytes as recorded (`trace_io::trace_digest`: `blake3:HEX`).
-    pub sha256: &'a str,
+    pub digest: &'a str,
 }
 
 /// A variant: a keep map and the grid spec it came from.
@@ -177,7 +177,7 @@ pub fn prepare(grid: &Grid, in_sample: &TraceInput<'_>, out_of_sample: &TraceInp
     // The statistics read the in-sample trace's first k ids, gates and norms (the replays check
     // what they read themselves).
     in_sample.view.require(trace_io::Reads::stats(in_sample.view.shape().top_k))?;
-    let stats = Stats::from_trace(&in_sample.view, in_sample.source.to_string(), in_sample.sha256.to_string());
+    let stats = Stats::from_trace(&in_sample.view, in_sample.source.to_string(), in_sample.digest.to_string());
     let keep_cfg = KeepConfig { metric: MetricConfig { tau: grid.tau, ..Default::default() }, ..Default::default() };
     let mut variants: Vec<Variant> = Vec::new();
     for spec in &grid.variants {

@@ -29,7 +29,7 @@ fn grid(text: &str) -> Grid {
 }
 
 fn input<'a>(t: &'a TraceData, name: &'a str) -> TraceInput<'a> {
-    TraceInput { view: t.view(), source: name, sha256: "0" }
+    TraceInput { view: t.view(), source: name, digest: "0" }
 }
 
 #[test]

@@ -189,7 +189,7 @@ fn a_trace_replaced_by_another_of_the_same_shape() {
             let cfg = trace_io::synth::SynthConfig { seed: 3, ..crate::gen_data::calib_config() };
             trace_io::synth::write(fx.root().join("calib.safetensors"), &cfg, 0, &|_| {}).unwrap();
         },
-        &format!("stats.json: meta.source_sha256 is {}, but ../calib.safetensors has sha256 ", committed_sha("calib")),
+        &format!("stats.json: meta.source_digest is {}, but ../calib.safetensors has sha256 ", committed_sha("calib")),
     );
 }
 

@@ -175,8 +175,8 @@ pub fn run_sweep(root: &Path, grid: &Grid, dest: &Path) {
     );
     let (csrc, hsrc) =
         (recorded.traces.in_sample.display().to_string(), recorded.traces.out_of_sample.display().to_string());
-    let ins = TraceInput { view: cf.view(), source: &csrc, sha256: &cs };
-    let oos = TraceInput { view: hf.view(), source: &hsrc, sha256: &hs };
+    let ins = TraceInput { view: cf.view(), source: &csrc, digest: &cs };
+    let oos = TraceInput { view: hf.view(), source: &hsrc, digest: &hs };
     let p = sweep::prepare(grid, &ins, &oos).unwrap();
     let files = grid
         .files()

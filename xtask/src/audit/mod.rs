@@ -122,8 +122,8 @@ pub fn esft_report(real: &std::path::Path) -> Result<Report> {
 
 /// Runs the whole pipeline of a grid on two traces and audits every stage.
 pub fn audit_grid(subject: &str, grid: &Grid, calib: &TraceView<'_>, heldout: &TraceView<'_>) -> Result<Report> {
-    let ins = TraceInput { view: *calib, source: "in_sample", sha256: "" };
-    let oos = TraceInput { view: *heldout, source: "out_of_sample", sha256: "" };
+    let ins = TraceInput { view: *calib, source: "in_sample", digest: "" };
+    let oos = TraceInput { view: *heldout, source: "out_of_sample", digest: "" };
     let prepared = sweep::prepare(grid, &ins, &oos)?;
     let mut checks = Vec::new();
 

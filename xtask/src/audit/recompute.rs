@@ -1,5 +1,5 @@
 //! Statistics files recomputed from the trace they name (`audit --dir`, §8.1): the trace found
-//! and verified against `meta.source_sha256`, `Stats::from_trace` run again, and every figure
+//! and verified against `meta.source_digest`, `Stats::from_trace` run again, and every figure
 //! compared exactly with the file's (the same code sums in the same order, and JSON round-trips
 //! f64 exactly), the first difference named by layer, statistic and expert.
 
@@ -29,7 +29,7 @@ pub(super) fn stats_from_trace(name: &str, path: &Path, stats: &Stats, finder: &
         let detail = format!("from {:?}, not a trace: not recomputed", stats.meta.source);
         return check(SECTION, &title, true, BTreeMap::from([("detail".to_string(), json!(detail))]), None);
     };
-    let sha = &stats.meta.source_sha256;
+    let sha = &stats.meta.source_digest;
     let fail = |first: String| check(SECTION, &title, false, BTreeMap::new(), Some(first));
     let hash = RecordedHash::parse(sha);
     let trace = match finder.locate(source, path, Some(hash)) {
@@ -49,7 +49,7 @@ pub(super) fn stats_from_trace(name: &str, path: &Path, stats: &Stats, finder: &
         }
         Located::Mismatch { path: p, actual } => {
             return fail(format!(
-                "{name}: meta.source_sha256 is {sha}, but {} has {} {actual}: not the trace these statistics came from",
+                "{name}: meta.source_digest is {sha}, but {} has {} {actual}: not the trace these statistics came from",
                 finder.show(&p),
                 hash.algorithm()
             ));

@@ -160,8 +160,8 @@ fn replay_rows(
     // The digests as the sweep was given them (the in-sample one goes into the statistics).
     let (ins_digest, oos_digest) =
         (recorded_digest(&prov.in_sample.digest), recorded_digest(&prov.out_of_sample.digest));
-    let ins = TraceInput { view: calib.view(), source: &prov.in_sample.source, sha256: &ins_digest };
-    let oos = TraceInput { view: held.view(), source: &prov.out_of_sample.source, sha256: &oos_digest };
+    let ins = TraceInput { view: calib.view(), source: &prov.in_sample.source, digest: &ins_digest };
+    let oos = TraceInput { view: held.view(), source: &prov.out_of_sample.source, digest: &oos_digest };
     let mut prepared = sweep::prepare(&grid, &ins, &oos)
         .map_err(|e| anyhow::anyhow!("the grid in its provenance does not prepare on its traces: {e}"))?;
     if let Some(shard) = out.shard {
@@ -438,7 +438,7 @@ impl RowRun<'_> {
     }
 }
 
-/// A digest in the form a sweep hands to the statistics (`Stats::meta.source_sha256`): `ALGO:HEX`,
+/// A digest in the form a sweep hands to the statistics (`Stats::meta.source_digest`): `ALGO:HEX`,
 /// or the bare hex of a SHA-256 as outputs written before the algorithm was named hold it, so that
 /// the recomputed statistics hash as recorded.
 fn recorded_digest(d: &trace_io::Digest) -> String {

@@ -186,8 +186,8 @@ pub fn run(a: &SweepArgs) -> Result<()> {
     if a.grid.is_some() {
         super::warn_same_trace(&grid.traces.in_sample, &grid.traces.out_of_sample, Some((&calib.1, &heldout.1)));
     }
-    let ins = TraceInput { view: calib.0.view(), source: &calib_src, sha256: &calib.1 };
-    let oos = TraceInput { view: heldout.0.view(), source: &heldout_src, sha256: &heldout.1 };
+    let ins = TraceInput { view: calib.0.view(), source: &calib_src, digest: &calib.1 };
+    let oos = TraceInput { view: heldout.0.view(), source: &heldout_src, digest: &heldout.1 };
     let size = grid.size();
     if size > MAX_CONFIGS && !a.yes {
         bail!(

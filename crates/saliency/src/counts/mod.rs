@@ -210,7 +210,7 @@ impl Stats {
                 top_k,
                 layer_ids: ids,
                 source,
-                source_sha256: trace_io::sha256_hex(&bytes),
+                source_digest: trace_io::sha256_hex(&bytes),
             },
             layers,
         };

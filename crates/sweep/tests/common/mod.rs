@@ -17,5 +17,5 @@ pub fn traces(layers: usize) -> (TraceData, TraceData) {
 
 /// `t` as a sweep input named `name` (digest "0").
 pub fn input<'a>(t: &'a TraceData, name: &'a str) -> TraceInput<'a> {
-    TraceInput { view: t.view(), source: name, sha256: "0" }
+    TraceInput { view: t.view(), source: name, digest: "0" }
 }

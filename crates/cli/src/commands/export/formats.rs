@@ -232,7 +232,7 @@ mod tests {
                 top_k: 2,
                 layer_ids: vec![1, 3],
                 source: "t".into(),
-                source_sha256: String::new(),
+                source_digest: String::new(),
             },
             layers: vec![
                 layer(vec![10, 6, 4, 0], vec![5.0, 3.0, 1.0, 0.0], vec![10.0, 12.0, 2.0, 0.0]),

@@ -1,4 +1,4 @@
-//! Deployed replay (SEMANTICS.md §9–§11): hand-computed cases, the deployed path against the
+//! Deployed replay (SEMANTICS.md §9–§11): hand-computed cases (one table), the deployed path against the
 //! plain replayer where the spec says they agree, and against the plain reference of §9–§11
 //! (`reference::deploy`) over a matrix of policies, pins, tier 2, served steps and re-batching on
 //! seeded random traces.
@@ -7,7 +7,8 @@ mod common;
 
 use cachesim::deploy::{DeployCounts, Deployment, Schedule, Tier2};
 use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, reference};
-use common::{DEPLOY_SMALL as SMALL, one_layer, random_keep, random_steps, synth, with_steps};
+use common::spec::{Spec, check_expect, ids, list, n};
+use common::{DEPLOY_SMALL as SMALL, cfg0, one_layer, random_keep, random_steps, synth, with_steps};
 use trace_io::{TraceData, TraceView};
 
 /// Both deployed replayers, asserted equal; the counts.
@@ -18,39 +19,106 @@ fn both(view: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Deployment)
     fast
 }
 
-fn cfg0(policy: Policy, cap: usize) -> ReplayConfig {
-    ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, cap) }
-}
-
 fn pins(view: &TraceView<'_>, layers: &[Vec<u16>]) -> Keep {
     Keep::from_layers(&view.shape(), layers).expect("valid pin map")
 }
 
-/// (hits, misses, pinned_hits) of a one-layer, k = 1 trace (`rows`, E = 4) with pins and a cap.
+/// Replays the one-layer trace of `spec` deployed on both replayers and checks the figures
+/// named in `expect` (the form of `common::spec`).
+///
+/// Settings: `E=`, `k=`, `cap=`, a policy name, and optionally `W=` (default 0), `pins=` (pinned
+/// ids), `t2=POLICY:CAP`, `served` with `steps=` (step start rows), `batch=B` with `seqs=`
+/// (sequence start tokens).
+/// Figures: picks, hits, misses, pinned_hits, t2_hits, storage_reads, steps, rows, tokens,
+/// loads_per_step, layer_pins.
+fn check_deploy(spec: &str, expect: &str) {
+    let mut s = Spec::parse(spec);
+    let (experts, k, cap): (usize, usize, usize) = (s.need("E"), s.need("k"), s.need("cap"));
+    let policy: Policy = s.word().unwrap_or_else(|| panic!("{spec}: a policy"));
+    let cfg = ReplayConfig { warmup: s.num("W").unwrap_or(0), ..cfg0(policy, cap) };
+    let pinned = s.take("pins").map(|v| vec![ids(&v)]);
+    let tier2: Option<Tier2> = s.take("t2").map(|v| v.parse().unwrap_or_else(|e| panic!("{spec}: {e}")));
+    let schedule = match (s.flag("served"), s.num("batch")) {
+        (true, None) => Schedule::Served,
+        (false, Some(b)) => Schedule::Rebatch(b),
+        (false, None) => Schedule::PerToken,
+        (true, Some(_)) => panic!("{spec}: served or batch="),
+    };
+    let offsets = |v: String| ids(&v).into_iter().map(u64::from).collect::<Vec<u64>>();
+    let (step_offsets, seq_offsets) = (s.take("steps").map(offsets), s.take("seqs").map(offsets));
+    s.finish();
+    let (row_ids, tokens, m) = s.ids();
+    assert_eq!(s.layers.len(), 1, "{spec}: one layer");
+    let parts = trace_io::OwnedParts { ids: row_ids, step_offsets, seq_offsets, ..Default::default() };
+    let trace = TraceData::new(common::meta(experts, k, 1), tokens, m, parts).expect("a valid hand-built trace");
+    let view = trace.view();
+    let dep = Deployment { pins: pinned.map(|p| pins(&view, &p)), tier2, schedule };
+    let c = both(&view, &Keep::full(&view.shape()), &cfg, &dep);
+    let layer_pins: Vec<u64> = c.layer_pins.iter().map(|&p| p as u64).collect();
+    let got = [
+        ("picks", n(c.counts.picks)),
+        ("hits", n(c.counts.hits)),
+        ("misses", n(c.counts.misses)),
+        ("pinned_hits", n(c.pinned_hits)),
+        ("t2_hits", n(c.t2_hits)),
+        ("storage_reads", n(c.storage_reads)),
+        ("steps", n(c.steps)),
+        ("rows", n(c.rows)),
+        ("tokens", n(c.counts.tokens)),
+        ("loads_per_step", vec![c.loads_per_step()]),
+        ("layer_pins", list(&layer_pins)),
+    ];
+    check_expect(spec, expect, &got);
+}
+
+/// The hand-computed deployments (W = 0 unless given).
+///
+/// Pins, k = 1, E = 4, requests 0 1 1 0 with 0 pinned: cap 1: 0 pinned hit, 1 miss, 1 hit, 0
+///   pinned hit. cap 0: no cache, 1 misses twice. cap 0 without pins: pure streaming, every
+///   pick a miss. Pinned experts never take a slot: requests 0 1 0 1 with 0 pinned, fifo cap
+///   1: 1 misses once and then hits.
+/// Tier 2, k = 1, tier 1 lru cap 1 over tier 2 cap 2, requests 0 1 0 2 1. Tier 1 holds one
+///   expert and misses every request (5). Tier 2 sees 0 1 0 2 1. lru: 0 miss, 1 miss, 0 hit,
+///   2 miss (evicts 1, older than 0's access), 1 miss: 1 hit, 4 reads. fifo: 2 evicts 0
+///   (inserted first), then 1 hits: 2 hits. lfu: at 2, counts 0:2, 1:1: evicts 1; then 1
+///   misses: 1 hit. belady: at 2, next uses 0: never, 1: step 4: evicts 0; 1 hits: 2 hits.
+/// Served, E = 4, k = 2, lru cap 2, steps of rows [0,1] [1,2] | [1,3] | [3,1]. Step 0: U = 1
+///   (2 rows), 0, 2. 1 miss, 0 miss, 2 miss with every cached expert in U: evict the processed
+///   one of lowest priority, 1 (accessed first): cache {0, 2}. Step 1: 1 miss evicts 0 (older
+///   than 2), 3 miss evicts 2: {1, 3}. Step 2: two hits. With 1 pinned: step 0: 1 pinned hit,
+///   0 miss, 2 miss: {0, 2}; step 1: 1 hit, 3 miss evicts 0; step 2: hits. The warmup counts
+///   whole steps: W = 1 skips step 0 only (it starts at 0), W = 2 also, W = 3 steps 0 and 1.
+/// Re-batching, sequences [0, 1], [2], [3]; k = 1, tokens 0 1 2 3 request 0 1 0 1 (E = 4); lru
+///   cap 1. B = 2: step 0 = tokens [0, 2] (U = {0}), step 1 = tokens [1, 3] (U = {1}; slot 1's
+///   sequence ended at step 0, so it takes [3] at step 1): 2 misses, 2 steps, 4 rows. B = 1 is
+///   trace order: 0 1 0 1 at cap 1: 4 misses, as plain replay.
 #[test]
-fn pins_by_hand() {
-    // Requests 0 1 1 0, expert 0 pinned. cap 1: 0 pinned hit, 1 miss, 1 hit, 0 pinned hit.
-    // cap 0: no cache, 1 misses twice.
-    let trace = one_layer(4, 1, &[&[0], &[1], &[1], &[0]], None);
-    let view = trace.view();
-    let keep = Keep::full(&view.shape());
-    let pin = pins(&view, &[vec![0]]);
-    for (cap, expect) in [(1, (3, 1, 2)), (0, (2, 2, 2))] {
-        let dep = Deployment { pins: Some(pin.clone()), ..Deployment::default() };
-        let c = both(&view, &keep, &cfg0(Policy::Lru, cap), &dep);
-        assert_eq!((c.counts.hits, c.counts.misses, c.pinned_hits), expect, "cap {cap}");
-        assert_eq!((c.layer_pins.clone(), c.storage_reads), (vec![1], expect.1));
+fn hand_computed_deployments() {
+    let served = "E=4 k=2 cap=2 lru served steps=0,2,3";
+    let served_rows = "0,1 1,2 1,3 3,1";
+    let cases = [
+        ("E=4 k=1 cap=1 lru pins=0 | 0 1 1 0", "hits=3 misses=1 pinned_hits=2 layer_pins=1 storage_reads=1"),
+        ("E=4 k=1 cap=0 lru pins=0 | 0 1 1 0", "hits=2 misses=2 pinned_hits=2 layer_pins=1 storage_reads=2"),
+        ("E=4 k=1 cap=0 lru | 0 1 1 0", "hits=0 misses=4 pinned_hits=0 layer_pins=0"),
+        ("E=4 k=1 cap=1 fifo pins=0 | 0 1 0 1", "hits=3 misses=1 pinned_hits=2"),
+        ("E=4 k=1 cap=1 lru t2=lru:2 | 0 1 0 2 1", "misses=5 t2_hits=1 storage_reads=4"),
+        ("E=4 k=1 cap=1 lru t2=fifo:2 | 0 1 0 2 1", "misses=5 t2_hits=2 storage_reads=3"),
+        ("E=4 k=1 cap=1 lru t2=lfu:2 | 0 1 0 2 1", "misses=5 t2_hits=1 storage_reads=4"),
+        ("E=4 k=1 cap=1 lru t2=belady:2 | 0 1 0 2 1", "misses=5 t2_hits=2 storage_reads=3"),
+        (
+            &format!("{served} | {served_rows}"),
+            "picks=8 hits=2 misses=5 steps=3 rows=4 tokens=4 loads_per_step=1.6666666666666667",
+        ),
+        (&format!("{served} pins=1 | {served_rows}"), "hits=4 misses=3 pinned_hits=3"),
+        (&format!("{served} W=1 | {served_rows}"), "steps=2"),
+        (&format!("{served} W=2 | {served_rows}"), "steps=2"),
+        (&format!("{served} W=3 | {served_rows}"), "steps=1"),
+        ("E=4 k=1 cap=1 lru batch=2 seqs=0,2,3 | 0 1 0 1", "steps=2 rows=4 hits=0 misses=2"),
+        ("E=4 k=1 cap=1 lru batch=1 seqs=0,2,3 | 0 1 0 1", "steps=4 rows=4 hits=0 misses=4"),
+    ];
+    for (spec, expect) in cases {
+        check_deploy(spec, expect);
     }
-    // cap 0 without pins: pure streaming, every pick a miss.
-    let c = both(&view, &keep, &cfg0(Policy::Lru, 0), &Deployment::default());
-    assert_eq!((c.counts.hits, c.counts.misses), (0, 4));
-    // Pinned experts never take a slot: requests 0 1 0 1 with 0 pinned, fifo cap 1: 1 misses
-    // once and then hits.
-    let trace = one_layer(4, 1, &[&[0], &[1], &[0], &[1]], None);
-    let view = trace.view();
-    let dep = Deployment { pins: Some(pins(&view, &[vec![0]])), ..Deployment::default() };
-    let c = both(&view, &keep, &cfg0(Policy::Fifo, 1), &dep);
-    assert_eq!((c.counts.hits, c.counts.misses, c.pinned_hits), (3, 1, 2));
 }
 
 #[test]
@@ -96,76 +164,6 @@ fn unsupported_combinations_are_refused_with_the_reason() {
     assert_eq!(err, Err(CacheSimError::CapBelowKUsed { cap: 1, k_used: 2 }));
     let bel = ReplayConfig { lambda: 0.1, ..cfg0(Policy::Belady, 1) };
     check(bel, Deployment::default(), "belady needs lambda = 0");
-}
-
-#[test]
-fn tier2_by_hand() {
-    // k = 1, tier 1 lru cap 1 over tier 2 lru cap 2, requests 0 1 0 2 1 (W = 0).
-    // Tier 1 holds one expert and misses every request (5). Tier 2 sees 0 1 0 2 1:
-    // 0 miss, 1 miss, 0 hit, 2 miss (evicts 1, older than 0's access), 1 miss: 1 hit, 4 reads.
-    let trace = one_layer(4, 1, &[&[0], &[1], &[0], &[2], &[1]], None);
-    let view = trace.view();
-    let keep = Keep::full(&view.shape());
-    let check = |p2, expect: (u64, u64)| {
-        let dep = Deployment { tier2: Some(Tier2 { policy: p2, cap: 2 }), ..Deployment::default() };
-        let c = both(&view, &keep, &cfg0(Policy::Lru, 1), &dep);
-        assert_eq!(c.counts.misses, 5);
-        assert_eq!((c.t2_hits, c.storage_reads), expect, "tier 2 {p2}");
-    };
-    check(Policy::Lru, (1, 4));
-    // fifo: 2 evicts 0 (inserted first): 0 1 0(hit) 2(evict 0) 1(hit): 2 hits.
-    check(Policy::Fifo, (2, 3));
-    // lfu: at 2, counts 0:2, 1:1: evicts 1; then 1 misses: 1 hit.
-    check(Policy::Lfu, (1, 4));
-    // belady: at 2, next uses 0: never, 1: step 4: evicts 0; 1 hits: 2 hits.
-    check(Policy::Belady, (2, 3));
-}
-
-#[test]
-fn served_by_hand() {
-    // E = 4, k = 2, lru cap 2, W = 0. Step 0: rows [0,1] [1,2]: U = 1 (2 rows), 0, 2.
-    // 1 miss, 0 miss, 2 miss with every cached expert in U: evict the processed one of lowest
-    // priority, 1 (accessed first): cache {0, 2}. Step 1: row [1,3]: 1 miss evicts 0 (older
-    // than 2), 3 miss evicts 2: {1, 3}. Step 2: row [3,1]: two hits.
-    let trace = one_layer(4, 2, &[&[0, 1], &[1, 2], &[1, 3], &[3, 1]], None);
-    let trace = with_steps(trace, vec![0, 2, 3]);
-    let view = trace.view();
-    let keep = Keep::full(&view.shape());
-    let dep = Deployment { schedule: Schedule::Served, ..Deployment::default() };
-    let c = both(&view, &keep, &cfg0(Policy::Lru, 2), &dep);
-    assert_eq!((c.counts.picks, c.counts.hits, c.counts.misses), (8, 2, 5));
-    assert_eq!((c.steps, c.rows, c.counts.tokens), (3, 4, 4));
-    assert_eq!(c.loads_per_step(), 5.0 / 3.0);
-    // With 1 pinned: step 0 U = 1 (pinned hit), 0 miss, 2 miss: {0, 2}; step 1: 1 hit, 3 miss
-    // evicts 0; step 2: hits. Memory 1 + 2.
-    let dep = Deployment { pins: Some(pins(&view, &[vec![1]])), schedule: Schedule::Served, ..Deployment::default() };
-    let c = both(&view, &keep, &cfg0(Policy::Lru, 2), &dep);
-    assert_eq!((c.counts.hits, c.counts.misses, c.pinned_hits), (4, 3, 3));
-    // The warmup counts whole steps: W = 1 skips step 0 only (it starts at 0), W = 2 also.
-    for (w, steps) in [(1, 2), (2, 2), (3, 1)] {
-        let cfg = ReplayConfig { warmup: w, ..cfg0(Policy::Lru, 2) };
-        let c = both(&view, &keep, &cfg, &Deployment { schedule: Schedule::Served, ..Deployment::default() });
-        assert_eq!(c.steps, steps, "W = {w}");
-    }
-}
-
-#[test]
-fn rebatch_by_hand() {
-    // Sequences [0, 1], [2], [3]; k = 1, tokens 0 1 2 3 request experts 0 1 0 1 (E = 4); lru
-    // cap 1. B = 2: step 0 = tokens [0, 2] (U = {0}), step 1 = tokens [1, 3] (U = {1}; slot 1's
-    // sequence ended at step 0, so it takes [3] at step 1): 2 misses, 2 steps, 4 rows.
-    let meta = common::meta(4, 1, 1);
-    let parts = trace_io::OwnedParts { ids: vec![0, 1, 0, 1], seq_offsets: Some(vec![0, 2, 3]), ..Default::default() };
-    let trace = TraceData::new(meta, 4, 1, parts).expect("valid");
-    let view = trace.view();
-    let keep = Keep::full(&view.shape());
-    let cfg = cfg0(Policy::Lru, 1);
-    let b2 = both(&view, &keep, &cfg, &Deployment { schedule: Schedule::Rebatch(2), ..Deployment::default() });
-    assert_eq!((b2.steps, b2.rows, b2.counts.hits, b2.counts.misses), (2, 4, 0, 2));
-    // B = 1 is trace order: 0 1 0 1 at cap 1: 4 misses, as plain replay.
-    let b1 = both(&view, &keep, &cfg, &Deployment { schedule: Schedule::Rebatch(1), ..Deployment::default() });
-    assert_eq!(b1.counts, cachesim::replay(&view, &keep, &cfg).expect("valid"));
-    assert_eq!(b1.counts.misses, 4);
 }
 
 fn lambdas(policy: Policy) -> &'static [f64] {

@@ -3,8 +3,9 @@
 mod common;
 
 use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, ReplayCounts, Semantics, reference};
-use common::one_layer;
-use trace_io::TraceData;
+use common::spec::{Spec, check_expect, ids, list, n};
+use common::{cfg0 as cfg, one_layer};
+use trace_io::{OwnedParts, TraceData};
 
 /// Replays on both replayers, asserts they agree, returns the counts.
 fn check(trace: &TraceData, keep: Option<&[Vec<u16>]>, cfg: &ReplayConfig) -> ReplayCounts {
@@ -20,230 +21,201 @@ fn check(trace: &TraceData, keep: Option<&[Vec<u16>]>, cfg: &ReplayConfig) -> Re
     fast
 }
 
-fn cfg(policy: Policy, cap: usize) -> ReplayConfig {
-    ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, cap) }
-}
-
 /// Replays the one-layer trace of `spec` with every policy named in `expect` on both replayers
-/// and checks each policy's misses.
+/// and checks each policy's misses and the figures named for all of them.
 ///
-/// `spec`: settings, `|`, then the rows (candidates comma-separated, rows space-separated).
-/// Settings: `E=` experts, `k=`, `cap=`, and optionally `W=` warmup (default 0), `N=`, `d=`,
-/// `j=`, `lambda=`, `keep=` (kept ids, comma-separated), `seq` (sequential semantics),
-/// `z=` (every row's scores, comma-separated; default 0, -1, -2, ... by rank).
-/// `expect`: `policy misses` pairs. A new policy adds a column to the table below.
+/// `spec` (the form of `common::spec`): settings `E=` experts, `k=`, `cap=`, and optionally
+/// `W=` warmup (default 0), `N=`, `d=`, `j=`, `lambda=`, `keep=` (kept ids), `seq` (sequential
+/// semantics), `seqs=` (sequence start tokens), `reset` (reset at sequence starts), `z=` (every
+/// row's scores, comma-separated; default 0, -1, -2, ... by rank).
+/// `expect`: `policy misses` pairs, and `name=value` figures every named policy must give:
+/// tokens, picks, hits, forced, substituted, pruned, layer_misses, misses_per_token, hit_rate.
+/// A new policy adds a column to the table below.
 fn check_misses(spec: &str, expect: &str) {
-    let (settings, rows) = spec.split_once('|').expect("settings | rows");
-    let rows: Vec<Vec<u16>> =
-        rows.split_whitespace().map(|r| r.split(',').map(|e| e.parse().expect("an expert id")).collect()).collect();
-    let m = rows[0].len();
-    let mut z: Vec<f32> = (0..m).map(|r| -(r as f32)).collect();
-    let (mut experts, mut k, mut keep) = (0, 0, None);
-    let mut base = cfg(Policy::Lru, 0);
-    for setting in settings.split_whitespace() {
-        let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
-        let num = || value.parse::<f64>().expect("a number");
-        match key {
-            "E" => experts = num() as usize,
-            "k" => k = num() as usize,
-            "cap" => base.cap = num() as usize,
-            "W" => base.warmup = num() as usize,
-            "N" => base.near_pick_n = num() as usize,
-            "d" => base.decay = num(),
-            "j" => base.j = num() as usize,
-            "lambda" => base.lambda = num(),
-            "seq" => base.semantics = Semantics::Sequential,
-            "keep" => {
-                keep = Some(vec![value.split(',').map(|e| e.parse().expect("an expert id")).collect::<Vec<u16>>()])
-            }
-            "z" => z = value.split(',').map(|x| x.parse().expect("a score")).collect(),
-            _ => panic!("unknown setting {setting}"),
-        }
+    let mut s = Spec::parse(spec);
+    let (experts, k): (usize, usize) = (s.need("E"), s.need("k"));
+    let mut base = ReplayConfig { warmup: s.num("W").unwrap_or(0), ..cfg(Policy::Lru, s.need("cap")) };
+    base.near_pick_n = s.num("N").unwrap_or(base.near_pick_n);
+    base.decay = s.num("d").unwrap_or(base.decay);
+    base.j = s.num("j").unwrap_or(base.j);
+    base.lambda = s.num("lambda").unwrap_or(base.lambda);
+    if s.flag("seq") {
+        base.semantics = Semantics::Sequential;
     }
-    let row_refs: Vec<&[u16]> = rows.iter().map(Vec::as_slice).collect();
-    let scores: Vec<&[f32]> = rows.iter().map(|_| z.as_slice()).collect();
-    let trace = one_layer(experts, k, &row_refs, Some(&scores));
-    let expect: Vec<&str> = expect.split_whitespace().collect();
-    for pair in expect.chunks(2) {
+    base.reset_at_sequence = s.flag("reset");
+    let keep = s.take("keep").map(|v| vec![ids(&v)]);
+    let seqs: Option<Vec<u64>> = s.take("seqs").map(|v| ids(&v).into_iter().map(u64::from).collect());
+    let (row_ids, tokens, m) = s.ids();
+    let z: Vec<f32> = match s.take("z") {
+        Some(v) => v.split(',').map(|x| x.parse().expect("a score")).collect(),
+        None => (0..m).map(|r| -(r as f32)).collect(),
+    };
+    s.finish();
+    let scores = z.repeat(tokens);
+    let parts = OwnedParts { ids: row_ids, scores: Some(scores), seq_offsets: seqs, ..Default::default() };
+    let trace = TraceData::new(common::meta(experts, k, 1), tokens, m, parts).expect("a valid hand-built trace");
+    let (pairs, figures): (Vec<&str>, Vec<&str>) = expect.split_whitespace().partition(|w| !w.contains('='));
+    let figures = figures.join(" ");
+    for pair in pairs.chunks(2) {
         let policy: Policy = pair[0].parse().expect("a policy name");
         let misses: u64 = pair[1].parse().expect("a miss count");
-        let got = check(&trace, keep.as_deref(), &ReplayConfig { policy, ..base.clone() });
-        assert_eq!(got.misses, misses, "{policy} on {spec}");
+        let c = check(&trace, keep.as_deref(), &ReplayConfig { policy, ..base.clone() });
+        assert_eq!(c.misses, misses, "{policy} on {spec}");
+        let got = [
+            ("tokens", n(c.tokens)),
+            ("picks", n(c.picks)),
+            ("hits", n(c.hits)),
+            ("forced", n(c.forced_misses)),
+            ("substituted", n(c.substituted)),
+            ("pruned", n(c.pruned_slots)),
+            ("layer_misses", list(&c.layer_misses)),
+            ("misses_per_token", vec![c.misses_per_token()]),
+            ("hit_rate", vec![c.hit_rate()]),
+        ];
+        check_expect(&format!("{policy} on {spec}"), &figures, &got);
     }
 }
 
-/// Hand-computed replays: the derivations are in the comments of the tests below (each names
-/// its case), and near_pick_ema / inv_router on the first trace here.
+/// Hand-computed replays, one case per row of the table; the derivations follow, each named by
+/// the comment above its rows.
 ///
-/// First trace, near_pick_ema (d = 0.99; m = 1, so inv_router's softmax is 1 and it equals
+/// first trace, near_pick_ema (d = 0.99; m = 1, so inv_router's softmax is 1 and it equals
 /// near_pick_ema; near_pick's last near token is the last access, so it equals lru):
 /// t2 evicts 0 (s .99 < 1); t3 evicts 1 (.99 < 1); t4 2 hits; t5 evicts 0 (s0 1.9506 < s2
 /// 1.9801); t6 evicts 2 (s2 1.960299 < s1 1.960596); t7 1 hits: misses t0..t3, t5, t6 = 6.
+///
+/// lru_fifo_lfu_belady_differ:
+///   k = 1, cap 2, requests 0 1 2 0 2 1 0 1 (t0..t7). Pick clock = t + 1.
+///   lru:  t0 0 miss [0]; t1 1 miss [0,1]; t2 2 miss, evict 0 (last t0) [1,2]; t3 0 miss, evict 1
+///         (t1) [2,0]; t4 2 hit; t5 1 miss, evict 0 (t3 < t4) [2,1]; t6 0 miss, evict 2 (t4 < t5)
+///         [1,0]; t7 1 hit.                                                           = 6 misses
+///   fifo: t2 evicts 0 (inserted t0) [1,2]; t3 evicts 1 (t1) [2,0]; t4 hit; t5 evicts 2 (t2)
+///         [0,1]; t6 hit; t7 hit.                                        misses t0..t3, t5 = 5
+///   lfu:  t2: counts 0:1 1:1, tie -> older access 0 evicted [1,2]; t3: 1 (1, t1) vs 2 (1, t2)
+///         -> evict 1 [2,0]; t4 2 hit (count 2); t5: evict 0 (count 1) [2,1]; t6: evict 1
+///         (count 1 < 2) [2,0]; t7: evict 0 (count 1) -> miss.                       = 7 misses
+///   belady: t2: next use 0 -> t3, 1 -> t5: evict 1 [0,2]; t3, t4 hit; t5: 0 -> t6, 2 -> never:
+///         evict 2 [0,1]; t6, t7 hit.                                      misses t0..t2, t5 = 4
+///
+/// belady_counted_from_warmup_is_not_a_bound:
+///   Belady is the offline optimum of all misses from token 0. Counted from W > 0 it is not a bound:
+///   it may enter the window with a worse cache than an online policy, having saved misses before
+///   W that are not counted. k = 1, cap 2, requests 0 0 1 2 1 0 (t0..t5).
+///   belady: t0 0 miss [0]; t1 hit; t2 1 miss [0,1]; t3 2 miss, next use 0 -> t5, 1 -> t4: evict 0
+///           [1,2]; t4 1 hit; t5 0 miss.                                 misses t0, t2, t3, t5 = 4
+///   lfu:    t3: counts 0:2, 1:1: evict 1 [0,2]; t4 1 miss, evict 2 (count 1 < 2) [0,1]; t5 0 hit.
+///                                                                       misses t0, t2, t3, t4 = 4
+///   From W = 0 both have 4 (Belady <= lfu holds); from W = 5 Belady has 1 and lfu 0.
+///
+/// pruned_keep_forces_misses:
+///   E = 4, k = 2, m = 3, keep {0, 1} (2 and 3 pruned), cap 2, lru.
+///   t0 [0,1,2]: F = [0,1], chosen 0,1 (2 cold misses); first-k {0,1} all kept: no pruned slot,
+///               no substitution.
+///   t1 [2,3,0]: F = [0], n = 1: 1 forced miss; first-k {2,3} both pruned (2); chosen 0 is not
+///               in {2,3}: 1 substituted; 0 hit.
+///   t2 [3,1,2]: F = [1]: 1 forced; first-k {3,1}: 1 pruned; 1 is among them: 0 substituted; hit.
+///   t3 [2,3,1]: F = [1]: 1 forced; 2 pruned; 1 substituted; hit.
+///   Totals: picks 8, hits 3, misses 2 + 3 = 5, forced 3, pruned_slots 5, substituted 2.
+///
+/// near_pick_keeps_recent_candidates:
+///   near_pick, N = 2, k = 1, m = 3, cap 3, E = 5.
+///   t0 [0,1,4]: 0 miss [0];        credits 0 -> t0, 1 -> t0
+///   t1 [1,2,4]: 1 miss [0,1];      credits 1 -> t1, 2 -> t1
+///   t2 [2,0,4]: 2 miss [0,1,2];    credits 2 -> t2, 0 -> t2
+///   t3 [3,4,1]: 3 miss, full. lru evicts 0 (oldest access). near_pick: 0 -> t2, 1 -> t1, 2 -> t2:
+///               evicts 1.
+///   t4 [0,4,1]: lru: 0 misses again (5 misses in all); near_pick: 0 hits (4 misses).
+///   With N = 1 only the chosen expert is credited, which orders like lru: 5 misses.
+///
+/// near_pick_ema_depends_on_decay:
+///   near_pick_ema, N = 2, k = 1, m = 3, cap 2, E = 5.
+///   t0 [1,3,4]: 1 miss [1];   t1 [3,1,4]: 3 miss [1,3];   t2 [1,3,4]: 1 hit.
+///   After t2 both 1 and 3 were credited at t0, t1, t2: s1 = s3 = d(d + 1) + 1 exactly.
+///   t3 [0,2,4]: 0 miss; s tie -> lru: 3 (access t1) evicted [1,0]; credits 0, 2: s0 = 1,
+///               s1 = d(d(d + 1) + 1).
+///   t4 [2,4,0]: 2 miss; evict min(s0, s1). d = 0.9: s1 = 2.439 > 1 -> evict 0; d = 0.1:
+///               s1 = 0.111 < 1 -> evict 1.
+///   t5 [1,0,4]: d = 0.9: 1 hit (4 misses); d = 0.1: 1 miss (5 misses).
+///   near_pick (last credit 1 -> t2, 0 -> t3) evicts 1 at t4 like lru: 5 misses.
+///
+/// sequential_differs_from_k_way:
+///   k = 2, m = 2, cap 2, lru.
+///   t0 [0,1]: 2 misses, cache {0 (clock 1), 1 (clock 2)}.
+///   t1 [2,0]: k-way: 2 misses; 0 is protected (chosen for this token), so 1 is evicted; 0 hits.
+///             3 misses.
+///             sequential: 2 misses and evicts the lru 0; then 0 misses and evicts 1 (clock 2 <
+///             2's clock 3). 4 misses.
+///
+/// cache_aware_routing_reduces_misses:
+///   Cache-aware routing. k = 2, m = 3, j = 0, cap 2, E = 3, lru; every row has scores
+///   [0, -1, -1.5], so δ = z(F[0]) - z(F[1]) = 1 and a cached expert gains λ.
+///   t0 [0,1,2]: cache empty, chosen 0, 1: 2 misses.
+///   t1 [0,2,1]: λ = 0: chosen 0, 2: 2 misses, evicts 1. λ > 0.5: 1 (cached) scores -1.5 + λ > -1:
+///               chosen 0, 1, both hit, 1 substituted. λ = 0.5: tie at -1, rank decides: 2.
+///   t2 [0,1,2]: λ = 0: 1 misses (evicts 2). λ > 0.5: hits.
+///   t3 [0,2,1]: λ = 0: 2 misses. λ > 0.5: hits, 1 substituted.
+///   misses: 5 for λ <= 0.5, 2 for λ > 0.5; never increasing in λ.
+///
+/// reset_at_sequence_empties_caches:
+///   Sequence resets: rows 0 1 0 1 with a sequence start at t2, cap 2, lru: without reset
+///   2 misses; with reset the cache is emptied at t2: 4 misses.
 #[test]
 fn hand_computed_misses() {
+    let all = "tokens=8 picks=8 forced=0 substituted=0 pruned=0";
+    let pruned = "tokens=4 picks=8 hits=3 forced=3 substituted=2 pruned=5 layer_misses=5";
     for (spec, expect) in [
-        // lru_fifo_lfu_belady_differ
-        ("E=3 k=1 cap=2 | 0 1 2 0 2 1 0 1", "lru 6 fifo 5 lfu 7 belady 4 near_pick 6 near_pick_ema 6 inv_router 6"),
+        // first trace; lru_fifo_lfu_belady_differ
+        (
+            "E=3 k=1 cap=2 | 0 1 2 0 2 1 0 1",
+            &*format!("lru 6 fifo 5 lfu 7 belady 4 near_pick 6 near_pick_ema 6 inv_router 6 {all}"),
+        ),
+        // (with k = 1 there is nothing to protect: sequential gives the same counts)
         ("E=3 k=1 cap=2 seq | 0 1 2 0 2 1 0 1", "lru 6 fifo 5 lfu 7 belady 4"),
-        ("E=3 k=1 cap=2 W=3 | 0 1 2 0 2 1 0 1", "lru 3"),
+        // (warmup 3: only t3..t7 count; lru misses at t3, t5, t6)
+        ("E=3 k=1 cap=2 W=3 | 0 1 2 0 2 1 0 1", "lru 3 tokens=5 picks=5 hits=2 misses_per_token=0.6 hit_rate=0.4"),
+        // (cap 3 >= E: only the 3 compulsory misses)
         ("E=3 k=1 cap=3 | 0 1 2 0 2 1 0 1", "lru 3 fifo 3 lfu 3 belady 3 near_pick 3 near_pick_ema 3 inv_router 3"),
         // belady_counted_from_warmup_is_not_a_bound
         ("E=3 k=1 cap=2 | 0 0 1 2 1 0", "belady 4 lfu 4"),
         ("E=3 k=1 cap=2 W=5 | 0 0 1 2 1 0", "belady 1 lfu 0"),
-        // pruned_keep_forces_misses
-        ("E=4 k=2 cap=2 keep=0,1 | 0,1,2 2,3,0 3,1,2 2,3,1", "lru 5 fifo 5 lfu 5 belady 5 near_pick 5 near_pick_ema 5"),
-        ("E=4 k=2 cap=2 | 0,1,2 2,3,0 3,1,2 2,3,1", "lru 6"),
-        // near_pick_keeps_recent_candidates
+        // pruned_keep_forces_misses (with the full keep set: t1 chosen 2, 3 (2 misses, evicting 0
+        // then 1), t2 chosen 3 (hit), 1 (miss, evicts 2: 3 is protected), t3 chosen 2 (miss,
+        // evicts 1: 3 is protected), 3 (hit): 6 misses)
+        (
+            "E=4 k=2 cap=2 keep=0,1 | 0,1,2 2,3,0 3,1,2 2,3,1",
+            &*format!("lru 5 fifo 5 lfu 5 belady 5 near_pick 5 near_pick_ema 5 {pruned}"),
+        ),
+        ("E=4 k=2 cap=2 | 0,1,2 2,3,0 3,1,2 2,3,1", "lru 6 forced=0 substituted=0 pruned=0"),
+        // near_pick_keeps_recent_candidates (pruning expert 0 out: F of t2 is [2,4], so 0 is never
+        // credited at t2, as credits read F; 0 then is never chosen either: t0 1 miss; t1 1 hit;
+        // t2 2 miss; t3 3 miss; t4 4 miss: 4 misses, no forced ones)
         ("E=5 k=1 cap=3 N=2 | 0,1,4 1,2,4 2,0,4 3,4,1 0,4,1", "lru 5 near_pick 4"),
         ("E=5 k=1 cap=3 N=1 | 0,1,4 1,2,4 2,0,4 3,4,1 0,4,1", "near_pick 5"),
+        (
+            "E=5 k=1 cap=3 N=2 keep=1,2,3,4 | 0,1,4 1,2,4 2,0,4 3,4,1 0,4,1",
+            "near_pick 4 forced=0 substituted=2 pruned=2",
+        ),
         // near_pick_ema_depends_on_decay
         ("E=5 k=1 cap=2 N=2 d=0.9 | 1,3,4 3,1,4 1,3,4 0,2,4 2,4,0 1,0,4", "near_pick_ema 4 near_pick 5 lru 5"),
         ("E=5 k=1 cap=2 N=2 d=0.1 | 1,3,4 3,1,4 1,3,4 0,2,4 2,4,0 1,0,4", "near_pick_ema 5"),
-        // sequential_differs_from_k_way
-        ("E=3 k=2 cap=2 | 0,1 2,0", "lru 3 fifo 3 lfu 3"),
-        ("E=3 k=2 cap=2 seq | 0,1 2,0", "lru 4 fifo 4 lfu 4 belady 3"),
-        // cache_aware_routing_reduces_misses
-        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0.5 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5"),
-        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0.6 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 2"),
+        // sequential_differs_from_k_way (belady looks ahead: at t1 it evicts 1, never used again)
+        ("E=3 k=2 cap=2 | 0,1 2,0", "lru 3 fifo 3 lfu 3 hits=1"),
+        ("E=3 k=2 cap=2 seq | 0,1 2,0", "lru 4 fifo 4 lfu 4 hits=0"),
+        ("E=3 k=2 cap=2 seq | 0,1 2,0", "belady 3"),
+        // cache_aware_routing_reduces_misses (j = 3 boosts every candidate: the order is
+        // unchanged, as with λ = 0)
+        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5 substituted=0"),
+        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0.3 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5 substituted=0"),
+        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0.5 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5 substituted=0"),
+        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=0.6 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 2 substituted=2"),
+        ("E=3 k=2 cap=2 j=0 z=0,-1,-1.5 lambda=1 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 2 substituted=2"),
         ("E=3 k=2 cap=2 j=3 z=0,-1,-1.5 lambda=1 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5"),
+        // reset_at_sequence_empties_caches
+        ("E=2 k=1 cap=2 seqs=0,2 | 0 1 0 1", "lru 2"),
+        ("E=2 k=1 cap=2 seqs=0,2 reset | 0 1 0 1", "lru 4 fifo 4 lfu 4 belady 4 near_pick 4 near_pick_ema 4"),
     ] {
         check_misses(spec, expect);
     }
-}
-
-/// k = 1, cap 2, requests 0 1 2 0 2 1 0 1 (t0..t7). Pick clock = t + 1.
-///
-/// lru:  t0 0 miss [0]; t1 1 miss [0,1]; t2 2 miss, evict 0 (last t0) [1,2]; t3 0 miss, evict 1
-///       (t1) [2,0]; t4 2 hit; t5 1 miss, evict 0 (t3 < t4) [2,1]; t6 0 miss, evict 2 (t4 < t5)
-///       [1,0]; t7 1 hit.                                                           = 6 misses
-/// fifo: t2 evicts 0 (inserted t0) [1,2]; t3 evicts 1 (t1) [2,0]; t4 hit; t5 evicts 2 (t2)
-///       [0,1]; t6 hit; t7 hit.                                        misses t0..t3, t5 = 5
-/// lfu:  t2: counts 0:1 1:1, tie -> older access 0 evicted [1,2]; t3: 1 (1, t1) vs 2 (1, t2)
-///       -> evict 1 [2,0]; t4 2 hit (count 2); t5: evict 0 (count 1) [2,1]; t6: evict 1
-///       (count 1 < 2) [2,0]; t7: evict 0 (count 1) -> miss.                       = 7 misses
-/// belady: t2: next use 0 -> t3, 1 -> t5: evict 1 [0,2]; t3, t4 hit; t5: 0 -> t6, 2 -> never:
-///       evict 2 [0,1]; t6, t7 hit.                                      misses t0..t2, t5 = 4
-#[test]
-fn lru_fifo_lfu_belady_differ() {
-    let rows: Vec<&[u16]> = vec![&[0], &[1], &[2], &[0], &[2], &[1], &[0], &[1]];
-    let trace = one_layer(3, 1, &rows, None);
-    let expect = [(Policy::Lru, 6), (Policy::Fifo, 5), (Policy::Lfu, 7), (Policy::Belady, 4)];
-    for (policy, misses) in expect {
-        let c = check(&trace, None, &cfg(policy, 2));
-        assert_eq!(c.misses, misses, "{policy}");
-        assert_eq!((c.tokens, c.picks, c.hits), (8, 8, 8 - misses), "{policy}");
-        assert_eq!((c.forced_misses, c.substituted, c.pruned_slots), (0, 0, 0), "{policy}");
-        assert_eq!(c.layer_misses, vec![misses]);
-    }
-    // With k = 1 there is nothing to protect: sequential gives the same counts.
-    for (policy, misses) in expect {
-        let c = check(&trace, None, &ReplayConfig { semantics: Semantics::Sequential, ..cfg(policy, 2) });
-        assert_eq!(c.misses, misses, "{policy} sequential");
-    }
-    // Warmup 3: only t3..t7 count. lru misses at t3, t5, t6 -> 3 of 5 picks.
-    let c = check(&trace, None, &ReplayConfig { warmup: 3, ..cfg(Policy::Lru, 2) });
-    assert_eq!((c.tokens, c.picks, c.hits, c.misses), (5, 5, 2, 3));
-    assert!((c.misses_per_token() - 0.6).abs() < 1e-12);
-    assert!((c.hit_rate() - 0.4).abs() < 1e-12);
-    // cap 3 >= E: only the 3 compulsory misses.
-    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 3)).misses, 3);
-}
-
-/// Belady is the offline optimum of all misses from token 0. Counted from W > 0 it is not a bound:
-/// it may enter the window with a worse cache than an online policy, having saved misses before
-/// W that are not counted. k = 1, cap 2, requests 0 0 1 2 1 0 (t0..t5).
-///
-/// belady: t0 0 miss [0]; t1 hit; t2 1 miss [0,1]; t3 2 miss, next use 0 -> t5, 1 -> t4: evict 0
-///         [1,2]; t4 1 hit; t5 0 miss.                                 misses t0, t2, t3, t5 = 4
-/// lfu:    t3: counts 0:2, 1:1: evict 1 [0,2]; t4 1 miss, evict 2 (count 1 < 2) [0,1]; t5 0 hit.
-///                                                                     misses t0, t2, t3, t4 = 4
-/// From W = 0 both have 4 (Belady <= lfu holds); from W = 5 Belady has 1 and lfu 0.
-#[test]
-fn belady_counted_from_warmup_is_not_a_bound() {
-    let rows: Vec<&[u16]> = vec![&[0], &[0], &[1], &[2], &[1], &[0]];
-    let trace = one_layer(3, 1, &rows, None);
-    for (warmup, belady, lfu) in [(0, 4, 4), (5, 1, 0)] {
-        let misses = |policy| check(&trace, None, &ReplayConfig { warmup, ..cfg(policy, 2) }).misses;
-        assert_eq!((misses(Policy::Belady), misses(Policy::Lfu)), (belady, lfu), "warmup {warmup}");
-    }
-}
-
-/// E = 4, k = 2, m = 3, keep {0, 1} (2 and 3 pruned), cap 2, lru.
-/// t0 [0,1,2]: F = [0,1], chosen 0,1 (2 cold misses); first-k {0,1} all kept: no pruned slot,
-///             no substitution.
-/// t1 [2,3,0]: F = [0], n = 1: 1 forced miss; first-k {2,3} both pruned (2); chosen 0 is not
-///             in {2,3}: 1 substituted; 0 hit.
-/// t2 [3,1,2]: F = [1]: 1 forced; first-k {3,1}: 1 pruned; 1 is among them: 0 substituted; hit.
-/// t3 [2,3,1]: F = [1]: 1 forced; 2 pruned; 1 substituted; hit.
-/// Totals: picks 8, hits 3, misses 2 + 3 = 5, forced 3, pruned_slots 5, substituted 2.
-#[test]
-fn pruned_keep_forces_misses() {
-    let rows: Vec<&[u16]> = vec![&[0, 1, 2], &[2, 3, 0], &[3, 1, 2], &[2, 3, 1]];
-    let trace = one_layer(4, 2, &rows, None);
-    let keep = vec![vec![0u16, 1]];
-    for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::InvRouter) {
-        let c = check(&trace, Some(&keep), &cfg(policy, 2));
-        let expect = ReplayCounts {
-            tokens: 4,
-            picks: 8,
-            hits: 3,
-            misses: 5,
-            forced_misses: 3,
-            substituted: 2,
-            pruned_slots: 5,
-            layer_misses: vec![5],
-        };
-        assert_eq!(c, expect, "{policy}");
-    }
-    // The full keep set: t1 chosen 2, 3 (2 misses, evicting 0 then 1), t2 chosen 3 (hit), 1 (miss,
-    // evicts 2: 3 is protected), t3 chosen 2 (miss, evicts 1: 3 is protected), 3 (hit): 6 misses.
-    let c = check(&trace, None, &cfg(Policy::Lru, 2));
-    assert_eq!((c.misses, c.forced_misses, c.substituted, c.pruned_slots), (6, 0, 0, 0));
-}
-
-/// near_pick, N = 2, k = 1, m = 3, cap 3, E = 5.
-/// t0 [0,1,4]: 0 miss [0];        credits 0 -> t0, 1 -> t0
-/// t1 [1,2,4]: 1 miss [0,1];      credits 1 -> t1, 2 -> t1
-/// t2 [2,0,4]: 2 miss [0,1,2];    credits 2 -> t2, 0 -> t2
-/// t3 [3,4,1]: 3 miss, full. lru evicts 0 (oldest access). near_pick: 0 -> t2, 1 -> t1, 2 -> t2:
-///             evicts 1.
-/// t4 [0,4,1]: lru: 0 misses again (5 misses in all); near_pick: 0 hits (4 misses).
-/// With N = 1 only the chosen expert is credited, which orders like lru: 5 misses.
-#[test]
-fn near_pick_keeps_recent_candidates() {
-    let rows: Vec<&[u16]> = vec![&[0, 1, 4], &[1, 2, 4], &[2, 0, 4], &[3, 4, 1], &[0, 4, 1]];
-    let trace = one_layer(5, 1, &rows, None);
-    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 3)).misses, 5);
-    let np = |n| ReplayConfig { near_pick_n: n, ..cfg(Policy::NearPick, 3) };
-    assert_eq!(check(&trace, None, &np(2)).misses, 4);
-    assert_eq!(check(&trace, None, &np(1)).misses, 5);
-    // Pruning expert 0 out: F of t2 is [2,4], so 0 is never credited at t2 (credits read F).
-    // 0 then is never chosen either: t0 [1] ... every token picks its first kept candidate.
-    // t0 1 miss; t1 1 hit; t2 2 miss; t3 3 miss; t4 4 miss -> 4 misses, no forced ones.
-    let keep = vec![vec![1u16, 2, 3, 4]];
-    let c = check(&trace, Some(&keep), &np(2));
-    assert_eq!((c.misses, c.forced_misses, c.substituted, c.pruned_slots), (4, 0, 2, 2));
-}
-
-/// near_pick_ema, N = 2, k = 1, m = 3, cap 2, E = 5.
-/// t0 [1,3,4]: 1 miss [1];   t1 [3,1,4]: 3 miss [1,3];   t2 [1,3,4]: 1 hit.
-/// After t2 both 1 and 3 were credited at t0, t1, t2: s1 = s3 = d(d + 1) + 1 exactly.
-/// t3 [0,2,4]: 0 miss; s tie -> lru: 3 (access t1) evicted [1,0]; credits 0, 2: s0 = 1,
-///             s1 = d(d(d + 1) + 1).
-/// t4 [2,4,0]: 2 miss; evict min(s0, s1). d = 0.9: s1 = 2.439 > 1 -> evict 0; d = 0.1:
-///             s1 = 0.111 < 1 -> evict 1.
-/// t5 [1,0,4]: d = 0.9: 1 hit (4 misses); d = 0.1: 1 miss (5 misses).
-/// near_pick (last credit 1 -> t2, 0 -> t3) evicts 1 at t4 like lru: 5 misses.
-#[test]
-fn near_pick_ema_depends_on_decay() {
-    let rows: Vec<&[u16]> = vec![&[1, 3, 4], &[3, 1, 4], &[1, 3, 4], &[0, 2, 4], &[2, 4, 0], &[1, 0, 4]];
-    let trace = one_layer(5, 1, &rows, None);
-    let ema = |d| ReplayConfig { near_pick_n: 2, decay: d, ..cfg(Policy::NearPickEma, 2) };
-    assert_eq!(check(&trace, None, &ema(0.9)).misses, 4);
-    assert_eq!(check(&trace, None, &ema(0.1)).misses, 5);
-    let np = ReplayConfig { near_pick_n: 2, ..cfg(Policy::NearPick, 2) };
-    assert_eq!(check(&trace, None, &np).misses, 5);
-    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 2)).misses, 5);
 }
 
 /// inv_router, k = 1, m = 3, cap 2, E = 5; scores are ln(p) with p summing to 1 per row, so the
@@ -261,66 +233,6 @@ fn inv_router_keeps_probable_experts() {
     let trace = one_layer(5, 1, &rows, Some(&scores));
     assert_eq!(check(&trace, None, &cfg(Policy::Lru, 2)).misses, 4);
     assert_eq!(check(&trace, None, &cfg(Policy::InvRouter, 2)).misses, 3);
-}
-
-/// k = 2, m = 2, cap 2, lru.
-/// t0 [0,1]: 2 misses, cache {0 (clock 1), 1 (clock 2)}.
-/// t1 [2,0]: k-way: 2 misses; 0 is protected (chosen for this token), so 1 is evicted; 0 hits.
-///           3 misses.
-///           sequential: 2 misses and evicts the lru 0; then 0 misses and evicts 1 (clock 2 <
-///           2's clock 3). 4 misses.
-#[test]
-fn sequential_differs_from_k_way() {
-    let rows: Vec<&[u16]> = vec![&[0, 1], &[2, 0]];
-    let trace = one_layer(3, 2, &rows, None);
-    for policy in [Policy::Lru, Policy::Fifo, Policy::Lfu] {
-        let kway = check(&trace, None, &cfg(policy, 2));
-        let seq = check(&trace, None, &ReplayConfig { semantics: Semantics::Sequential, ..cfg(policy, 2) });
-        assert_eq!((kway.misses, kway.hits), (3, 1), "{policy}");
-        assert_eq!((seq.misses, seq.hits), (4, 0), "{policy}");
-    }
-    // belady looks ahead: at t1 it evicts 1 (never used again) in both modes.
-    let seq = check(&trace, None, &ReplayConfig { semantics: Semantics::Sequential, ..cfg(Policy::Belady, 2) });
-    assert_eq!(seq.misses, 3);
-}
-
-/// Cache-aware routing. k = 2, m = 3, j = 0, cap 2, E = 3, lru; every row has scores
-/// [0, -1, -1.5], so δ = z(F[0]) - z(F[1]) = 1 and a cached expert gains λ.
-/// t0 [0,1,2]: cache empty, chosen 0, 1: 2 misses.
-/// t1 [0,2,1]: λ = 0: chosen 0, 2: 2 misses, evicts 1. λ > 0.5: 1 (cached) scores -1.5 + λ > -1:
-///             chosen 0, 1, both hit, 1 substituted. λ = 0.5: tie at -1, rank decides: 2.
-/// t2 [0,1,2]: λ = 0: 1 misses (evicts 2). λ > 0.5: hits.
-/// t3 [0,2,1]: λ = 0: 2 misses. λ > 0.5: hits, 1 substituted.
-/// misses: 5 for λ <= 0.5, 2 for λ > 0.5; never increasing in λ.
-#[test]
-fn cache_aware_routing_reduces_misses() {
-    let rows: Vec<&[u16]> = vec![&[0, 1, 2], &[0, 2, 1], &[0, 1, 2], &[0, 2, 1]];
-    let z: &[f32] = &[0.0, -1.0, -1.5];
-    let trace = one_layer(3, 2, &rows, Some(&[z, z, z, z]));
-    let base = ReplayConfig { j: 0, ..cfg(Policy::Lru, 2) };
-    let mut previous = u64::MAX;
-    for (lambda, misses, substituted) in [(0.0, 5, 0), (0.3, 5, 0), (0.5, 5, 0), (0.6, 2, 2), (1.0, 2, 2)] {
-        let c = check(&trace, None, &ReplayConfig { lambda, ..base.clone() });
-        assert_eq!((c.misses, c.substituted), (misses, substituted), "lambda {lambda}");
-        assert!(c.misses <= previous);
-        previous = c.misses;
-    }
-    // j = 3 boosts every candidate: the order is unchanged, as with λ = 0.
-    let c = check(&trace, None, &ReplayConfig { lambda: 1.0, j: 3, ..base.clone() });
-    assert_eq!(c.misses, 5);
-}
-
-/// Sequence resets: rows 0 1 0 1 with a sequence start at t2, cap 2, lru: without reset
-/// 2 misses; with reset the cache is emptied at t2: 4 misses.
-#[test]
-fn reset_at_sequence_empties_caches() {
-    let parts = trace_io::OwnedParts { ids: vec![0, 1, 0, 1], seq_offsets: Some(vec![0, 2]), ..Default::default() };
-    let trace = TraceData::new(common::meta(2, 1, 1), 4, 1, parts).expect("valid");
-    assert_eq!(check(&trace, None, &cfg(Policy::Lru, 2)).misses, 2);
-    for policy in Policy::ALL.into_iter().filter(|&p| p != Policy::InvRouter) {
-        let c = check(&trace, None, &ReplayConfig { reset_at_sequence: true, ..cfg(policy, 2) });
-        assert_eq!(c.misses, 4, "{policy}");
-    }
 }
 
 #[test]

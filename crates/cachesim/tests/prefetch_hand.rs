@@ -1,14 +1,16 @@
-//! Hand-computed prefetch replays and one timeline, one per predictor (derivations in the
-//! comments), checked on both replayers.
+//! Hand-computed prefetch replays and timelines, one table (derivations in the comments),
+//! checked on both replayers.
 
 mod common;
 
 use std::collections::BTreeMap;
 
 use cachesim::{
-    CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchCounts, PrefetchOptions, PrefetchReplay, ReplayConfig,
-    Semantics, TimelineDevice, reference,
+    CoactTable, Keep, Policy, Predictor, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig, Semantics,
+    TimelineDevice, reference,
 };
+use common::cfg0 as cfg;
+use common::spec::{Spec, check_expect, ids, list, n};
 use trace_io::{Lookahead, Phase, ScoreKind, TraceMeta, TraceParts, TraceView};
 
 fn meta(num_experts: u32, top_k: u32, layers: u32) -> TraceMeta {
@@ -23,7 +25,6 @@ fn meta(num_experts: u32, top_k: u32, layers: u32) -> TraceMeta {
         extra: BTreeMap::new(),
     }
 }
-
 /// The tensors of a trace with ids only.
 fn parts(ids: &[u16]) -> TraceParts<'_> {
     TraceParts {
@@ -38,7 +39,7 @@ fn parts(ids: &[u16]) -> TraceParts<'_> {
 }
 
 /// Replays on both replayers, asserts they agree, returns the fast result.
-fn check(view: &TraceView<'_>, cfg: &ReplayConfig, opts: &PrefetchOptions<'_>) -> PrefetchReplay {
+fn replay_both(view: &TraceView<'_>, cfg: &ReplayConfig, opts: &PrefetchOptions<'_>) -> PrefetchReplay {
     let keep = Keep::full(&view.shape());
     let fast = cachesim::replay_prefetch(view, &keep, cfg, opts).expect("valid");
     let slow = reference::prefetch::replay(view, &keep, cfg, opts).expect("valid");
@@ -46,113 +47,138 @@ fn check(view: &TraceView<'_>, cfg: &ReplayConfig, opts: &PrefetchOptions<'_>) -
     fast
 }
 
-/// (picks, hits, misses, prefetch_loads, useful, wasted)
-fn summary(c: &PrefetchCounts) -> (u64, u64, u64, u64, u64, u64) {
-    (c.replay.picks, c.replay.hits, c.replay.misses, c.prefetch_loads, c.useful, c.wasted)
+/// Replays the trace of `spec` with prefetch on both replayers and checks the figures named in
+/// `expect` (the form of `common::spec`).
+///
+/// Settings: `E=`, `k=`, `cap=`, a policy name, and optionally `pf=PRED:B` (none: no prefetch),
+/// `W=` (default 0), `seq` (sequential semantics), `reset` (reset at sequence starts),
+/// `seqs=` (sequence start tokens), `la=` (lookahead rows, `;`-separated, comma-separated ids),
+/// `dev=MB,MS,GBPS` (a timeline device: expert size, compute per token, bandwidth). The second
+/// rows part is coact's calibration trace.
+/// Figures: picks, hits, misses, loads (prefetch loads), useful, wasted, precision, coverage,
+/// layer_misses, and with `dev=`: tok_s, stall_s (per token).
+fn check_prefetch(spec: &str, expect: &str) {
+    let mut s = Spec::parse(spec);
+    let (experts, k, cap): (u32, u32, usize) = (s.need("E"), s.need("k"), s.need("cap"));
+    let policy: Policy = s.word().unwrap_or_else(|| panic!("{spec}: a policy"));
+    let mut config = ReplayConfig { warmup: s.num("W").unwrap_or(0), ..cfg(policy, cap) };
+    if s.flag("seq") {
+        config.semantics = Semantics::Sequential;
+    }
+    config.reset_at_sequence = s.flag("reset");
+    let prefetch: Option<Prefetch> = s.take("pf").map(|p| p.parse().unwrap_or_else(|e| panic!("{spec}: {e}")));
+    let seqs: Option<Vec<u64>> = s.take("seqs").map(|v| ids(&v).into_iter().map(u64::from).collect());
+    let la: Option<Vec<Vec<u16>>> = s.take("la").map(|v| v.split(';').map(ids).collect());
+    let dev = s.take("dev").map(|v| {
+        let x: Vec<f64> = v.split(',').map(|x| x.parse().expect("a number")).collect();
+        TimelineDevice { expert_mb: x[0], compute_ms: x[1], bandwidth_gbps: x[2] }
+    });
+    s.finish();
+    let (row_ids, tokens, m) = s.ids();
+    let meta = meta(experts, k, s.layers.len() as u32);
+    let la_flat: Vec<u16> = la.iter().flatten().flatten().copied().collect();
+    let mut parts = TraceParts { seq_offsets: seqs.as_deref(), ..parts(&row_ids) };
+    if let Some(la) = &la {
+        parts.lookahead_ids = Some(Lookahead { ids: &la_flat, width: la[0].len() });
+    }
+    let view = TraceView::new(&meta, tokens, m, parts).expect("a valid hand-built trace");
+    let calib = s.second_ids();
+    let table = calib.as_ref().map(|(c, ct, cm)| {
+        let cv = TraceView::new(&meta, *ct, *cm, self::parts(c)).expect("a valid calibration trace");
+        CoactTable::learn(&cv).expect("a validated calibration trace")
+    });
+    let opts = PrefetchOptions { prefetch, coact: table.as_ref(), timeline: dev };
+    let r = replay_both(&view, &config, &opts);
+    let c = &r.counts;
+    let mut got = vec![
+        ("picks", n(c.replay.picks)),
+        ("hits", n(c.replay.hits)),
+        ("misses", n(c.replay.misses)),
+        ("loads", n(c.prefetch_loads)),
+        ("useful", n(c.useful)),
+        ("wasted", n(c.wasted)),
+        ("precision", vec![c.precision()]),
+        ("coverage", vec![c.coverage()]),
+        ("layer_misses", list(&c.replay.layer_misses)),
+    ];
+    if let Some(t) = &r.timeline {
+        got.extend([("tok_s", vec![t.tok_s]), ("stall_s", vec![t.stall_s_per_token])]);
+    }
+    check_expect(spec, expect, &got);
 }
 
-fn cfg(policy: Policy, cap: usize) -> ReplayConfig {
-    ReplayConfig { warmup: 0, ..ReplayConfig::new(policy, cap) }
-}
-
-fn pf(predictor: Predictor, budget: usize) -> Option<Prefetch> {
-    Some(Prefetch { predictor, budget })
-}
-
-/// prev_token, lru, cap 2, k 1, B 1, resets at tokens 0 and 2; rows 0 1 | 1 0.
-/// t0: nothing proposed, 0 misses. t1: 0 proposed, resident; 1 misses. t2: reset (empty);
-/// 1 proposed and loaded; 1 hits: useful. t3: 1 resident; 0 misses.
-/// Without the reset nothing is loaded (k-way keeps the previous token's experts resident) and
-/// t3 hits 0: hits 2, misses 2.
+/// The hand-computed cases. Pick clocks are written @n.
+///
+/// 1, 2: prev_token, lru, cap 2, k 1, B 1, sequences at tokens 0 and 2; rows 0 1 | 1 0.
+///   With `reset`: t0 nothing proposed, 0 misses. t1: 0 proposed, resident; 1 misses. t2: reset
+///   (empty); 1 proposed and loaded; 1 hits: useful. t3: 1 resident; 0 misses.
+///   Without it nothing is loaded (k-way keeps the previous token's experts resident) and t3
+///   hits 0: hits 2, misses 2.
+/// 3: prev_token, lfu, sequential, cap 2, k 2, B 2; rows [0,1] [0,1] [2,3] [2,0].
+///   t0: 0@1 1@2 miss. t1: 0@3 1@4 hit (2 accesses each). t2: 2@5 misses, evicts 0 (2, @3);
+///   3@6 misses, evicts 2 (1 access, the lowest; sequential protects nothing). t3: proposals
+///   [2, 3]: 2 loaded@7 evicting 1 (3 is a proposal); demand 2@8 hits (useful), 0@9 misses and
+///   evicts 3 (1 access). Picks 8, hits 3, misses 5, one prefetch load, useful.
+/// 4: oracle, lru, cap 2, k 1, B 1; rows 0 1 2 0: plain lru misses all 4; the oracle loads each
+///   ahead (4 loads, all useful), no demand miss.
+/// 5-8: lookahead, lru, cap 2, k 1, B 1; rows 0 1 2, lookahead rows [1,2] [1,0] [3,1].
+///   t0: 1 loaded@1; 0 misses@2. t1: 1 resident; hits@3 (useful). t2: 3 loaded@4 evicting 0
+///   (@2); 2 misses@5 evicting 1 (@3). 3 is never used: wasted.
+///   Timeline (L = 1, c = 10 ms, τ = 1 MB / 0.05 GB/s = 20 ms): t0 loads 1 on [0, 20], demand 0
+///   on [20, 40], compute [40, 50]. t1 waits for 1's load (done at 20): compute [50, 60]. t2:
+///   3's prefetch issued at 50 (t1's start) on [50, 70], demand 2 issued at 60 queues behind it
+///   on [70, 90], compute [90, 100]. 3 tokens in 100 ms: 30 tok/s, stall (100 − 30) / 3 ms per
+///   token. Plain lru misses all 3 (2 evicts 0): 3 · 30 ms, 33.3 tok/s: the wasted load delays
+///   the demand load behind it. At W = 1 tokens 1 and 2 take 10 and 40 ms: 40 tok/s.
+/// 9: coact, lru, cap 1, k 1, B 1, two layers. Calibration: layer 0 rows 0 0 1, layer 1 rows
+///   2 2 0, so Q_1[0][2] = 2, Q_1[1][0] = 1. Replay: layer 0 rows 0 1 0 (nothing loaded, 3
+///   misses), layer 1 rows 2 1 2. Layer 1: t0: 0 chosen below, 2 proposed and loaded, hit
+///   (useful). t1: 1 below → 0 proposed, loaded evicting 2; 1 misses evicting 0 (wasted). t2:
+///   0 below → 2 loaded evicting 1; hit (useful).
 #[test]
-fn prev_token_after_a_reset() {
-    let m = meta(4, 1, 1);
-    let ids = [0, 1, 1, 0];
-    let parts = TraceParts { seq_offsets: Some(&[0, 2]), ..parts(&ids) };
-    let view = TraceView::new(&m, 4, 1, parts).expect("valid");
-    let opts = PrefetchOptions { prefetch: pf(Predictor::PrevToken, 1), ..Default::default() };
-    let reset = ReplayConfig { reset_at_sequence: true, ..cfg(Policy::Lru, 2) };
-    assert_eq!(summary(&check(&view, &reset, &opts).counts), (4, 1, 3, 1, 1, 0));
-    assert_eq!(summary(&check(&view, &cfg(Policy::Lru, 2), &opts).counts), (4, 2, 2, 0, 0, 0));
+fn hand_computed_prefetch() {
+    let la = "la=1,2;1,0;3,1";
+    let dev = "dev=1,10,0.05";
+    let cases = [
+        (
+            "E=4 k=1 cap=2 lru pf=prev_token:1 seqs=0,2 reset | 0 1 1 0",
+            "picks=4 hits=1 misses=3 loads=1 useful=1 wasted=0",
+        ),
+        ("E=4 k=1 cap=2 lru pf=prev_token:1 seqs=0,2 | 0 1 1 0", "picks=4 hits=2 misses=2 loads=0 useful=0 wasted=0"),
+        (
+            "E=4 k=2 cap=2 lfu seq pf=prev_token:2 | 0,1 0,1 2,3 2,0",
+            "picks=8 hits=3 misses=5 loads=1 useful=1 wasted=0",
+        ),
+        ("E=4 k=1 cap=2 lru pf=oracle:1 | 0 1 2 0", "picks=4 hits=4 misses=0 loads=4 useful=4 precision=1 coverage=1"),
+        (
+            &format!("E=4 k=1 cap=2 lru pf=lookahead:1 {la} | 0 1 2"),
+            "picks=3 hits=1 misses=2 loads=2 useful=1 wasted=1",
+        ),
+        (
+            &format!("E=4 k=1 cap=2 lru pf=lookahead:1 {la} {dev} | 0 1 2"),
+            "precision=0.5 coverage=0.3333333333333333 tok_s=30 stall_s=0.023333333333333334",
+        ),
+        (&format!("E=4 k=1 cap=2 lru {dev} | 0 1 2"), "misses=3 loads=0 tok_s=33.333333333333336"),
+        (&format!("E=4 k=1 cap=2 lru W=1 pf=lookahead:1 {la} {dev} | 0 1 2"), "tok_s=40"),
+        (
+            "E=3 k=1 cap=1 lru pf=coact:1 | 0 1 0 / 2 1 2 | 0 0 1 / 2 2 0",
+            "picks=6 hits=2 misses=4 loads=3 useful=2 wasted=1 layer_misses=3,1",
+        ),
+    ];
+    for (spec, expect) in cases {
+        check_prefetch(spec, expect);
+    }
 }
 
-/// prev_token, lfu, sequential, cap 2, k 2, B 2; rows [0,1] [0,1] [2,3] [2,0] (clock in @).
-/// t0: 0@1 1@2 miss. t1: 0@3 1@4 hit (2 accesses each). t2: 2@5 misses, evicts 0 (2, @3);
-/// 3@6 misses, evicts 2 (1 access, the lowest; sequential protects nothing). t3: proposals
-/// [2, 3]: 2 loaded@7 evicting 1 (3 is a proposal); demand 2@8 hits (useful), 0@9 misses and
-/// evicts 3 (1 access). Picks 8, hits 3, misses 5, one prefetch load, useful.
+/// coact's table counts co-activations of adjacent layers: calibration layer 0 rows 0 0 1,
+/// layer 1 rows 2 2 0 give Q_1[0][2] = 2, Q_1[1][0] = 1, Q_1[0][0] = 0.
 #[test]
-fn prev_token_in_sequential_mode() {
-    let m = meta(4, 2, 1);
-    let ids = [0, 1, 0, 1, 2, 3, 2, 0];
-    let view = TraceView::new(&m, 4, 2, parts(&ids)).expect("valid");
-    let opts = PrefetchOptions { prefetch: pf(Predictor::PrevToken, 2), ..Default::default() };
-    let seq = ReplayConfig { semantics: Semantics::Sequential, ..cfg(Policy::Lfu, 2) };
-    assert_eq!(summary(&check(&view, &seq, &opts).counts), (8, 3, 5, 1, 1, 0));
-}
-
-/// oracle, lru, cap 2, k 1, B 1; rows 0 1 2 0: plain lru misses all 4; the oracle loads each
-/// ahead (4 loads, all useful), no demand miss.
-#[test]
-fn oracle_loads_every_miss_ahead() {
-    let m = meta(4, 1, 1);
-    let ids = [0, 1, 2, 0];
-    let view = TraceView::new(&m, 4, 1, parts(&ids)).expect("valid");
-    let opts = PrefetchOptions { prefetch: pf(Predictor::Oracle, 1), ..Default::default() };
-    let r = check(&view, &cfg(Policy::Lru, 2), &opts);
-    assert_eq!(summary(&r.counts), (4, 4, 0, 4, 4, 0));
-    assert_eq!((r.counts.precision(), r.counts.coverage()), (1.0, 1.0));
-}
-
-/// lookahead, lru, cap 2, k 1, B 1; rows 0 1 2, lookahead rows [1,2] [1,0] [3,1].
-/// t0: 1 loaded@1; 0 misses@2. t1: 1 resident; hits@3 (useful). t2: 3 loaded@4 evicting 0
-/// (@2); 2 misses@5 evicting 1 (@3). 3 is never used: wasted.
-/// Timeline (L = 1, c = 10 ms, τ = 20 ms): t0: P(3→... ) loads 1 on [0, 20], demand 0 on
-/// [20, 40], compute [40, 50]. t1: waits for 1's load (done at 20): compute [50, 60]. t2: 3's
-/// prefetch issued at 50 (t1's start) on [50, 70], demand 2 issued at 60 queues behind it on
-/// [70, 90], compute [90, 100]. 3 tokens in 100 ms: 30 tok/s, stall (100 − 30) / 3 ms per
-/// token. Plain lru misses all 3 (2 evicts 0): 3 · 30 ms, 33.3 tok/s: the wasted load delays
-/// the demand load behind it.
-#[test]
-fn lookahead_and_its_timeline() {
-    let m = meta(4, 1, 1);
-    let (ids, la) = ([0, 1, 2], [1, 2, 1, 0, 3, 1]);
-    let parts = TraceParts { lookahead_ids: Some(Lookahead { ids: &la, width: 2 }), ..parts(&ids) };
-    let view = TraceView::new(&m, 3, 1, parts).expect("valid");
-    let dev = TimelineDevice { expert_mb: 1.0, compute_ms: 10.0, bandwidth_gbps: 0.05 };
-    let opts = PrefetchOptions { prefetch: pf(Predictor::Lookahead, 1), timeline: Some(dev), ..Default::default() };
-    let r = check(&view, &cfg(Policy::Lru, 2), &opts);
-    assert_eq!(summary(&r.counts), (3, 1, 2, 2, 1, 1));
-    assert_eq!((r.counts.precision(), r.counts.coverage()), (0.5, 1.0 / 3.0));
-    let t = r.timeline.expect("asked");
-    assert!((t.tok_s - 30.0).abs() < 1e-9, "{t:?}");
-    assert!((t.stall_s_per_token - 0.07 / 3.0).abs() < 1e-12, "{t:?}");
-    let plain = check(&view, &cfg(Policy::Lru, 2), &PrefetchOptions { timeline: Some(dev), ..Default::default() });
-    assert!((plain.timeline.expect("asked").tok_s - 100.0 / 3.0).abs() < 1e-9);
-    // The same at a warmup of 1: tokens 1 and 2 take 10 and 40 ms.
-    let warm = ReplayConfig { warmup: 1, ..cfg(Policy::Lru, 2) };
-    let t = check(&view, &warm, &opts).timeline.expect("asked");
-    assert!((t.tok_s - 2.0 / 0.05).abs() < 1e-9, "{t:?}");
-}
-
-/// coact, lru, cap 1, k 1, B 1, two layers. Calibration: layer 0 rows 0 0 1, layer 1 rows
-/// 2 2 0, so Q_1[0][2] = 2, Q_1[1][0] = 1. Replay: layer 0 rows 0 1 0 (prev_token: nothing
-/// loaded, 3 misses), layer 1 rows 2 1 2. Layer 1: t0: 0 chosen below, 2 proposed and loaded,
-/// hit (useful). t1: 1 below → 0 proposed, loaded evicting 2; 1 misses evicting 0 (wasted).
-/// t2: 0 below → 2 loaded evicting 1; hit (useful).
-#[test]
-fn coact_from_a_calibration_trace() {
+fn coact_table_counts_adjacent_layers() {
     let m = meta(3, 1, 2);
     let calib_ids = [0, 0, 1, 2, 2, 0];
     let calib = TraceView::new(&m, 3, 1, parts(&calib_ids)).expect("valid");
     let table = CoactTable::learn(&calib).expect("a validated calibration trace");
     assert_eq!((table.get(1, 0, 2), table.get(1, 1, 0), table.get(1, 0, 0)), (2, 1, 0));
-    let ids = [0, 1, 0, 2, 1, 2];
-    let view = TraceView::new(&m, 3, 1, parts(&ids)).expect("valid");
-    let opts = PrefetchOptions { prefetch: pf(Predictor::Coact, 1), coact: Some(&table), ..Default::default() };
-    let r = check(&view, &cfg(Policy::Lru, 1), &opts);
-    assert_eq!(summary(&r.counts), (6, 2, 4, 3, 2, 1));
-    assert_eq!(r.counts.replay.layer_misses, [3, 1]);
 }
 
 /// Refusals before any work: belady, B > cap, lookahead without lookahead_ids, coact without a
@@ -168,6 +194,7 @@ fn bad_prefetch_configurations_are_refused() {
     let other_ids = [0, 1, 0, 2, 1, 3];
     let other = TraceView::new(&other_meta, 3, 1, parts(&other_ids)).unwrap();
     let other_table = CoactTable::learn(&other).expect("a validated calibration trace");
+    let pf = |predictor, budget| Some(Prefetch { predictor, budget });
     let err = |c: &ReplayConfig, p: Option<Prefetch>, t: Option<&CoactTable>| {
         let opts = PrefetchOptions { prefetch: p, coact: t, ..Default::default() };
         cachesim::replay_prefetch(&view, &keep, c, &opts).expect_err("refused")

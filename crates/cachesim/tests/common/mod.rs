@@ -2,6 +2,8 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset of the helpers")]
 
+pub mod spec;
+
 use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
@@ -205,4 +207,9 @@ pub fn top_frequency(trace: &TraceData, n: usize) -> Vec<Vec<u16>> {
             ids
         })
         .collect()
+}
+
+/// A replay configuration counted from token 0 (warmup 0), as the hand-computed cases are.
+pub fn cfg0(policy: cachesim::Policy, cap: usize) -> cachesim::ReplayConfig {
+    cachesim::ReplayConfig { warmup: 0, ..cachesim::ReplayConfig::new(policy, cap) }
 }

@@ -4,7 +4,8 @@
 //! `MOE_OFFLOAD_GIT_COMMIT` when the packager sets it.
 //!
 //! Also sets `cfg(real_data)` when `MOE_OFFLOAD_REAL_DATA` is set, so that the real-data tests run
-//! then and show as ignored otherwise (see the `real-data` crate).
+//! then and show as ignored otherwise (see the `real-data` crate), and `cfg(chromium)` when
+//! `MOE_OFFLOAD_REQUIRE_CHROMIUM` is set, for the test that renders the report in Chromium.
 
 use std::process::Command;
 
@@ -19,6 +20,11 @@ fn main() {
     println!("cargo::rerun-if-env-changed=MOE_OFFLOAD_REAL_DATA");
     if std::env::var_os("MOE_OFFLOAD_REAL_DATA").is_some() {
         println!("cargo::rustc-cfg=real_data");
+    }
+    println!("cargo::rustc-check-cfg=cfg(chromium)");
+    println!("cargo::rerun-if-env-changed=MOE_OFFLOAD_REQUIRE_CHROMIUM");
+    if std::env::var_os("MOE_OFFLOAD_REQUIRE_CHROMIUM").is_some() {
+        println!("cargo::rustc-cfg=chromium");
     }
     println!("cargo::rerun-if-env-changed=MOE_OFFLOAD_GIT_COMMIT");
     let commit = std::env::var("MOE_OFFLOAD_GIT_COMMIT")

@@ -1,5 +1,5 @@
 //! `moe-offload report` and `moe-offload export` end to end; the report is rendered in headless
-//! Chromium when it is installed (required when `MOE_OFFLOAD_REQUIRE_CHROMIUM` is set).
+//! Chromium (run when `MOE_OFFLOAD_REQUIRE_CHROMIUM` is set, ignored otherwise).
 
 mod common;
 
@@ -207,14 +207,10 @@ fn chromium() -> Option<PathBuf> {
 }
 
 #[test]
+#[cfg_attr(not(chromium), ignore = "set MOE_OFFLOAD_REQUIRE_CHROMIUM=1 to run (needs chromium on PATH)")]
 fn report_renders_in_headless_chromium() {
     let Some(chrome) = chromium() else {
-        assert!(
-            std::env::var_os(REQUIRE_CHROMIUM).is_none(),
-            "{REQUIRE_CHROMIUM} is set but chromium is not on PATH (apt-get install -y chromium)"
-        );
-        eprintln!("skipping: chromium is not installed (set {REQUIRE_CHROMIUM} to make this a failure)");
-        return;
+        panic!("{REQUIRE_CHROMIUM} is set but chromium is not on PATH (apt-get install -y chromium)")
     };
     let dir = tempfile::tempdir().unwrap();
     let sweep = default_sweep(dir.path());

@@ -432,10 +432,14 @@ fn the_unedited_documents_import() {
             check_rules(&t.view()).unwrap();
         }
     }
+}
+
+/// The documents cut from the real files (the seeds of the real-data cases) import.
+#[test]
+#[cfg_attr(not(real_data), ignore = "set MOE_OFFLOAD_REAL_DATA to run")]
+fn the_real_seed_documents_import() {
     let r = real_seeds();
-    if r.esft.is_empty() {
-        return;
-    }
+    assert!(!r.esft.is_empty(), "{} is set, so the seeds are read", real_data::ENV);
     let t = esft_import(&r.esft, 64, 6).0.unwrap();
     assert_eq!(t.view().shape().layers, 2);
     let t = vllm_import(&r.vllm, Some(60)).0.unwrap();

@@ -2,7 +2,8 @@
 //! the deployed step loop on one thread and prints the counts and picks per second: a target for
 //! profilers (`perf record`, `valgrind --tool=callgrind`).
 //!
-//! `cargo run --release -p cachesim --example deploy_probe -- <policy> <cap> <pins|tier2|batch8|none>`
+//! `cargo run --release -p cachesim --example deploy_probe -- <policy> <cap> <pins|tier2|batch8|none> [lambda]`
+//! (λ > 0 replays with cache-aware routing, j = 2 by default).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -17,6 +18,7 @@ fn main() {
     let policy: Policy = args.get(1).map_or("lru", String::as_str).parse().expect("a policy name");
     let cap: usize = args.get(2).map_or(Ok(64), |s| s.parse()).expect("a number");
     let mode = args.get(3).map_or("pins", String::as_str);
+    let lambda: f64 = args.get(4).map_or(Ok(0.0), |s| s.parse()).expect("a number");
     let s = common::Synth { sequences: 64, ..common::BENCH_TRACE };
     let trace = common::synth(common::BENCH_SEED, s);
     let view = trace.view();
@@ -31,7 +33,7 @@ fn main() {
         "batch8" => Deployment { schedule: Schedule::Rebatch(8), ..Deployment::default() },
         _ => Deployment::default(),
     };
-    let cfg = ReplayConfig::new(policy, cap);
+    let cfg = ReplayConfig { lambda, ..ReplayConfig::new(policy, cap) };
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
     let start = Instant::now();
     let counts = pool.install(|| cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("valid"));
@@ -39,7 +41,7 @@ fn main() {
     let picks = (shape.layers * shape.tokens * shape.top_k) as f64;
     #[expect(clippy::print_stdout, reason = "a developer tool")]
     {
-        println!("{policy} cap {cap} {mode}: {counts:?}");
+        println!("{policy} cap {cap} {mode} lambda {lambda}: {counts:?}");
         println!("{:.2} M picks/s", picks / secs / 1e6);
     }
 }

@@ -7,6 +7,7 @@ use super::level::Level;
 use super::prio::{Prio, StepParams, StepSets};
 use super::steps::StepPlan;
 use super::{Deployment, LayerExtra};
+use crate::engine::token_loop::select_cache_aware;
 use crate::policy::{VisitSteps, with_steps};
 use crate::{Keep, LayerCounts, ReplayConfig};
 
@@ -177,39 +178,6 @@ fn lambda0_sets(inp: &Input<'_>) -> StepSets {
     sets
 }
 
-/// The selection of §5 step 2 for λ > 0: the first n of F by (z + bonus if rank < j or
-/// resident, else z; desc), rank asc), into `chosen`.
-#[expect(clippy::too_many_arguments, reason = "a helper of the step loop")]
-#[inline(never)]
-fn select_cache_aware(
-    f: &[u16],
-    z_of: &[f32],
-    n: usize,
-    lambda: f64,
-    j: usize,
-    resident: impl Fn(usize) -> bool,
-    taken: &mut [bool],
-    chosen: &mut Vec<u16>,
-) {
-    // z of F's entries: F holds experts; their row scores are in `z_of` by F rank.
-    let z = |r: usize| f64::from(z_of[r]);
-    let delta = if n <= 1 { 0.0 } else { z(0) - z(n - 1) };
-    let score = |r: usize| if r < j || resident(usize::from(f[r])) { z(r) + lambda * delta } else { z(r) };
-    taken[..f.len()].fill(false);
-    for _ in 0..n {
-        let mut best: Option<(f64, usize)> = None;
-        for (r, _) in taken[..f.len()].iter().enumerate().filter(|&(_, &t)| !t) {
-            let s = score(r);
-            if best.is_none_or(|(b, _)| s > b) {
-                best = Some((s, r));
-            }
-        }
-        let (_, r) = best.expect("n <= |F|");
-        taken[r] = true;
-        chosen.push(f[r]);
-    }
-}
-
 /// Tier 1's step loop of a layer ([`tier1`]) as a [`VisitSteps`].
 struct Tier1<'i, 'a, X> {
     input: &'i Input<'a>,
@@ -266,8 +234,9 @@ fn tier1<P: Prio, X: StepSink>(
     }
     let mut f = vec![0u16; m];
     let mut f_z = vec![0f32; m];
-    let mut taken = vec![false; m];
     let mut chosen: Vec<u16> = Vec::with_capacity(k);
+    let mut chosen_pos: Vec<(u16, u32)> = Vec::with_capacity(k);
+    let mut pending: Vec<u32> = Vec::with_capacity(m);
     let mut set: Vec<u16> = Vec::with_capacity((max_rows * k).min(inp.num_experts));
     let mut set_count = vec![0u32; inp.num_experts];
     let mut set_mark = vec![usize::MAX; inp.num_experts];
@@ -302,8 +271,14 @@ fn tier1<P: Prio, X: StepSink>(
                             r += 1;
                         }
                     }
+                    // The engine's selection, over F with its scores by F rank (non-increasing,
+                    // as the row's are).
                     let resident = |e: usize| inp.pinned[e] || level.contains(e);
-                    select_cache_aware(&f[..len], &f_z[..len], n, inp.lambda, inp.j, resident, &mut taken, &mut chosen);
+                    let bonus = if n <= 1 { 0.0 } else { inp.lambda * (f64::from(f_z[0]) - f64::from(f_z[n - 1])) };
+                    chosen_pos.clear();
+                    let (fs, zs) = (&f[..len], &f_z[..len]);
+                    select_cache_aware(fs, |r| r, zs, n, bonus, inp.j, resident, &mut pending, &mut chosen_pos);
+                    chosen.extend(chosen_pos.iter().map(|&(e, _)| e));
                 }
                 _ => chosen.extend_from_slice(&f[..n]),
             }

@@ -231,7 +231,7 @@ pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
                         n,
                         bonus,
                         params.j,
-                        &cache,
+                        |e| cache.contains(e),
                         &mut pending,
                         &mut chosen_buf,
                     );
@@ -244,7 +244,7 @@ pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
                         n,
                         bonus,
                         params.j,
-                        &cache,
+                        |e| cache.contains(e),
                         &mut pending,
                         &mut chosen_buf,
                     );
@@ -371,17 +371,19 @@ pub(crate) fn extend_f(
 /// suffices: a plain candidate waits in `pending` until a boosted one scores strictly above it
 /// (a later plain candidate never scores above a boosted one, λ·δ >= 0), and the pass stops as
 /// soon as n are chosen. `pos(r)` is the row position of F's rank r; `f` may stop early (at
-/// the cut of the token loop); `bonus` = λ·δ with δ = z(F[0]) − z(F[n−1]) (0 if n <= 1).
+/// the cut of the token loop); `bonus` = λ·δ with δ = z(F[0]) − z(F[n−1]) (0 if n <= 1);
+/// `resident(e)`: whether expert e is resident (cached, or pinned in a deployment), so boosted.
+/// The deployed step loop selects with it too.
 #[expect(clippy::too_many_arguments, reason = "a helper of the token loop")]
 #[inline(never)]
-pub(crate) fn select_cache_aware<K: Copy + Default>(
+pub(crate) fn select_cache_aware(
     f: &[u16],
     pos: impl Fn(usize) -> usize,
     z_row: &[f32],
     n: usize,
     bonus: f64,
     j: usize,
-    cache: &Cache<K>,
+    resident: impl Fn(usize) -> bool,
     pending: &mut Vec<u32>,
     chosen: &mut Vec<(u16, u32)>,
 ) {
@@ -392,7 +394,7 @@ pub(crate) fn select_cache_aware<K: Copy + Default>(
     pending.clear();
     let mut head = 0;
     for (r, &e) in f.iter().enumerate() {
-        if r < j || cache.contains(usize::from(e)) {
+        if r < j || resident(usize::from(e)) {
             let s = z(r) + bonus;
             while head < pending.len() && chosen.len() < n {
                 let b = pending[head] as usize;

@@ -7,7 +7,7 @@ use super::level::Level;
 use super::prio::{Prio, StepParams, StepSets};
 use super::steps::StepPlan;
 use super::{Deployment, LayerExtra};
-use crate::engine::token_loop::select_cache_aware;
+use crate::engine::token_loop::{extend_f, select_cache_aware};
 use crate::policy::{VisitSteps, with_steps};
 use crate::{Keep, LayerCounts, ReplayConfig};
 
@@ -128,17 +128,6 @@ pub(crate) fn replay_layer_with<X: StepSink>(
     (counts, extra)
 }
 
-/// F of `row` (its kept candidates, in order) into `f`; returns |F|.
-#[inline(always)]
-fn build_f(row: &[u16], keep: &[bool], f: &mut [u16]) -> usize {
-    let mut len = 0;
-    for &e in row {
-        f[len] = e;
-        len += usize::from(keep[usize::from(e)]);
-    }
-    len
-}
-
 /// The first `k` entries of F of `row` into `f` (fewer when F is shorter); returns their number
 /// and the row positions read (= k exactly when the row's first k ids are all kept).
 #[inline(always)]
@@ -154,6 +143,22 @@ fn build_f_prefix(row: &[u16], keep: &[bool], f: &mut [u16], k: usize) -> (usize
         scanned += 1;
     }
     (len, scanned)
+}
+
+/// The cut of the λ > 0 selection (as the token loop's): the row position `end` before which
+/// every candidate that can be chosen lies (one at rank >= n whose score plus the bonus stays
+/// below z(F[n−1]) is beaten by all of F[0..n]; scores are non-increasing along the row), and
+/// the bonus λ·δ, δ = z(F[0]) − z(F[n−1]) (0 if n <= 1). `pos(r)`: the row position of F's
+/// rank r; `n >= 1`.
+#[inline(always)]
+fn cut(z: &[f32], n: usize, lambda: f64, pos: impl Fn(usize) -> usize) -> (usize, f64) {
+    let z_last = f64::from(z[pos(n - 1)]);
+    let bonus = if n <= 1 { 0.0 } else { lambda * (f64::from(z[pos(0)]) - z_last) };
+    let mut end = pos(n - 1) + 1;
+    while end < z.len() && f64::from(z[end]) + bonus >= z_last {
+        end += 1;
+    }
+    (end, bonus)
 }
 
 /// The step sets at λ = 0 (the distinct F[0..n] of the step's rows), for belady's next uses.
@@ -233,7 +238,7 @@ fn tier1<P: Prio, X: StepSink>(
         stream.sets.starts.push(0);
     }
     let mut f = vec![0u16; m];
-    let mut f_z = vec![0f32; m];
+    let mut f_pos = vec![0u16; m];
     let mut chosen: Vec<u16> = Vec::with_capacity(k);
     let mut chosen_pos: Vec<(u16, u32)> = Vec::with_capacity(k);
     let mut pending: Vec<u32> = Vec::with_capacity(m);
@@ -251,46 +256,68 @@ fn tier1<P: Prio, X: StepSink>(
         for p in rows.clone() {
             let t = plan.token(p);
             let row = &inp.ids[t * m..(t + 1) * m];
-            // λ = 0 reads F only up to its k-th entry: build no further.
-            let (len, scanned) = if cache_aware {
-                (build_f(row, inp.keep, &mut f), m)
-            } else {
-                build_f_prefix(row, inp.keep, &mut f, k)
-            };
-            // At λ = 0 with the row's first k ids all kept, the chosen experts are those ids.
-            let unchanged = !cache_aware && scanned == k && len == k;
-            let n = k.min(len);
+            let row_z = inp.scores.filter(|_| cache_aware).map(|z| &z[t * m..(t + 1) * m]);
+            let resident = |e: usize| inp.pinned[e] || level.contains(e);
             chosen.clear();
-            match inp.scores {
-                Some(z) if inp.lambda > 0.0 && n > 0 => {
-                    let z_row = &z[t * m..(t + 1) * m];
-                    let mut r = 0;
-                    for (i, &e) in row.iter().enumerate() {
-                        if inp.keep[usize::from(e)] {
-                            f_z[r] = z_row[i];
-                            r += 1;
-                        }
+            // Steps 1–2 as the token loop takes them: F is the row when every expert is kept,
+            // else built with row positions only as far as selection reads it; at λ > 0 only
+            // candidates before the cut can be chosen (engine/token_loop.rs). `substituted`:
+            // chosen experts outside the row's first k (row position >= k).
+            let (n, pruned, substituted) = if inp.all_kept {
+                match row_z {
+                    Some(z) => {
+                        let (end, bonus) = cut(z, k, inp.lambda, |r| r);
+                        chosen_pos.clear();
+                        select_cache_aware(
+                            &row[..end],
+                            |r| r,
+                            z,
+                            k,
+                            bonus,
+                            inp.j,
+                            resident,
+                            &mut pending,
+                            &mut chosen_pos,
+                        );
+                        chosen.extend(chosen_pos.iter().map(|&(e, _)| e));
+                        (k, 0, chosen_pos.iter().filter(|&&(_, i)| i as usize >= k).count())
                     }
-                    // The engine's selection, over F with its scores by F rank (non-increasing,
-                    // as the row's are).
-                    let resident = |e: usize| inp.pinned[e] || level.contains(e);
-                    let bonus = if n <= 1 { 0.0 } else { inp.lambda * (f64::from(f_z[0]) - f64::from(f_z[n - 1])) };
-                    chosen_pos.clear();
-                    let (fs, zs) = (&f[..len], &f_z[..len]);
-                    select_cache_aware(fs, |r| r, zs, n, bonus, inp.j, resident, &mut pending, &mut chosen_pos);
-                    chosen.extend(chosen_pos.iter().map(|&(e, _)| e));
+                    None => {
+                        chosen.extend_from_slice(&row[..k]);
+                        (k, 0, 0)
+                    }
                 }
-                _ => chosen.extend_from_slice(&f[..n]),
-            }
+            } else {
+                let (mut len, mut scanned) = (0, 0);
+                extend_f(row, inp.keep, &mut f, &mut f_pos, &mut len, &mut scanned, k, m);
+                let n = k.min(len);
+                let pruned = row[..k].iter().filter(|&&e| !inp.keep[usize::from(e)]).count();
+                match row_z {
+                    Some(z) if n > 0 => {
+                        let (end, bonus) = cut(z, n, inp.lambda, |r| usize::from(f_pos[r]));
+                        extend_f(row, inp.keep, &mut f, &mut f_pos, &mut len, &mut scanned, m, end);
+                        let sel = f_pos[..len].partition_point(|&i| usize::from(i) < end);
+                        chosen_pos.clear();
+                        let fp = &f_pos;
+                        let pos = |r: usize| usize::from(fp[r]);
+                        select_cache_aware(&f[..sel], pos, z, n, bonus, inp.j, resident, &mut pending, &mut chosen_pos);
+                        chosen.extend(chosen_pos.iter().map(|&(e, _)| e));
+                        (n, pruned, chosen_pos.iter().filter(|&&(_, i)| i as usize >= k).count())
+                    }
+                    // F's first n: the kept ids among the row's first k (k − pruned of them)
+                    // come first, the rest lie beyond.
+                    _ => {
+                        chosen.extend_from_slice(&f[..n]);
+                        (n, pruned, n - (k - pruned))
+                    }
+                }
+            };
             if counted {
-                let first = &row[..k];
                 counts.picks += k as u64;
                 counts.misses += (k - n) as u64;
                 counts.forced_misses += (k - n) as u64;
-                if !unchanged {
-                    counts.substituted += chosen.iter().filter(|e| !first.contains(e)).count() as u64;
-                    counts.pruned_slots += first.iter().filter(|&&e| !inp.keep[usize::from(e)]).count() as u64;
-                }
+                counts.substituted += substituted as u64;
+                counts.pruned_slots += pruned as u64;
             }
             for &e in &chosen {
                 let ei = usize::from(e);

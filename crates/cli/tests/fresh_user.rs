@@ -99,6 +99,31 @@ const CASES: &[Case] = &[
         Err("blocks[0].policies: is an empty list"),
     ),
     case("report DIR -o DIR", &["report", "{d}/out-bom", "-o", "{d}/out-bom"], Err("is a directory")),
+    case(
+        "report of a directory that is not there",
+        &["report", "{d}/no-such-sweep"],
+        Err("no-such-sweep: no such directory"),
+    ),
+    case(
+        "--layer-caps naming a file that is not there",
+        &["replay", "{d}/calib.safetensors", "--policy", "lru", "--layer-caps", "{d}/nope.json"],
+        Err("nope.json\" is neither a file"),
+    ),
+    case(
+        "plan with traces of two models",
+        &[
+            "plan",
+            "--in-sample",
+            "{d}/calib.safetensors",
+            "--out-of-sample",
+            "{d}/one.safetensors",
+            "--budget-gb",
+            "0.5",
+            "-o",
+            "{d}/p-two.json",
+        ],
+        Err("one.safetensors (E = 1"),
+    ),
     Case {
         what: "the lookahead hint",
         args: &["replay", "{d}/calib.safetensors", "--policy", "lru", "--cap", "8", "--prefetch", "lookahead:2"],

@@ -153,7 +153,11 @@ pub fn search(req: &PlanRequest<'_>) -> Result<PlanOutcome> {
     let (cv, hv) = (req.in_sample, req.out_of_sample);
     let (cm, hm) = (cv.meta(), hv.meta());
     if cm.num_experts != hm.num_experts || cm.layer_ids != hm.layer_ids {
-        return bad("the in-sample and out-of-sample traces have different shapes (E, layers)".into());
+        return bad(format!(
+            "the in-sample trace {} (E = {}, layer ids {:?}) and the out-of-sample trace {} (E = {}, layer ids {:?}) \
+             are of different models",
+            req.in_sample_name, cm.num_experts, cm.layer_ids, req.out_of_sample_name, hm.num_experts, hm.layer_ids
+        ));
     }
     let profile = req.profile;
     let usable_mb = (req.budget_gb - req.pinned_gb) * 1000.0;

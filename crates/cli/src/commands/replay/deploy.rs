@@ -29,7 +29,8 @@ pub struct DeployArgs {
     /// Re-batching: serve B of the trace's sequences at once (`seq_offsets`, SEMANTICS.md §11).
     #[arg(long, value_parser = crate::args::at_least_one)]
     pub batch: Option<usize>,
-    /// Tier-2 to tier-1 link bandwidth in GB/s for the cost (needs --tier2).
+    /// Tier-2 to tier-1 link bandwidth in GB/s for the cost (with --tier2), or host to device
+    /// for hybrid execution (with --exec host; required there when the profile has none).
     #[arg(long)]
     pub link_gbps: Option<f64>,
     /// Compute per engine step in ms for the served cost (needs --served or --batch; default:

@@ -92,9 +92,16 @@ pub fn parse_layer_caps(s: &str, pinned: bool) -> Result<(Vec<usize>, Option<Pla
     let caps = s
         .split(',')
         .map(|x| {
-            x.trim()
-                .parse::<usize>()
-                .with_context(|| format!("--layer-caps: {x:?} is not a whole number (expected e.g. 8,6,16)"))
+            x.trim().parse::<usize>().with_context(|| {
+                if s.contains(',') {
+                    format!("--layer-caps: {x:?} is not a whole number (expected e.g. 8,6,16)")
+                } else {
+                    format!(
+                        "--layer-caps: {s:?} is neither a file (there is none of that name) nor caps per layer \
+                         (whole numbers, comma-separated: e.g. 8,6,16)"
+                    )
+                }
+            })
         })
         .collect::<Result<_>>()?;
     Ok((caps, None))

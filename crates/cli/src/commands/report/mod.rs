@@ -48,6 +48,12 @@ pub struct ReportArgs {
 /// Runs `report`.
 pub fn run(a: &ReportArgs) -> Result<()> {
     let results = a.dir.join("results.json");
+    if !a.dir.is_dir() {
+        anyhow::bail!(
+            "{}: no such directory: give the output directory of a sweep (`moe-offload sweep -o DIR` writes one)",
+            a.dir.display()
+        );
+    }
     if !results.is_file() {
         anyhow::bail!(
             "{} has no results.json: give the output directory of a sweep (`moe-offload sweep -o {}` writes one)",

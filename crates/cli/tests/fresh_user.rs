@@ -100,6 +100,11 @@ const CASES: &[Case] = &[
     ),
     case("report DIR -o DIR", &["report", "{d}/out-bom", "-o", "{d}/out-bom"], Err("is a directory")),
     case(
+        "replay with a cap above E",
+        &["replay", "{d}/calib.safetensors", "--policy", "lru", "--cap", "100"],
+        Ok("note: cap 100 is more than the 32 experts of a layer"),
+    ),
+    case(
         "report of a directory that is not there",
         &["report", "{d}/no-such-sweep"],
         Err("no-such-sweep: no such directory"),

@@ -118,6 +118,13 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         layer_caps: layer_caps.clone(),
         ..ReplayConfig::new(a.policy, cap)
     };
+    // A sweep refuses a cap above E (a typo there multiplies); one replay runs it, and says so.
+    let e = shape.num_experts;
+    if let Some(c) = std::iter::once(cap).chain(layer_caps.iter().flatten().copied()).find(|&c| c > e) {
+        eprintln!(
+            "note: cap {c} is more than the {e} experts of a layer: every expert fits and the cache never evicts"
+        );
+    }
     let exec = a.hybrid.exec;
     if let Some(flag) = a.hybrid.stray_flag() {
         bail!("{flag} prices hybrid execution (SEMANTICS.md §14): add --exec host (or host:R), or drop {flag}");

@@ -152,6 +152,21 @@ pub(crate) struct LayerCounts {
     pub pruned_slots: u64,
 }
 
+impl LayerCounts {
+    /// Step 3 of SEMANTICS.md §5 for one counted row: its k slots are picks, the k − n that F
+    /// cannot fill are forced misses, with the row's substituted and pruned slots. Both loops
+    /// (the token loop and the deployed step loop) count with it.
+    #[inline(always)]
+    pub(crate) fn add_selection(&mut self, k: usize, n: usize, pruned: usize, substituted: usize) {
+        let forced = (k - n) as u64;
+        self.picks += k as u64;
+        self.misses += forced;
+        self.forced_misses += forced;
+        self.substituted += substituted as u64;
+        self.pruned_slots += pruned as u64;
+    }
+}
+
 impl ReplayCounts {
     pub(crate) fn from_layers(shape: &Shape, warmup: usize, layers: &[LayerCounts]) -> ReplayCounts {
         let mut c = ReplayCounts {

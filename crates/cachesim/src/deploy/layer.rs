@@ -313,11 +313,7 @@ fn tier1<P: Prio, X: StepSink>(
                 }
             };
             if counted {
-                counts.picks += k as u64;
-                counts.misses += (k - n) as u64;
-                counts.forced_misses += (k - n) as u64;
-                counts.substituted += substituted as u64;
-                counts.pruned_slots += pruned as u64;
+                counts.add_selection(k, n, pruned, substituted);
             }
             for &e in &chosen {
                 let ei = usize::from(e);

@@ -264,12 +264,7 @@ pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
         // Step 3: counts from token W on.
         let counted = t >= params.warmup;
         if counted {
-            let forced = (k - n) as u64;
-            counts.picks += k as u64;
-            counts.misses += forced;
-            counts.forced_misses += forced;
-            counts.substituted += substituted as u64;
-            counts.pruned_slots += pruned as u64;
+            counts.add_selection(k, n, pruned, substituted);
         }
 
         // Step 4: residency. With prefetch, a token's proposals have stamp 2t + 1 and its

@@ -121,7 +121,7 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
     // A sweep refuses a cap above E (a typo there multiplies); one replay runs it, and says so.
     let e = shape.num_experts;
     if let Some(c) = std::iter::once(cap).chain(layer_caps.iter().flatten().copied()).find(|&c| c > e) {
-        eprintln!(
+        crate::progress::status!(
             "note: cap {c} is more than the {e} experts of a layer: every expert fits and the cache never evicts"
         );
     }

@@ -123,6 +123,14 @@ pub enum SweepError {
         /// Why.
         reason: String,
     },
+    /// A JSON file read as sweep results holds another moe-offload output (its `kind` tag).
+    #[error("{path}: a `{kind}` file, not sweep results (`moe-offload-sweep-results`, written by `moe-offload sweep`)")]
+    NotResults {
+        /// The file.
+        path: PathBuf,
+        /// Its `kind` tag.
+        kind: String,
+    },
     /// A JSON file (grid, results) is malformed.
     #[error("{path}: {source}")]
     Json {

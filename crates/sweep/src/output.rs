@@ -142,10 +142,23 @@ impl SweepOutput {
     /// Reads a `results.json` written by [`SweepOutput::write`].
     ///
     /// # Errors
-    /// [`SweepError::Io`] or [`SweepError::Json`] naming the file.
+    /// [`SweepError::Io`] or [`SweepError::Json`] naming the file; [`SweepError::NotResults`]
+    /// naming its `kind` when it is another moe-offload output that does not parse as results.
     pub fn read(path: &Path) -> Result<SweepOutput> {
         let bytes = trace_io::read_text(path).map_err(|source| SweepError::Io { path: path.into(), source })?;
-        serde_json::from_slice(&bytes).map_err(|source| SweepError::Json { path: path.into(), source })
+        serde_json::from_slice(&bytes).map_err(|source| {
+            // Another output of this tool (statistics, a keep map, a plan) says what it is.
+            #[derive(serde::Deserialize)]
+            struct Kind {
+                kind: Option<String>,
+            }
+            match serde_json::from_slice::<Kind>(&bytes) {
+                Ok(Kind { kind: Some(kind) }) if kind != RESULTS_KIND => {
+                    SweepError::NotResults { path: path.into(), kind }
+                }
+                _ => SweepError::Json { path: path.into(), source },
+            }
+        })
     }
 }
 

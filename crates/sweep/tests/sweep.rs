@@ -532,3 +532,21 @@ fn a_plain_cap_0_key_writes_no_empty_deploy() {
         assert_eq!(&serde_json::from_str::<ConfigKey>(&json).unwrap(), key, "{json}");
     }
 }
+
+/// Reading another output of the tool as results names its `kind`; a malformed file or one
+/// without a tag keeps serde's message (line and column).
+#[test]
+fn results_of_another_kind_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |text: &str, expect: &str| {
+        let p = dir.path().join("results.json");
+        std::fs::write(&p, text).unwrap();
+        let e = sweep::SweepOutput::read(&p).expect_err("not results");
+        assert!(e.to_string().contains(expect), "{e}");
+        e
+    };
+    let e = check(r#"{"kind": "moe-offload-stats", "meta": {}}"#, "a `moe-offload-stats` file, not sweep results");
+    assert!(matches!(e, SweepError::NotResults { ref kind, .. } if kind == "moe-offload-stats"));
+    assert!(matches!(check(r#"{"meta": {}}"#, "missing field"), SweepError::Json { .. }));
+    assert!(matches!(check(r#"{"kind": "moe-offload-sweep-results""#, "EOF"), SweepError::Json { .. }));
+}

@@ -330,11 +330,17 @@ impl Grid {
     /// Parses a grid from JSON text, resolving relative paths against `base`.
     ///
     /// # Errors
-    /// The JSON error (unknown fields are refused), and an error naming the block and the key for
-    /// an empty `overlap` or `layer_caps` list (which the parsed grid cannot tell from an absent
+    /// The JSON error (unknown fields are refused), an error naming `tau` when it is negative,
+    /// and an error naming the block and the key for an empty `overlap` or `layer_caps` list (which the parsed grid cannot tell from an absent
     /// one; the other empty lists are refused by [`Grid::expand`]).
     pub fn from_json(text: &str, base: &Path) -> std::result::Result<Grid, serde_json::Error> {
         let mut g: Grid = serde_json::from_str(text)?;
+        if !(g.tau.is_finite() && g.tau >= 0.0) {
+            return Err(serde::de::Error::custom(format!(
+                "tau: {} is not a finite value >= 0 (τ of the shrink metric)",
+                g.tau
+            )));
+        }
         let raw: serde_json::Value = serde_json::from_str(text)?;
         let blocks = raw.get("blocks").and_then(serde_json::Value::as_array).map_or(&[][..], Vec::as_slice);
         for (bi, b) in blocks.iter().enumerate() {
@@ -441,6 +447,12 @@ impl Grid {
                     && prof.compute_ms >= 0.0
                     && !prof.bandwidth_gbps.is_empty()
                     && prof.bandwidth_gbps.iter().all(|b| *b > 0.0 && b.is_finite());
+                if prof.bandwidth_gbps.is_empty() {
+                    return Err(SweepError::Grid {
+                        key: format!("profiles: {}: bandwidth_gbps", prof.name),
+                        reason: "an empty list gives the profile no cost columns: give at least one bandwidth".into(),
+                    });
+                }
                 if !positive {
                     return Err(SweepError::Grid {
                         key: format!("profiles: {}", prof.name),

@@ -207,6 +207,12 @@ fn bad_grids_are_refused_before_any_work_naming_the_key() {
     let bad_profile = GRID.replace(r#""bandwidth_gbps": [1.0, 2.0]"#, r#""bandwith_gbps": [1.0, 2.0]"#);
     let e = Grid::from_json(&bad_profile, Path::new("")).unwrap_err();
     assert!(e.to_string().contains("profile: unknown field `bandwith_gbps`"), "{e}");
+    // A negative τ is named as the grid's key, not against the first variant.
+    let e = Grid::from_json(&GRID.replace("\"warmup\": 16", "\"warmup\": 16, \"tau\": -1"), Path::new("")).unwrap_err();
+    assert!(e.to_string().starts_with("tau: -1 is not a finite value >= 0"), "{e}");
+    // An empty bandwidth list is named as such.
+    let e = grid(&GRID.replace("[1.0, 2.0]", "[]")).device_profiles().unwrap_err();
+    assert!(e.to_string().contains("profiles: slow: bandwidth_gbps: an empty list"), "{e}");
     // Unknown fields are refused when the grid is parsed.
     assert!(Grid::from_json(&GRID.replace("\"warmup\"", "\"warmpu\""), Path::new("")).is_err());
     // A missing grid file names the path.

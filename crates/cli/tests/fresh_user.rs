@@ -100,6 +100,11 @@ const CASES: &[Case] = &[
     ),
     case("report DIR -o DIR", &["report", "{d}/out-bom", "-o", "{d}/out-bom"], Err("is a directory")),
     case(
+        "synth of a 640 GB trace",
+        &["synth", "--layers", "100000", "--tokens", "100000", "-o", "{d}/huge.safetensors"],
+        Err("about 640.0 GB, above the limit of 8 GB without --yes"),
+    ),
+    case(
         "replay with a cap above E",
         &["replay", "{d}/calib.safetensors", "--policy", "lru", "--cap", "100"],
         Ok("note: cap 100 is more than the 32 experts of a layer"),

@@ -59,10 +59,17 @@ pub struct SynthArgs {
     /// depend on it.
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Write a trace above the size limit (about 8 GB).
+    #[arg(long)]
+    pub yes: bool,
     /// Output trace.
     #[arg(short, long)]
     pub output: PathBuf,
 }
+
+/// Bytes of trace `synth` writes without `--yes` (the benchmark traces are below 1 GB; a slip in
+/// --layers or --tokens would otherwise fill the disk for hours).
+pub const MAX_BYTES: u64 = 8_000_000_000;
 
 /// The preset's configuration with the fields of the `--model` JSON object (if any) replaced, and
 /// `dead_experts` replaced by `--dead-experts` when given.
@@ -105,6 +112,16 @@ pub fn run(a: &SynthArgs) -> Result<()> {
         ..base
     };
     dead_experts_fit(&cfg, a.dead_experts.is_none() && cfg.dead_experts == a.preset.config().dead_experts)?;
+    cfg.validate()?;
+    let bytes = synth_bytes(&cfg);
+    if bytes > MAX_BYTES && !a.yes {
+        bail!(
+            "the trace would be about {:.1} GB, above the limit of {} GB without --yes: check --layers, --tokens and \
+             --candidates, or pass --yes to write it",
+            bytes as f64 / 1e9,
+            MAX_BYTES / 1_000_000_000
+        );
+    }
     let threads = if a.threads == 0 { rayon::current_num_threads() } else { a.threads };
     let start = Instant::now();
     let done = AtomicUsize::new(0);
@@ -113,7 +130,7 @@ pub fn run(a: &SynthArgs) -> Result<()> {
         cfg.layers,
         cfg.tokens,
         cfg.candidates,
-        synth_bytes(&cfg) as f64 / 1e6
+        bytes as f64 / 1e6
     );
     let bar = Progress::new("synth", cfg.layers as u64, "layers");
     let progress = |_layer: usize| {

@@ -149,8 +149,8 @@ fn build_f_prefix(row: &[u16], keep: &[bool], f: &mut [u16], k: usize) -> (usize
 /// every candidate that can be chosen lies (one at rank >= n whose score plus the bonus stays
 /// below z(F[n−1]) is beaten by all of F[0..n]; scores are non-increasing along the row), and
 /// the bonus λ·δ, δ = z(F[0]) − z(F[n−1]) (0 if n <= 1). `pos(r)`: the row position of F's
-/// rank r; `n >= 1`.
-#[inline(always)]
+/// rank r; `n >= 1`. Out of line: the λ = 0 loop stays as small.
+#[inline(never)]
 fn cut(z: &[f32], n: usize, lambda: f64, pos: impl Fn(usize) -> usize) -> (usize, f64) {
     let z_last = f64::from(z[pos(n - 1)]);
     let bonus = if n <= 1 { 0.0 } else { lambda * (f64::from(z[pos(0)]) - z_last) };
@@ -159,6 +159,14 @@ fn cut(z: &[f32], n: usize, lambda: f64, pos: impl Fn(usize) -> usize) -> (usize
         end += 1;
     }
     (end, bonus)
+}
+
+/// The experts of a λ > 0 selection (expert, row position) into `chosen`; returns how many lie
+/// outside the row's first `k` (substituted). Out of line: the λ = 0 loop stays as small.
+#[inline(never)]
+fn take_chosen(chosen_pos: &[(u16, u32)], chosen: &mut Vec<u16>, k: usize) -> usize {
+    chosen.extend(chosen_pos.iter().map(|&(e, _)| e));
+    chosen_pos.iter().filter(|&&(_, i)| i as usize >= k).count()
 }
 
 /// The step sets at λ = 0 (the distinct F[0..n] of the step's rows), for belady's next uses.
@@ -279,8 +287,7 @@ fn tier1<P: Prio, X: StepSink>(
                             &mut pending,
                             &mut chosen_pos,
                         );
-                        chosen.extend(chosen_pos.iter().map(|&(e, _)| e));
-                        (k, 0, chosen_pos.iter().filter(|&&(_, i)| i as usize >= k).count())
+                        (k, 0, take_chosen(&chosen_pos, &mut chosen, k))
                     }
                     None => {
                         chosen.extend_from_slice(&row[..k]);
@@ -301,8 +308,7 @@ fn tier1<P: Prio, X: StepSink>(
                         let fp = &f_pos;
                         let pos = |r: usize| usize::from(fp[r]);
                         select_cache_aware(&f[..sel], pos, z, n, bonus, inp.j, resident, &mut pending, &mut chosen_pos);
-                        chosen.extend(chosen_pos.iter().map(|&(e, _)| e));
-                        (n, pruned, chosen_pos.iter().filter(|&&(_, i)| i as usize >= k).count())
+                        (n, pruned, take_chosen(&chosen_pos, &mut chosen, k))
                     }
                     // F's first n: the kept ids among the row's first k (k − pruned of them)
                     // come first, the rest lie beyond.

@@ -273,7 +273,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Report(a) => report::run(&a),
         Command::Export(c) => export::run(&c),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "moe-offload", &mut std::io::stdout().lock());
+            // Into a buffer first: clap_complete panics on a write error, and a closed pipe
+            // (`moe-offload completions bash | head`) is not an error (main.rs).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "moe-offload", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
             Ok(())
         }
     }

@@ -141,6 +141,18 @@ const CASES: &[Case] = &[
         check: |v| assert_eq!(u(&v["slots"]), 24),
     },
     Case {
+        args: "plan --exec host --in-sample {d}/c.safetensors --out-of-sample {d}/h.safetensors --profile-file \
+               {d}/hw.json -o {d}/hplan.json",
+        at: At::File("hplan.json"),
+        kind: "moe-offload-hybrid-plan",
+        // The profile's gpu_gb is the budget; per layer, a layer is all on the GPU or all on the CPU.
+        check: |v| {
+            assert_eq!(v["gpu_budget_gb"].as_f64(), Some(1.0));
+            let e = TRACE[1] as u64;
+            assert!(v["per_layer"]["counts"].as_array().unwrap().iter().all(|n| u(n) == 0 || u(n) == e), "{v}");
+        },
+    },
+    Case {
         args: "sweep {d}/grid.json -o {d}/sweep",
         at: At::File("sweep/results.json"),
         kind: "moe-offload-sweep-results",
@@ -197,6 +209,13 @@ fn every_json_output_has_its_kind_first() {
         r#"{"name": "kinds", "traces": {"in_sample": "c.safetensors", "out_of_sample": "h.safetensors"},
             "variants": ["full"], "warmup": 0, "blocks": [{"policies": ["lru"], "cap": [4, 8]}],
             "profiles": ["reference"]}"#,
+    )
+    .unwrap();
+    // A hybrid device (SEMANTICS.md §14) for `plan --exec host`.
+    std::fs::write(
+        d.join("hw.json"),
+        r#"{"name": "hw", "expert_mb": 2.0, "compute_ms": 10.0, "host_gbps": 4.0, "host_ms_per_row": 3.0,
+            "host_sync_ms": 0.2, "gpu_gb": 1.0}"#,
     )
     .unwrap();
     // A REAP aggregate: one corpus, one layer, one NaN (as the real files have).

@@ -26,7 +26,7 @@ pub struct SweepArgs {
     /// Run only shard I of N (`I/N`, 0-based): configurations whose sorted index is I modulo N.
     #[arg(long, value_parser = parse_shard)]
     pub shard: Option<sweep::Shard>,
-    /// Output directory for results.json, results.csv and summary.md.
+    /// Output directory for results.json, results.csv, results-costs.csv and summary.md.
     #[arg(short, long, default_value = "moe-offload-sweep")]
     pub output: PathBuf,
     /// Worker threads (default: all cores).

@@ -550,9 +550,10 @@ fn dash_output_is_refused_where_stdout_cannot_take_it() {
     let t = s(&trace);
     let synth_args = ["synth", "--layers", "2", "--experts", "8", "--top-k", "2", "--candidates", "4", "--tokens", "9"];
     // `stats -o -` and `keep -o -` (one map) write to stdout since 0.13 (tests/outputs.rs).
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&synth_args, "memory-mapped"),
-        (&["keep", s(&stats), "--metric", "frequency", "--k", "2,4"], "one keep map goes to standard output"),
+        (&["keep", s(&stats), "--metric", "frequency", "--k", "2,4"], "several are written to files: give -o DIR/"),
+        (&["keep", s(&stats), "--metric", "frequency", "--k", "2", "--json"], "drop --json"),
         (&["mrc", t], "--json prints the JSON"),
         (&["import", "counts", s(&stats), "--top-k", "2"], "written to a file"),
         (&["import", "mixtral-jsonl", s(&log)], "memory-mapped"),

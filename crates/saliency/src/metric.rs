@@ -161,6 +161,10 @@ pub fn metric_scores(stats: &Stats, metric: Metric, cfg: &MetricConfig) -> Resul
         if base.contains(&Metric::Hybrid) {
             return Err(invalid("hybrid_base", "hybrid cannot be its own base metric"));
         }
+        // A base given twice would weigh it double without a word.
+        if let Some(b) = base.iter().enumerate().find_map(|(i, b)| base[..i].contains(b).then_some(b)) {
+            return Err(invalid("hybrid_base", format!("{b} is given twice: give each base metric once")));
+        }
         let mut per_base = Vec::with_capacity(base.len());
         for &b in &base {
             per_base.push(scores_plain(stats, b, cfg)?);

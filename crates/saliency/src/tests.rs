@@ -144,6 +144,10 @@ fn hybrid_with_explicit_base_and_ties() {
     assert!(matches!(metric_scores(&s, Metric::Hybrid, &bad), Err(SaliencyError::Invalid { .. })));
     let none = MetricConfig { hybrid_base: Some(vec![]), ..MetricConfig::default() };
     assert!(matches!(metric_scores(&s, Metric::Hybrid, &none), Err(SaliencyError::Invalid { .. })));
+    let twice =
+        MetricConfig { hybrid_base: Some(vec![Metric::Frequency, Metric::Frequency]), ..MetricConfig::default() };
+    let e = metric_scores(&s, Metric::Hybrid, &twice).unwrap_err();
+    assert!(e.to_string().contains("frequency is given twice"), "{e}");
 }
 
 #[test]

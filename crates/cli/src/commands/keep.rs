@@ -58,10 +58,14 @@ pub struct KeepArgs {
 /// Runs `keep`.
 pub fn keep(a: &KeepArgs) -> Result<()> {
     let to_stdout = super::is_stdout(&a.output);
-    if to_stdout && (a.k.len() + a.budget.len() > 1 || a.json) {
+    if to_stdout && a.k.len() + a.budget.len() > 1 {
         bail!(
-            "-o -: one keep map goes to standard output, several are written to files (give -o DIR/), and --json \
-             lists maps written to files: drop --json, or give one --k or --budget"
+            "-o -: one keep map goes to standard output, several are written to files: give -o DIR/, or one --k or --budget"
+        );
+    }
+    if to_stdout && a.json {
+        bail!(
+            "-o -: the keep map goes to standard output as it is, and --json lists maps written to files: drop --json"
         );
     }
     super::refuse_overwrite(&a.output, [a.stats.as_path()])?;

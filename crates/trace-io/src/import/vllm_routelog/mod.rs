@@ -89,7 +89,7 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
         return Err(TraceError::Config { key: "inputs", reason: "at least one route-log file is needed".into() });
     }
     // Metadata first (cheap: the first line of each file) to fix E and k before parsing rows.
-    let mut logs = Vec::with_capacity(paths.len());
+    let mut logs: Vec<(PathBuf, Option<String>, Option<String>, Option<Vec<u32>>)> = Vec::with_capacity(paths.len());
     let mut num_experts = opts.num_experts;
     let mut top_k: Option<(u32, PathBuf)> = None;
     for path in paths {
@@ -124,6 +124,19 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
                 }
                 _ => top_k = Some((k, path.to_path_buf())),
             }
+        }
+        // Files of two models (or two checkpoints) must not be merged into one trace.
+        if let Some(m) = meta.model_id.as_deref()
+            && let Some((first, Some(other), _, _)) = logs.iter().find(|l| l.1.as_deref().is_some_and(|o| o != m))
+        {
+            return Err(import_err(
+                path,
+                Some(1),
+                format!(
+                    "meta model_id = {m:?} disagrees with {other:?} of {}: give files of one model",
+                    first.display()
+                ),
+            ));
         }
         logs.push((path.to_path_buf(), meta.model_id, meta.vllm_version, meta.layers_logged));
     }

@@ -85,6 +85,12 @@ fn refuses_misaligned_and_malformed_logs() {
     // The same layer twice.
     let e = import_vllm_routelog(&[&l0, &l0], &opts()).unwrap_err().to_string();
     assert!(e.contains("layer 0 is also logged by"), "{e}");
+    // Layer 1 logged from another model.
+    let other = dir.path().join("other1.jsonl");
+    let text = std::fs::read_to_string(layer_file(dir.path(), 1, 0)).unwrap();
+    std::fs::write(&other, text.replace(r#""model_id": "m""#, r#""model_id": "other/model""#)).unwrap();
+    let e = import_vllm_routelog(&[&l0, &other], &opts()).unwrap_err().to_string();
+    assert!(e.contains("other1.jsonl:1") && e.contains(r#"model_id = "other/model" disagrees with "m""#), "{e}");
 
     let bad = dir.path().join("bad.jsonl");
     let cases: [(String, &str); 7] = [

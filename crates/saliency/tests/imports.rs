@@ -190,7 +190,7 @@ fn count_files_of_every_layout_give_the_same_statistics() {
 fn count_file_refusals_name_the_place_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let k2 = CountsOptions { top_k: Some(2), ..Default::default() };
-    let cases: [(&str, &[u8], CountsOptions, &[&str]); 18] = [
+    let cases: [(&str, &[u8], CountsOptions, &[&str]); 20] = [
         (
             "a.json",
             br#"{"0": [3, 1, 0]}"#,
@@ -269,6 +269,15 @@ fn count_file_refusals_name_the_place_and_the_fix() {
             &["s.csv:4: field `expert`"],
         ),
         ("t.csv", b"# one comment\n0,y,2\n", k2.clone(), &["t.csv:2: field `expert`"]),
+        // A matrix of counts (np.savetxt) without a header: 4 fields, not (layer, expert, count).
+        ("u.csv", b"0,1,4,4\n1,0,2,2\n", k2.clone(), &["u.csv:1: 4 fields: a CSV without a header holds rows"]),
+        // Experts counted from 1: expert 0 would be invented; --num-experts confirms instead.
+        (
+            "v.csv",
+            b"layer,expert,count\n0,1,3\n0,2,1\n1,1,2\n1,2,2\n",
+            k2.clone(),
+            &["v.csv: expert 0 appears in no layer (ids 1..=2)", "give --num-experts 3 to confirm"],
+        ),
         // Top-5 of 4 experts: no routing chooses 5 distinct experts of 4.
         (
             "o.json",

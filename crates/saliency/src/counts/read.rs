@@ -218,6 +218,7 @@ pub(super) fn csv(path: &Path, bytes: &[u8], num_experts: Option<u32>) -> Result
     let mut cols = [0, 1, 2];
     let mut cells: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     let mut first = true;
+    let mut headered = false;
     // The csv reader numbers the first record as if the comment lines before it were not there
     // (its later records are numbered from the top of the file): that line is counted here.
     let first_line = first_record_line(bytes);
@@ -234,8 +235,22 @@ pub(super) fn csv(path: &Path, bytes: &[u8], num_experts: Option<u32>) -> Result
                     crate::SaliencyError::Invalid { reason, .. } => invalid(format!("{file}:{line}"), reason),
                     other => other,
                 })?;
+                headered = true;
                 continue;
             }
+        }
+        // Without a header, a row is exactly (layer, expert, count): a wider row (a matrix of
+        // counts, one row per layer, or an index column) would be read wrongly in its first three.
+        if !headered && rec.len() != 3 {
+            return Err(invalid(
+                format!("{file}:{line}"),
+                format!(
+                    "{} fields: a CSV without a header holds rows `layer, expert, count` (3 fields); name the columns \
+                     in a header line (`layer,expert,count`), or give a matrix of counts (one row per layer) as .npy \
+                     or JSON",
+                    rec.len()
+                ),
+            ));
         }
         let field = |i: usize, name: &str| -> Result<&str> {
             rec.get(cols[i]).ok_or_else(|| {
@@ -272,6 +287,20 @@ pub(super) fn csv(path: &Path, bytes: &[u8], num_experts: Option<u32>) -> Result
     }
     if cells.is_empty() {
         return Err(invalid(&file, "holds no `layer, expert, count` row"));
+    }
+    // Ids counted from 1 would give an expert 0 that is never counted and one expert too many:
+    // without --num-experts to say how many there are, that is refused rather than guessed.
+    if num_experts.is_none() && !cells.keys().any(|&(_, x)| x == 0) {
+        let top = cells.keys().map(|&(_, x)| x).max().unwrap_or(0);
+        return Err(invalid(
+            &file,
+            format!(
+                "expert 0 appears in no layer (ids {}..={top}): if the file counts experts from 1, subtract 1 from \
+                 its expert column; if expert 0 is really never routed, give --num-experts {} to confirm",
+                cells.keys().map(|&(_, x)| x).min().unwrap_or(0),
+                top + 1
+            ),
+        ));
     }
     let e = cells.keys().map(|&(_, x)| x as usize + 1).max().unwrap_or(0).max(num_experts.unwrap_or(0) as usize);
     let mut layers: Vec<(u32, Vec<u64>, String)> = Vec::new();

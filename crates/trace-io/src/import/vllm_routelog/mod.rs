@@ -73,6 +73,9 @@ pub fn parse_row_range(s: &str) -> std::result::Result<Range<usize>, String> {
     Ok(a..b)
 }
 
+/// A file's path with what its meta line records: model_id, vllm_version, layers_logged.
+type MetaOf = (PathBuf, Option<String>, Option<String>, Option<Vec<u32>>);
+
 /// Imports the route logs `paths` (one file per layer, any order) into one trace.
 ///
 /// # Errors
@@ -89,7 +92,7 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
         return Err(TraceError::Config { key: "inputs", reason: "at least one route-log file is needed".into() });
     }
     // Metadata first (cheap: the first line of each file) to fix E and k before parsing rows.
-    let mut logs: Vec<(PathBuf, Option<String>, Option<String>, Option<Vec<u32>>)> = Vec::with_capacity(paths.len());
+    let mut logs: Vec<MetaOf> = Vec::with_capacity(paths.len());
     let mut num_experts = opts.num_experts;
     let mut top_k: Option<(u32, PathBuf)> = None;
     for path in paths {

@@ -172,6 +172,36 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
             seq_offsets.push(i as u64);
         }
     }
+    // Positions inside a problem that no layer recorded: the trace puts the tokens around them
+    // side by side, and next-token statistics (reuse, prev_token prefetch) read across the hole.
+    let absent: Vec<(u64, u64, u64)> = kept
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0 && w[1].1 > w[0].1 + 1)
+        .map(|w| (w[0].0, w[0].1 + 1, w[1].1 - 1))
+        .filter(|&(p, from, to)| !dropped_tokens.iter().any(|&(dp, dt)| dp == p && (from..=to).contains(&dt)))
+        .collect();
+    let mut warnings = Vec::new();
+    if !absent.is_empty() {
+        let n: u64 = absent.iter().map(|&(_, from, to)| to - from + 1).sum();
+        let listed: Vec<String> = absent
+            .iter()
+            .take(5)
+            .map(|&(p, from, to)| {
+                if from == to {
+                    format!("problem {p} token {from}")
+                } else {
+                    format!("problem {p} tokens {from}..={to}")
+                }
+            })
+            .collect();
+        warnings.push(format!(
+            "{n} token position(s) inside a problem are recorded in no layer ({}{}): the trace joins the tokens \
+             around them, so reuse and prefetch from one token to the next read across the gap; log or fetch the \
+             file again if records were lost",
+            listed.join(", "),
+            if absent.len() > 5 { ", ..." } else { "" }
+        ));
+    }
     let mut dropped = Vec::new();
     if !dropped_tokens.is_empty() {
         let records_dropped: usize = dropped_tokens.iter().map(|key| layers_seen[key]).sum();
@@ -223,7 +253,7 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
         floored_probs: floored,
         dropped,
         notes: Vec::new(),
-        warnings: Vec::new(),
+        warnings,
     };
     Ok(Imported { trace, report })
 }
@@ -248,6 +278,34 @@ mod tests {
         let p = dir.join("routing.jsonl");
         std::fs::write(&p, lines.join("\n") + "\n").unwrap();
         p
+    }
+
+    /// A position no layer recorded inside a problem is a warning naming it; the tokens around it
+    /// are kept; a gap of an incomplete token is the drop's, not repeated here.
+    #[test]
+    fn a_position_no_layer_recorded_is_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: Vec<String> = [0u64, 2, 3, 6]
+            .iter()
+            .flat_map(|&t| (0..2).map(move |l| rec(0, l, t, [1, 2], [0.5, 0.5])))
+            .chain([rec(1, 0, 0, [1, 2], [0.5, 0.5]), rec(1, 1, 0, [1, 2], [0.5, 0.5])])
+            .collect();
+        let out = import_mixtral_jsonl(write(dir.path(), &lines), &MixtralJsonlOptions::default()).unwrap();
+        assert_eq!(out.trace.view().shape().tokens, 5);
+        assert_eq!(out.report.warnings.len(), 1, "{:?}", out.report.warnings);
+        let w = &out.report.warnings[0];
+        assert!(
+            w.starts_with("3 token position(s) inside a problem")
+                && w.contains("problem 0 token 1, problem 0 tokens 4..=5"),
+            "{w}"
+        );
+        // Token 1 recorded in layer 0 only: dropped as incomplete, and no warning.
+        let mut lines = lines;
+        lines.push(rec(0, 0, 1, [1, 2], [0.5, 0.5]));
+        let out = import_mixtral_jsonl(write(dir.path(), &lines), &MixtralJsonlOptions::default()).unwrap();
+        assert!(
+            out.report.warnings[0].contains("problem 0 tokens 4..=5") && !out.report.warnings[0].contains("token 1")
+        );
     }
 
     #[test]

@@ -322,12 +322,18 @@ pub(crate) fn missing_layers(sorted: &[u32]) -> Option<(u32, String)> {
 /// expected one (`token_pos` for `token_idx`) what to do.
 pub(crate) fn record_error(line: &str, e: &serde_json::Error, expected: &[&str]) -> String {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(line) else {
-        return e.to_string();
+        return format!("{e}{}", not_a_record_line(line));
     };
     let name = |f: &str| f.split(' ').next().unwrap_or(f).to_string();
     let wanted: Vec<String> = expected.iter().map(|f| name(f)).collect();
     let found: Vec<&str> = m.keys().map(String::as_str).collect();
-    let mut msg = format!("{e}; the record has fields {}; expected {}", found.join(", "), expected.join(", "));
+    // A value of the wrong type or range (not a missing field): the field whose value holds
+    // serde's column.
+    let field = (e.classify() == serde_json::error::Category::Data && e.to_string().starts_with("invalid"))
+        .then(|| field_at(line, &found, e.column()))
+        .flatten()
+        .map_or_else(String::new, |f| format!("field `{f}`: "));
+    let mut msg = format!("{field}{e}; the record has fields {}; expected {}", found.join(", "), expected.join(", "));
     for w in wanted.iter().filter(|w| !m.contains_key(w.as_str())) {
         // A present field that shares the expected one's first word (`token_pos` ~ `token_idx`).
         let stem = w.split('_').next().unwrap_or(w);
@@ -339,6 +345,42 @@ pub(crate) fn record_error(line: &str, e: &serde_json::Error, expected: &[&str])
         }
     }
     msg
+}
+
+/// The field of a one-line JSON object whose value holds 1-based column `col`: the last of
+/// `keys` whose `"key":` starts before it.
+fn field_at<'k>(line: &str, keys: &[&'k str], col: usize) -> Option<&'k str> {
+    let before = line.get(..col.min(line.len()))?;
+    keys.iter()
+        .filter_map(|k| {
+            let quoted = format!("\"{k}\"");
+            before
+                .match_indices(&quoted)
+                .map(|(i, _)| i)
+                .find(|&i| before[i + quoted.len()..].trim_start().starts_with(':'))
+                .map(|i| (i, *k))
+        })
+        .max()
+        .map(|(_, k)| k)
+}
+
+/// What a line that is no JSON object looks like, as a hint after serde's message: a JSON
+/// array (the file is one document, not one record per line), a record spread over lines
+/// (pretty-printed), or a non-finite number as Python's `json.dumps` writes it.
+fn not_a_record_line(line: &str) -> &'static str {
+    let t = line.trim_start();
+    if t.starts_with('[') {
+        "; the line is a JSON array: this format is JSON Lines, one record (an object) per line (`jq -c '.[]' FILE` \
+         writes a JSON array so)"
+    } else if t == "{" || (t.starts_with('{') && !t.trim_end().ends_with('}')) {
+        "; the record is spread over several lines (pretty-printed JSON): this format is JSON Lines, one record per \
+         line (`jq -c . FILE` writes it so)"
+    } else if ["NaN", "Infinity"].iter().any(|w| line.contains(w)) {
+        "; NaN and Infinity (as Python's json.dumps writes non-finite floats) are not JSON, and a routing record's \
+         probabilities must be finite: fix the logger or drop those records"
+    } else {
+        ""
+    }
 }
 
 /// A [`TraceError::Import`] at `path` (and line, 1-based, when given).
@@ -407,9 +449,24 @@ mod tests {
         assert!(m.starts_with("missing field `token_idx`"), "{m}");
         assert!(m.contains("the record has fields layer, token_pos; expected layer, token_idx"), "{m}");
         assert!(m.contains("`token_pos` is not `token_idx`: if it holds the same thing, rename it"), "{m}");
-        // Not an object: serde's message alone.
-        let e = serde_json::from_str::<R>("[1]").unwrap_err();
-        assert_eq!(record_error("[1]", &e, &["layer"]), e.to_string());
+        // A value of the wrong type names its field.
+        let line = r#"{"layer": "3", "token_idx": 7}"#;
+        let e = serde_json::from_str::<R>(line).unwrap_err();
+        assert!(record_error(line, &e, &["layer"]).starts_with("field `layer`: invalid type: string \"3\""));
+        let line = r#"{"layer": 3, "token_idx": 7.5}"#;
+        let e = serde_json::from_str::<R>(line).unwrap_err();
+        assert!(record_error(line, &e, &["layer"]).starts_with("field `token_idx`: invalid type: floating point"));
+        // Not an object: serde's message, and what the line looks like.
+        let check = |line: &str, hint: &str| {
+            let e = serde_json::from_str::<R>(line).unwrap_err();
+            let m = record_error(line, &e, &["layer"]);
+            assert!(m.starts_with(&e.to_string()) && m.contains(hint), "{m}");
+        };
+        check("[1]", "the line is a JSON array: this format is JSON Lines");
+        check("{", "spread over several lines");
+        check(r#"{"layer": 3, "token_idx": NaN}"#, "NaN and Infinity");
+        let e = serde_json::from_str::<R>("7").unwrap_err();
+        assert_eq!(record_error("7", &e, &["layer"]), e.to_string());
     }
 
     #[test]

@@ -246,7 +246,10 @@ pub(crate) fn check_row(ids: &[u32], probs: &[f64], k: usize, num_experts: u32) 
     }
     for (i, &id) in ids.iter().enumerate() {
         if id >= num_experts {
-            return Err(format!("slot {i}: expert id {id} >= num_experts {num_experts}"));
+            return Err(format!(
+                "slot {i}: expert id {id} >= num_experts {num_experts}: is --num-experts right? (ids counted from 1 \
+                 also end here)"
+            ));
         }
         if ids[..i].contains(&id) {
             return Err(format!("slot {i}: expert id {id} repeated in the row"));

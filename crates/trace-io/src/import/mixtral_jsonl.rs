@@ -222,6 +222,7 @@ pub fn import_mixtral_jsonl(path: impl AsRef<Path>, opts: &MixtralJsonlOptions) 
     extra.insert("prob_floor".to_string(), PROB_FLOOR.to_string());
     extra.insert("floored_probs".to_string(), sink.floored.to_string());
     let (score_kind, renormalized, gates) = sink.renorm_meta(k);
+    warnings.extend(sink.renorm_warning());
     extra.insert("renormalized".to_string(), renormalized);
     extra.insert("gates".to_string(), gates);
     extra.insert("incomplete_tokens_dropped".to_string(), dropped_tokens.len().to_string());
@@ -306,6 +307,22 @@ mod tests {
         assert!(
             out.report.warnings[0].contains("problem 0 tokens 4..=5") && !out.report.warnings[0].contains("token 1")
         );
+    }
+
+    /// Most rows renormalized and one not: the trace is read as not renormalized, and warned.
+    #[test]
+    fn a_few_rows_off_a_renormalized_log_are_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut lines: Vec<String> = (0..3).map(|t| rec(0, 0, t, [1, 2], [0.75, 0.25])).collect();
+        lines.push(rec(0, 0, 3, [1, 2], [0.3, 0.2]));
+        let out = import_mixtral_jsonl(write(dir.path(), &lines), &MixtralJsonlOptions::default()).unwrap();
+        assert_eq!(out.trace.view().meta().score_kind, ScoreKind::LogProbs);
+        assert_eq!(out.report.warnings.len(), 1, "{:?}", out.report.warnings);
+        assert!(out.report.warnings[0].starts_with("1 of 4 rows do not sum to 1"), "{:?}", out.report.warnings);
+        // None renormalized (a full-softmax log): no warning.
+        let lines: Vec<String> = (0..3).map(|t| rec(0, 0, t, [1, 2], [0.3, 0.2])).collect();
+        let out = import_mixtral_jsonl(write(dir.path(), &lines), &MixtralJsonlOptions::default()).unwrap();
+        assert!(out.report.warnings.is_empty(), "{:?}", out.report.warnings);
     }
 
     #[test]

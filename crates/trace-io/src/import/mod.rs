@@ -195,6 +195,19 @@ impl RowSink {
         self.rows > 0 && self.rows_summing_to_one == self.rows
     }
 
+    /// A warning when most rows sum to 1 but some do not: a renormalizing logger with damaged
+    /// rows looks so, and the whole trace is then read as not renormalized.
+    pub fn renorm_warning(&self) -> Option<String> {
+        let off = self.rows - self.rows_summing_to_one;
+        (off > 0 && self.rows_summing_to_one > off).then(|| {
+            format!(
+                "{off} of {} rows do not sum to 1 (the others do, within {RENORM_TOLERANCE}): the gates are read as \
+                 full-softmax probabilities, not renormalized; if the logger renormalizes, those rows are damaged",
+                self.rows
+            )
+        })
+    }
+
     /// The metadata entries `renormalized` and `gates` for `k` used experts, from
     /// [`RowSink::renormalized`], and the score kind that goes with them.
     pub fn renorm_meta(&self, k: usize) -> (crate::ScoreKind, String, String) {

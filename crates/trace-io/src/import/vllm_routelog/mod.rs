@@ -351,7 +351,7 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
              unknown (step_offsets = [0]) and dummy rows were found from the rows' content alone"
         ));
     }
-    let warnings = dummy::warnings(&parsed, k, num_experts, &real, &bounds);
+    let mut warnings = dummy::warnings(&parsed, k, num_experts, &real, &bounds);
     let model = opts.model.clone().or_else(|| first.model.clone()).unwrap_or_else(|| "unknown".into());
     let mut extra = BTreeMap::new();
     if let Some(v) = &first.vllm_version {
@@ -378,6 +378,7 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
         extra.insert("engine_run_rows".to_string(), rows.join(","));
     }
     let (score_kind, renormalized, gates) = sink.renorm_meta(k);
+    warnings.extend(sink.renorm_warning());
     if score_kind == crate::ScoreKind::LogProbsRenormalized {
         extra.insert("renormalized".to_string(), renormalized);
     }

@@ -338,7 +338,8 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
     let mut rows = Vec::new();
     let mut seq_lens = Vec::new();
     for (n, line) in text.lines().enumerate() {
-        let line = line.trim_end_matches('\r');
+        // A trailing tab or space (an editor's, a spreadsheet's) is no empty field.
+        let line = line.trim_end_matches(['\r', '\t', ' ']);
         if line.is_empty() {
             continue;
         }
@@ -440,7 +441,8 @@ mod tests {
                 (2, "0\t1\t2\t3\t\t0.4\t0.1\t0.1\t0.1\n4\t6\t\t0.25\t0.25\n"),
             ],
         );
-        write_domain(dir.path(), "b", &[(1, "1\t2\t\t0.3\t0.2\n"), (2, "5\t4\t\t0.2\t0.3\n")]);
+        // (a trailing tab and a CRLF line end, as editors and spreadsheets leave them, read alike)
+        write_domain(dir.path(), "b", &[(1, "1\t2\t\t0.3\t0.2\n"), (2, "5\t4\t\t0.2\t0.3\t\r\n")]);
         let t = import_esft(dir.path(), &opts(&["a", "b"])).unwrap();
         let v = t.view();
         assert_eq!(v.shape().tokens, 4);

@@ -100,6 +100,16 @@ const CASES: &[Case] = &[
     ),
     case("report DIR -o DIR", &["report", "{d}/out-bom", "-o", "{d}/out-bom"], Err("is a directory")),
     case(
+        "synth -o an existing directory",
+        &["synth", "-o", "{d}"],
+        Err("is a directory; this command writes one file"),
+    ),
+    case(
+        "import counts -o an existing directory",
+        &["import", "counts", "{d}/bom-counts.json", "--top-k", "2", "-o", "{d}"],
+        Err("is a directory; this command writes one file"),
+    ),
+    case(
         "synth of a 640 GB trace",
         &["synth", "--layers", "100000", "--tokens", "100000", "-o", "{d}/huge.safetensors"],
         Err("about 640.0 GB, above the limit of 8 GB without --yes"),

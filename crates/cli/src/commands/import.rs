@@ -108,6 +108,7 @@ pub enum ImportCmd {
 /// Runs `import counts`.
 fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
     super::refuse_stdout(output, "statistics are written to a file: give -o stats.json")?;
+    super::refuse_directory(output)?;
     super::refuse_overwrite(output, [input])?;
     let stats = Stats::from_counts_file(input, opts)?;
     stats.write_json(output)?;
@@ -138,18 +139,21 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
         }
         ImportCmd::Esft { dir, domains, num_experts, top_k, output } => {
             super::refuse_stdout(&output, TRACE_TO_FILE)?;
+            super::refuse_directory(&output)?;
             super::no_repeats("domains", &domains)?;
             let opts = EsftOptions { domains, num_experts, top_k, ..Default::default() };
             (import_esft_with_report(&dir, &opts)?, output)
         }
         ImportCmd::VllmRoutelog { inputs, num_experts, keep_warmup, skip_rows, model, output } => {
             super::refuse_stdout(&output, TRACE_TO_FILE)?;
+            super::refuse_directory(&output)?;
             super::refuse_overwrite(&output, inputs.iter().map(PathBuf::as_path))?;
             let opts = VllmRoutelogOptions { num_experts, keep_warmup, model, skip_rows };
             (import_vllm_routelog(&inputs, &opts)?, output)
         }
         ImportCmd::MixtralJsonl { input, num_experts, model, output } => {
             super::refuse_stdout(&output, TRACE_TO_FILE)?;
+            super::refuse_directory(&output)?;
             super::refuse_overwrite(&output, [input.as_path()])?;
             let mut opts = MixtralJsonlOptions { num_experts, ..Default::default() };
             if let Some(m) = model {

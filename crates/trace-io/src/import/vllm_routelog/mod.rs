@@ -244,6 +244,23 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
             });
         }
     }
+    // Overlapping ranges would count the rows they share twice in the report.
+    let mut sorted: Vec<&Range<usize>> = opts.skip_rows.iter().collect();
+    sorted.sort_by_key(|r| (r.start, r.end));
+    if let Some(w) = sorted.windows(2).find(|w| w[1].start < w[0].end) {
+        return Err(TraceError::Config {
+            key: "skip_rows",
+            reason: format!(
+                "{}..{} and {}..{} overlap: give each row once (for example {}..{})",
+                w[0].start,
+                w[0].end,
+                w[1].start,
+                w[1].end,
+                w[0].start,
+                w[0].end.max(w[1].end)
+            ),
+        });
+    }
     let mut run_starts = vec![0];
     run_starts.extend(&first.meta_runs);
     let regions = dummy::find_dummies(&parsed, k, &run_starts);

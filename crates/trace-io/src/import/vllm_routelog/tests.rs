@@ -307,6 +307,10 @@ fn skip_rows_and_meta_lines_of_new_runs() {
     );
     let e = import_vllm_routelog(&[&p], &VllmRoutelogOptions { skip_rows: one(0..4), ..opts() }).unwrap_err();
     assert!(e.to_string().contains("no route rows left"), "{e}");
+    // Overlapping ranges would count their shared rows twice in the report.
+    let overlap = VllmRoutelogOptions { skip_rows: vec![1..3, 0..2], ..opts() };
+    let e = import_vllm_routelog(&[&p], &overlap).unwrap_err().to_string();
+    assert!(e.contains("0..2 and 1..3 overlap: give each row once (for example 0..3)"), "{e}");
 
     // A meta line that changes top_k is refused where it stands.
     let text = std::fs::read_to_string(&p).unwrap().replacen("\"top_k\": 2", "\"top_k\": 3", 2).replacen(

@@ -113,6 +113,13 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     let mut per_layer: Vec<Vec<LayerFile>> = Vec::new();
     let mut seqs_per_domain = Vec::new();
     for domain in &opts.domains {
+        if domain.is_empty() {
+            return Err(TraceError::Config {
+                key: "domains",
+                reason: "an empty domain name (a trailing or doubled comma?): give names such as translation,law"
+                    .into(),
+            });
+        }
         let ddir = root.join(domain);
         if ddir.exists() && !ddir.is_dir() {
             return Err(TraceError::Config {
@@ -328,6 +335,13 @@ fn layer_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
         ));
     }
     out.sort();
+    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(import_err(
+            &w[1].1,
+            None,
+            format!("is also layer {} ({}): keep one file per layer", w[0].0, w[0].1.display()),
+        ));
+    }
     Ok(out)
 }
 
@@ -474,6 +488,18 @@ mod tests {
         write_domain(dir.path(), "a", &[(1, "1\t2\t0.3\t0.2\n")]);
         let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
         assert!(e.contains("expert_weights_1.txt:1") && e.contains("no empty field"), "{e}");
+
+        // Two files of one layer (`_1` and `_01`) are named both; an empty domain name is named.
+        let dir = tempfile::tempdir().unwrap();
+        write_domain(dir.path(), "a", &[(1, "1\t2\t\t0.3\t0.2\n")]);
+        std::fs::write(dir.path().join("a/expert_weights_01.txt"), "1\t2\t\t0.3\t0.2\n").unwrap();
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
+        assert!(
+            e.contains("is also layer 1") && e.contains("expert_weights_1.txt") && e.contains("expert_weights_01.txt"),
+            "{e}"
+        );
+        let e = import_esft(dir.path(), &opts(&["", "a"])).unwrap_err();
+        assert!(matches!(e, TraceError::Config { key: "domains", .. }), "{e}");
 
         // Bad ids name the layer file and the line, not the directory: line 2, token 1, slot 0
         // (field 3) is out of range; in the other file, line 2's token 0 repeats id 4.

@@ -122,7 +122,8 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
         )?;
         if let Some(note) = stats.meta.source.split_once(" (").map(|(_, n)| n.trim_end_matches(')')) {
             writeln!(out, "note: {note}")?;
-            if a.non_finite_reap == NonFiniteReap::DropStatistic {
+            // Only when reap was dropped for its non-finite values (not for a corpus without reap).
+            if a.non_finite_reap == NonFiniteReap::DropStatistic && note.starts_with("reap_sum dropped") {
                 writeln!(out, "      pass --non-finite-reap mask to keep the finite reap entries for retention")?;
             }
         }

@@ -100,6 +100,11 @@ const CASES: &[Case] = &[
     ),
     case("report DIR -o DIR", &["report", "{d}/out-bom", "-o", "{d}/out-bom"], Err("is a directory")),
     case(
+        "counts whose layers hold different token counts",
+        &["import", "counts", "{d}/uneven-counts.json", "--top-k", "1", "-o", "{d}/uneven.json"],
+        Ok("warning: the layers hold different token counts (counts / top-1: layer 0: 10, layer 1: 2)"),
+    ),
+    case(
         "synth -o an existing directory",
         &["synth", "-o", "{d}"],
         Err("is a directory; this command writes one file"),
@@ -296,6 +301,7 @@ fn fixture(d: &Path) {
     bom("bom-grid.json", grid(two, r#"["full"]"#, r#"["lru"]"#, "[8]").as_bytes());
     bom("bom-keep.json", &std::fs::read(d.join("keep16.json")).unwrap());
     bom("bom-counts.json", br#"{"0": [1, 2, 3, 4], "1": [4, 3, 2, 1]}"#);
+    std::fs::write(d.join("uneven-counts.json"), r#"{"0": [3, 2, 5, 0], "1": [1, 1, 0, 0]}"#).unwrap();
     bom("bom-counts.csv", b"layer,expert,count\n0,0,2\n0,1,2\n");
     write("dup.json", r#"{"0": [1, 2, 3, 4], "0": [4, 3, 2, 1]}"#);
     write("same-grid.json", &grid(("held.safetensors", "held-copy.safetensors"), r#"["full"]"#, r#"["lru"]"#, "[8]"));

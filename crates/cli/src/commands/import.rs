@@ -122,6 +122,26 @@ fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
         stats.present_statistics().join(", "),
         stats.meta.source
     )?;
+    // Every token of a run passes every MoE layer: counts of one run give one token count.
+    let tokens: std::collections::BTreeSet<u64> = stats.layers.iter().map(|l| l.tokens).collect();
+    if tokens.len() > 1 {
+        let per_layer: Vec<String> = stats
+            .meta
+            .layer_ids
+            .iter()
+            .zip(&stats.layers)
+            .take(8)
+            .map(|(id, l)| format!("layer {id}: {}", l.tokens))
+            .collect();
+        crate::progress::status!(
+            "warning: the layers hold different token counts (counts / top-{}: {}{}); every token passes every MoE \
+             layer, so counts of one run give one count: check that the file is of one run and of top-{} routing",
+            stats.meta.top_k,
+            per_layer.join(", "),
+            if stats.layers.len() > 8 { ", ..." } else { "" },
+            stats.meta.top_k
+        );
+    }
     Ok(())
 }
 

@@ -55,6 +55,8 @@ impl Default for EsftOptions {
 struct LayerFile {
     rows: Vec<(u16, f32)>,
     seq_lens: Vec<usize>,
+    /// The 1-based line of each sequence.
+    seq_lines: Vec<usize>,
 }
 
 /// Imports one or more ESFT domains into one trace.
@@ -166,20 +168,30 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
             }
             Some(_) => {}
         }
-        let mut domain_lens: Option<(PathBuf, Vec<usize>)> = None;
+        let mut domain_lens: Option<(PathBuf, Vec<usize>, Vec<usize>)> = None;
         for (li, (_, path)) in files.iter().enumerate() {
             let lf = parse_layer_file(path, k, opts.num_experts)?;
             match &domain_lens {
-                None => domain_lens = Some((path.clone(), lf.seq_lens.clone())),
-                Some((first, lens)) if *lens != lf.seq_lens => {
+                None => domain_lens = Some((path.clone(), lf.seq_lens.clone(), lf.seq_lines.clone())),
+                Some((first, lens, lines)) if *lens != lf.seq_lens => {
+                    // The first sequence that differs, with its line in both files.
+                    let i = lens
+                        .iter()
+                        .zip(&lf.seq_lens)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(lens.len().min(lf.seq_lens.len()));
+                    let line = lf.seq_lines.get(i).copied();
+                    let what = match (lens.get(i), lf.seq_lens.get(i)) {
+                        (Some(a), Some(b)) => {
+                            format!("sequence {i} has {b} tokens, {a} at line {} of {}", lines[i], first.display())
+                        }
+                        _ => format!("{} sequences, {} in {}", lf.seq_lens.len(), lens.len(), first.display()),
+                    };
                     return Err(import_err(
                         path,
-                        None,
+                        line.filter(|_| i < lf.seq_lens.len()),
                         format!(
-                            "sequence lengths differ from {} ({} vs {} sequences, {} vs {} tokens)",
-                            first.display(),
-                            lf.seq_lens.len(),
-                            lens.len(),
+                            "sequence lengths differ from the domain's first layer file: {what} ({} vs {} tokens in all)",
                             lf.seq_lens.iter().sum::<usize>(),
                             lens.iter().sum::<usize>()
                         ),
@@ -351,6 +363,7 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
     let text = crate::read_regular_to_string(path).map_err(|e| TraceError::Io(e).in_file(path))?;
     let mut rows = Vec::new();
     let mut seq_lens = Vec::new();
+    let mut seq_lines = Vec::new();
     for (n, line) in text.lines().enumerate() {
         // A trailing tab or space (an editor's, a spreadsheet's) is no empty field.
         let line = line.trim_end_matches(['\r', '\t', ' ']);
@@ -414,8 +427,9 @@ fn parse_layer_file(path: &Path, k: usize, num_experts: u32) -> Result<LayerFile
             rows.push((id, p));
         }
         seq_lens.push(id_f.len() / k);
+        seq_lines.push(n + 1);
     }
-    Ok(LayerFile { rows, seq_lens })
+    Ok(LayerFile { rows, seq_lens, seq_lines })
 }
 
 fn import_err(path: &Path, line: Option<usize>, message: String) -> TraceError {
@@ -482,7 +496,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_domain(dir.path(), "a", &[(1, "1\t2\t\t0.3\t0.2\n"), (2, "1\t2\t3\t4\t\t0.3\t0.2\t0.1\t0.1\n")]);
         let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
-        assert!(e.contains("expert_weights_2.txt") && e.contains("sequence lengths differ"), "{e}");
+        assert!(e.contains("expert_weights_2.txt:1: sequence lengths differ"), "{e}");
+        assert!(e.contains("sequence 0 has 2 tokens, 1 at line 1 of") && e.contains("expert_weights_1.txt"), "{e}");
+        // A file with one sequence more names the counts, at the extra line.
+        let dir = tempfile::tempdir().unwrap();
+        write_domain(dir.path(), "a", &[(1, "1\t2\t\t0.3\t0.2\n"), (2, "1\t2\t\t0.3\t0.2\n\n3\t4\t\t0.3\t0.2\n")]);
+        let e = import_esft(dir.path(), &opts(&["a"])).unwrap_err().to_string();
+        assert!(
+            e.contains("expert_weights_2.txt:3: sequence lengths differ") && e.contains(": 2 sequences, 1 in"),
+            "{e}"
+        );
 
         let dir = tempfile::tempdir().unwrap();
         write_domain(dir.path(), "a", &[(1, "1\t2\t0.3\t0.2\n")]);

@@ -145,9 +145,6 @@ fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Why a trace cannot go to standard output.
-const TRACE_TO_FILE: &str = "a trace is memory-mapped by every command that reads it: give -o t.safetensors";
-
 /// Runs `import`.
 pub fn run(cmd: ImportCmd) -> Result<()> {
     announce(&cmd);
@@ -158,22 +155,19 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
             return counts(&input, &opts, &output);
         }
         ImportCmd::Esft { dir, domains, num_experts, top_k, output } => {
-            super::refuse_stdout(&output, TRACE_TO_FILE)?;
-            super::refuse_directory(&output)?;
+            super::refuse_trace_output(&output)?;
             super::no_repeats("domains", &domains)?;
             let opts = EsftOptions { domains, num_experts, top_k, ..Default::default() };
             (import_esft_with_report(&dir, &opts)?, output)
         }
         ImportCmd::VllmRoutelog { inputs, num_experts, keep_warmup, skip_rows, model, output } => {
-            super::refuse_stdout(&output, TRACE_TO_FILE)?;
-            super::refuse_directory(&output)?;
+            super::refuse_trace_output(&output)?;
             super::refuse_overwrite(&output, inputs.iter().map(PathBuf::as_path))?;
             let opts = VllmRoutelogOptions { num_experts, keep_warmup, model, skip_rows };
             (import_vllm_routelog(&inputs, &opts)?, output)
         }
         ImportCmd::MixtralJsonl { input, num_experts, model, output } => {
-            super::refuse_stdout(&output, TRACE_TO_FILE)?;
-            super::refuse_directory(&output)?;
+            super::refuse_trace_output(&output)?;
             super::refuse_overwrite(&output, [input.as_path()])?;
             let mut opts = MixtralJsonlOptions { num_experts, ..Default::default() };
             if let Some(m) = model {

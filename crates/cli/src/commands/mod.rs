@@ -120,6 +120,13 @@ fn refuse_overwrite<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a Path
     Ok(())
 }
 
+/// Refuses an `-o` a trace cannot be written to, before the work: standard output (every
+/// command memory-maps a trace) or an existing directory. `import` and `synth` call it.
+fn refuse_trace_output(output: &Path) -> Result<()> {
+    refuse_stdout(output, "a trace is memory-mapped by every command that reads it: give -o t.safetensors")?;
+    refuse_directory(output)
+}
+
 /// Refuses an `-o` that names an existing directory for a command that writes one file (a rename
 /// onto a directory fails only after the work, with the system's "Is a directory").
 fn refuse_directory(output: &Path) -> Result<()> {

@@ -97,8 +97,7 @@ fn routing(preset: SynthPreset, model: Option<&str>, dead_experts: Option<usize>
 
 /// Runs `synth`.
 pub fn run(a: &SynthArgs) -> Result<()> {
-    super::refuse_stdout(&a.output, "a trace is memory-mapped by every command that reads it: give -o t.safetensors")?;
-    super::refuse_directory(&a.output)?;
+    super::refuse_trace_output(&a.output)?;
     let base = routing(a.preset, a.model.as_deref(), a.dead_experts)?;
     let cfg = SynthConfig {
         layers: a.layers,

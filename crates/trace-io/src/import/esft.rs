@@ -114,14 +114,14 @@ pub fn import_esft_with_report(dir: impl AsRef<Path>, opts: &EsftOptions) -> Res
     // per layer, per domain parsed files
     let mut per_layer: Vec<Vec<LayerFile>> = Vec::new();
     let mut seqs_per_domain = Vec::new();
+    // An empty name (a trailing comma in --domains) is refused before any domain is read.
+    if opts.domains.iter().any(String::is_empty) {
+        return Err(TraceError::Config {
+            key: "domains",
+            reason: "an empty domain name (a trailing or doubled comma?): give names such as translation,law".into(),
+        });
+    }
     for domain in &opts.domains {
-        if domain.is_empty() {
-            return Err(TraceError::Config {
-                key: "domains",
-                reason: "an empty domain name (a trailing or doubled comma?): give names such as translation,law"
-                    .into(),
-            });
-        }
         let ddir = root.join(domain);
         if ddir.exists() && !ddir.is_dir() {
             return Err(TraceError::Config {

@@ -86,10 +86,28 @@ type MetaOf = (PathBuf, Option<String>, Option<String>, Option<Vec<u32>>);
 /// probability outside `[0, 1]`, files whose `top_k`, `num_experts`, batch structure or engine
 /// runs differ, or nothing left after dropping dummy and skipped rows; [`TraceError::Config`] when
 /// no path is given, `num_experts` is known from neither the meta lines nor the options, or a
-/// skipped range lies outside the log.
+/// skipped range lies outside the log or overlaps another.
 pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptions) -> Result<Imported> {
     if paths.is_empty() {
         return Err(TraceError::Config { key: "inputs", reason: "at least one route-log file is needed".into() });
+    }
+    // Overlapping skipped ranges would count the rows they share twice in the report: refused
+    // before any file is read.
+    let mut sorted: Vec<&Range<usize>> = opts.skip_rows.iter().collect();
+    sorted.sort_by_key(|r| (r.start, r.end));
+    if let Some(w) = sorted.windows(2).find(|w| w[1].start < w[0].end) {
+        return Err(TraceError::Config {
+            key: "skip_rows",
+            reason: format!(
+                "{}..{} and {}..{} overlap: give each row once (for example {}..{})",
+                w[0].start,
+                w[0].end,
+                w[1].start,
+                w[1].end,
+                w[0].start,
+                w[0].end.max(w[1].end)
+            ),
+        });
     }
     // Metadata first (cheap: the first line of each file) to fix E and k before parsing rows.
     let mut logs: Vec<MetaOf> = Vec::with_capacity(paths.len());
@@ -243,23 +261,6 @@ pub fn import_vllm_routelog(paths: &[impl AsRef<Path>], opts: &VllmRoutelogOptio
                 ),
             });
         }
-    }
-    // Overlapping ranges would count the rows they share twice in the report.
-    let mut sorted: Vec<&Range<usize>> = opts.skip_rows.iter().collect();
-    sorted.sort_by_key(|r| (r.start, r.end));
-    if let Some(w) = sorted.windows(2).find(|w| w[1].start < w[0].end) {
-        return Err(TraceError::Config {
-            key: "skip_rows",
-            reason: format!(
-                "{}..{} and {}..{} overlap: give each row once (for example {}..{})",
-                w[0].start,
-                w[0].end,
-                w[1].start,
-                w[1].end,
-                w[0].start,
-                w[0].end.max(w[1].end)
-            ),
-        });
     }
     let mut run_starts = vec![0];
     run_starts.extend(&first.meta_runs);

@@ -1,7 +1,7 @@
 //! Replays the benchmark's synthetic trace (8 layers x 8192 tokens, 512 experts, k = 10, m = 64)
 //! with prefetch (SEMANTICS.md §12) once on one thread and prints the counts and the picks per
 //! second: the prefetch counterpart of `replay_probe`, for profilers
-//! (`valgrind --tool=callgrind --toggle-collect='*prefetch::token_loop::run*'`).
+//! (`valgrind --tool=callgrind --toggle-collect='*prefetch::hook::run*'`).
 //!
 //! `cargo run --release -p cachesim --example prefetch_probe -- <PRED:B | none> [policy] [lambda] [reps]`
 //!

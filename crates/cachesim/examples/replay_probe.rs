@@ -1,6 +1,6 @@
 //! Replays the benchmark's synthetic trace (8 layers x 8192 tokens, 512 experts, k = 10, m = 64)
 //! once with one policy on one thread and prints the counts and the picks per second: a target
-//! for profilers (`valgrind --tool=callgrind --toggle-collect='*engine::run_tokens*'`), whose
+//! for profilers (`valgrind --tool=callgrind --toggle-collect='*engine::step_loop::run_rows*'`), whose
 //! instruction counts are stable on a loaded machine where wall time is not.
 //!
 //! `cargo run --release -p cachesim --example replay_probe -- <policy> [lambda] [cap] [pruned|full] [reps] [group]`
@@ -11,7 +11,7 @@
 //! j = 2) are replayed together by `cachesim::replay_many`, which shares their scores when the
 //! policy is near_pick_ema or inv_router, and F when the keep set is pruned; the throughput counts
 //! the picks of all four, and the counts printed are those of the given λ with j = 2. For
-//! callgrind, the shared work runs outside `engine::run_tokens`: add
+//! callgrind, the shared work runs outside `engine::step_loop::run_rows`: add
 //! `--toggle-collect='*TrackedScores*' --toggle-collect='*FTable*'`.
 
 #[path = "../tests/common/mod.rs"]

@@ -1,5 +1,5 @@
 //! Several configurations of one layer in one pass over its rows (issue #40): every member's
-//! token loop ([`run_tokens`], unchanged) replays a block of tokens, one member after another,
+//! step loop ([`run_rows`], unchanged) replays a block of tokens, one member after another,
 //! before the next block, so the block's ids, scores and the shared tables (F, softmax) are read
 //! from the core's cache by every member instead of being streamed from memory once per member.
 //!
@@ -8,7 +8,7 @@
 //! the credits stored in each cache's keys) stays per member. The dispatch on the policy is a
 //! `dyn` call per member and block, outside the token loop.
 
-use super::{Evictor, LayerInput, Params, State, run_tokens};
+use super::{Evictor, LayerInput, Params, PerToken, State, run_rows};
 use crate::LayerCounts;
 
 /// Bytes of row data (ids, scores, softmax, F) one block should span: well inside a core's L2
@@ -36,7 +36,7 @@ pub(crate) trait Member {
 pub(crate) struct Run<'a, P: Evictor> {
     params: Params<'a>,
     input: LayerInput<'a>,
-    /// Always `Some` between calls; moved through [`run_tokens`] by value.
+    /// Always `Some` between calls; moved through [`run_rows`] by value.
     state: Option<State<P>>,
 }
 
@@ -51,7 +51,7 @@ impl<'a, P: Evictor> Run<'a, P> {
 impl<P: Evictor> Member for Run<'_, P> {
     fn advance(&mut self, tokens: std::ops::Range<usize>) {
         if let Some(state) = self.state.take() {
-            self.state = Some(run_tokens(&self.params, &self.input, state, tokens, &mut ()));
+            self.state = Some(run_rows(&self.params, &self.input, state, tokens, &mut PerToken, &mut ()));
         }
     }
     fn counts(&self) -> LayerCounts {

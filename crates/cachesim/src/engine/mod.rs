@@ -2,8 +2,9 @@
 //! all state allocated before the token loop, no `Result`, no dynamic dispatch inside it.
 //!
 //! Map (docs/ARCHITECTURE.md has the same with how to add a policy):
-//! - [`token_loop`]: SEMANTICS.md §5 steps 1-5 for one layer ([`run`], `run_tokens`): F,
-//!   selection (λ = 0 and cache-aware), counts, residency with k-way protection, credits.
+//! - [`step_loop`]: the one step loop of a layer ([`run`], `run_rows`): F, selection (λ = 0 and
+//!   cache-aware), counts, residency with k-way protection, credits (SEMANTICS.md §5), each row a
+//!   step ([`PerToken`]) or a deployment's steps through its tiers ([`Steps`], §9-§11).
 //! - [`evictor`]: the [`Evictor`] trait, what the token loop asks of a policy, and [`Pick`],
 //!   [`Protected`].
 //! - [`cache`]: [`Cache`], the cached experts of one layer (position index, keys beside them).
@@ -27,13 +28,13 @@ pub(crate) mod evictor;
 pub(crate) mod lockstep;
 pub(crate) mod shared;
 pub(crate) mod simd;
+pub(crate) mod step_loop;
 pub(crate) mod structures;
-pub(crate) mod token_loop;
 
 pub(crate) use cache::{ABSENT, Cache};
 pub(crate) use evictor::{Evictor, Pick, Protected};
 pub(crate) use shared::{FTable, softmax_layer};
-pub(crate) use token_loop::{State, TokenHook, run, run_tokens};
+pub(crate) use step_loop::{ByStep, PerToken, State, Steps, TokenHook, run, run_rows};
 use trace_io::{Shape, TraceView};
 
 use crate::{Keep, Policy, ReplayConfig, Semantics};

@@ -2,7 +2,7 @@
 //! computed once and shared by every configuration that replays the trace): F tables and
 //! softmax tables.
 
-use super::token_loop::extend_f;
+use super::step_loop::extend_f;
 use crate::policy::softmax_row;
 
 /// F of every row of one layer under one pruned keep set (SEMANTICS.md §5 step 1: the row's

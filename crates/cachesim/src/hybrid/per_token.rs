@@ -6,7 +6,7 @@
 use trace_io::TraceView;
 
 use super::LayerEvents;
-use crate::engine::{Evictor, LayerInput, Params, State, TokenHook, run_tokens};
+use crate::engine::{Evictor, LayerInput, Params, PerToken, State, TokenHook, run_rows};
 use crate::policy::{VisitPolicy, with_policy};
 use crate::{Keep, LayerCounts, ReplayConfig};
 
@@ -41,6 +41,6 @@ impl VisitPolicy for Visit<'_, '_, '_> {
     type Out = LayerCounts;
     fn visit<P: Evictor>(self, policy: P) -> LayerCounts {
         let Visit { params, input, events } = self;
-        run_tokens(params, input, State::new(params, input, policy), 0..params.tokens, events).counts
+        run_rows(params, input, State::new(params, input, policy), 0..params.tokens, &mut PerToken, events).counts
     }
 }

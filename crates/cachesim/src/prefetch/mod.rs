@@ -5,7 +5,7 @@
 //! (`crate::timeline`) what each (t, l) loads.
 //!
 //! Map: `predict` (the narrow trait of a predictor), one file per predictor (`prev_token`,
-//! `coact`, `lookahead`, `oracle`), `token_loop` (the loop, generic over the policy and
+//! `coact`, `lookahead`, `oracle`), `hook` (the loop's prefetch hook, generic over the policy and
 //! the predictor, both chosen outside it), this file (configuration, validation, the driver).
 //! A replay without prefetch and without timeline is `crate::replay`, untouched.
 //!
@@ -22,11 +22,11 @@
 //!   B of them when B < k_used).
 
 pub mod coact;
+pub(crate) mod hook;
 pub(crate) mod lookahead;
 pub(crate) mod oracle;
 pub(crate) mod predict;
 pub(crate) mod prev_token;
-pub(crate) mod token_loop;
 
 use std::fmt;
 use std::str::FromStr;
@@ -37,9 +37,9 @@ use trace_io::TraceView;
 
 pub use coact::CoactTable;
 use coact::{Coact, PrevChosen};
+use hook::{Outputs, PfLayerCounts};
 use predict::NoPrefetch;
 use prev_token::PrevToken;
-use token_loop::{Outputs, PfLayerCounts};
 
 use crate::config::ParseNameError;
 use crate::engine::{Evictor, LayerInput, Params};
@@ -420,7 +420,7 @@ impl VisitPolicy for Visit<'_, '_, '_> {
     type Out = PfLayerCounts;
     fn visit<P: Evictor>(self, policy: P) -> PfLayerCounts {
         let Visit { params, input, budget, choice, out } = self;
-        use token_loop::run as go;
+        use hook::run as go;
         match choice {
             Choice::None => go(params, input, budget, policy, NoPrefetch, out),
             Choice::PrevToken(p) => go(params, input, budget, policy, p, out),

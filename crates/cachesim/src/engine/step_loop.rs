@@ -1,4 +1,6 @@
-//! The token loop of one layer (SEMANTICS.md §5 steps 1-5).
+//! The one step loop of one layer: SEMANTICS.md §5 steps 1-5, where each row is a step of its
+//! own ([`PerToken`]), and §11 steps 1-4, where a deployment's schedule groups rows into steps
+//! and its tiers ([`Steps`], `crate::deploy`) take each step's set through the cache.
 //!
 //! With a full keep set F is the row itself (no copy); with a pruned one F is built along the
 //! row without a branch on the keep mask, or read from an [`FTable`](super::FTable) built once
@@ -14,7 +16,64 @@ use crate::LayerCounts;
 
 /// The whole token loop of one layer with policy `policy`.
 pub(crate) fn run<P: Evictor>(params: &Params<'_>, input: &LayerInput<'_>, policy: P) -> LayerCounts {
-    run_tokens(params, input, State::new(params, input, policy), 0..params.tokens, &mut ()).counts
+    run_rows(params, input, State::new(params, input, policy), 0..params.tokens, &mut PerToken, &mut ()).counts
+}
+
+/// How the rows of a replay are grouped into steps, and where a step goes through the cache.
+/// Chosen outside the loop and monomorphized: [`PerToken`] (every row a step, through the loop's
+/// own policy and cache: the §5 loop) or a deployment's tiers (`crate::deploy`: rows in the
+/// schedule's order, steps of several rows, pins, tier 1 and the record for tier 2, §9-§11).
+pub(crate) trait Steps {
+    /// Whether the schedule's residency takes the steps (then the loop's policy is [`ByStep`]
+    /// and its cache stays empty); false: the loop's policy and cache do (§5 step 4).
+    const STEPS: bool;
+    /// The token (trace row) of row position `p`.
+    fn token(&self, p: usize) -> usize;
+    /// Whether row position `p` is counted: its step starts at a row position >= `warmup`.
+    fn counted(&self, p: usize, warmup: usize) -> bool;
+    /// Before the selection of row position `p`: begins its step when it is the step's first.
+    #[inline(always)]
+    fn begin_row(&mut self, _p: usize) {}
+    /// Whether expert `e` is resident for cache-aware selection (with `STEPS` only: pinned, or
+    /// in tier 1 at the start of the step).
+    #[inline(always)]
+    fn resident(&self, _e: usize) -> bool {
+        false
+    }
+    /// With `STEPS`, after the selection of row position `p` (`chosen` in processing order): gathers
+    /// them; after the step's last row, takes the step through the tiers (§11 steps 2-4) and adds
+    /// its hits and misses to `counts`.
+    #[inline(always)]
+    fn chosen(&mut self, _p: usize, _chosen: &[u16], _counts: &mut LayerCounts) {}
+}
+
+/// The plain schedule of SEMANTICS.md §5: row position = token, each a step of its own through
+/// the loop's policy and cache.
+pub(crate) struct PerToken;
+
+impl Steps for PerToken {
+    const STEPS: bool = false;
+    #[inline(always)]
+    fn token(&self, p: usize) -> usize {
+        p
+    }
+    #[inline(always)]
+    fn counted(&self, p: usize, warmup: usize) -> bool {
+        p >= warmup
+    }
+}
+
+/// The loop's policy when a [`Steps`] residency takes the steps: it keeps no state and is never
+/// asked for a victim (its cache stays empty; the loop reads F only as far as selection does).
+pub(crate) struct ByStep;
+
+impl Evictor for ByStep {
+    type Key = ();
+    fn reset(&mut self, _cache: &mut Cache<()>) {}
+    fn access(&mut self, _pick: Pick, _inserted: bool, _cache: &mut Cache<()>) {}
+    fn victim(&mut self, _cache: &Cache<()>, _protected: Protected<'_>) -> usize {
+        unreachable!("the loop's own cache is not used when the steps' residency takes the steps")
+    }
 }
 
 /// The parts of a replay beyond SEMANTICS.md §5 that the one token loop is built with, chosen
@@ -102,15 +161,18 @@ impl<P: Evictor> State<P> {
     }
 }
 
-/// The token loop of one layer (SEMANTICS.md §5 steps 1-5) over `tokens`, from `state` (moved in
-/// and out: inside, its parts are locals the compiler keeps apart). Resumable: a caller may
-/// replay a trace's tokens in several ranges, in order.
+/// The step loop of one layer over the row positions `rows` of `steps`' schedule, from `state`
+/// (moved in and out: inside, its parts are locals the compiler keeps apart): SEMANTICS.md §5
+/// steps 1-5 with [`PerToken`] (rows = tokens), §11 steps 1-4 with a deployment's tiers (which
+/// must be given every row position, in order). Resumable with [`PerToken`]: a caller may replay
+/// a trace's tokens in several ranges, in order.
 #[inline(never)]
-pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
+pub(crate) fn run_rows<P: Evictor, S: Steps, H: TokenHook>(
     params: &Params<'_>,
     input: &LayerInput<'_>,
     state: State<P>,
-    tokens: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    steps: &mut S,
     hook: &mut H,
 ) -> State<P> {
     let (m, k, cap) = (params.m, params.k_used, params.cap);
@@ -135,7 +197,9 @@ pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
     // The part of F that the λ = 0 selection and the credits read.
     let f_base = k.max(policy.f_needed()).min(m);
 
-    for t in tokens {
+    for p in rows {
+        let t = steps.token(p);
+        steps.begin_row(p);
         if ri < params.resets.len() && params.resets[ri] == t as u64 {
             policy.reset(&mut cache);
             cache.clear();
@@ -231,7 +295,7 @@ pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
                         n,
                         bonus,
                         params.j,
-                        |e| cache.contains(e),
+                        |e| if S::STEPS { steps.resident(e) } else { cache.contains(e) },
                         &mut pending,
                         &mut chosen_buf,
                     );
@@ -244,7 +308,7 @@ pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
                         n,
                         bonus,
                         params.j,
-                        |e| cache.contains(e),
+                        |e| if S::STEPS { steps.resident(e) } else { cache.contains(e) },
                         &mut pending,
                         &mut chosen_buf,
                     );
@@ -261,14 +325,18 @@ pub(crate) fn run_tokens<P: Evictor, H: TokenHook>(
             }
         };
 
-        // Step 3: counts from token W on.
-        let counted = t >= params.warmup;
+        // Step 3: counts from token W on (from the first step that starts at W or later).
+        let counted = steps.counted(p, params.warmup);
         if counted {
             counts.add_selection(k, n, pruned, substituted);
         }
 
-        // Step 4: residency. With prefetch, a token's proposals have stamp 2t + 1 and its
-        // chosen experts 2t + 2.
+        // Step 4: residency; a deployment's tiers take the step's set after its last row.
+        if S::STEPS {
+            steps.chosen(p, chosen, &mut counts);
+            continue;
+        }
+        // With prefetch, a token's proposals have stamp 2t + 1 and its chosen experts 2t + 2.
         let stamp = if H::PREFETCH { 2 * t as u64 + 2 } else { t as u64 + 1 };
         if !params.sequential {
             for &e in chosen {

@@ -1,5 +1,5 @@
 //! The prefetch hook of the one token loop (SEMANTICS.md §12, then §5 steps 1-5):
-//! [`crate::engine::run_tokens`] with a [`PrefetchHook`]. Per token the loop builds F (step 1),
+//! [`crate::engine::run_rows`] with a [`PrefetchHook`]. Per token the loop builds F (step 1),
 //! asks the hook's predictor for proposals (pruned ids dropped) and inserts them (each an access
 //! for the policy; a victim is any cached expert that is not a proposal of this token), then
 //! selection (step 2, which sees the prefetched experts as resident), counts (step 3), demand
@@ -15,7 +15,7 @@
 
 use super::predict::Predict;
 use crate::LayerCounts;
-use crate::engine::{Evictor, LayerInput, Params, State, TokenHook, run_tokens};
+use crate::engine::{Evictor, LayerInput, Params, PerToken, State, TokenHook, run_rows};
 use crate::timeline::LayerEvent;
 
 /// The counts of one layer's prefetch replay.
@@ -90,7 +90,7 @@ impl<R: Predict> TokenHook for PrefetchHook<'_, R> {
 }
 
 /// The token loop of one layer with policy `policy` and predictor `pred` (both monomorphized):
-/// [`run_tokens`] over every token with the prefetch hook.
+/// [`run_rows`] over every token with the prefetch hook.
 pub(crate) fn run<P: Evictor, R: Predict>(
     params: &Params<'_>,
     input: &LayerInput<'_>,
@@ -110,6 +110,6 @@ pub(crate) fn run<P: Evictor, R: Predict>(
         out,
     };
     let state = State::with_budget(params, input, policy, budget);
-    let state = run_tokens(params, input, state, 0..params.tokens, &mut hook);
+    let state = run_rows(params, input, state, 0..params.tokens, &mut PerToken, &mut hook);
     PfLayerCounts { base: state.counts, prefetch_loads: hook.prefetch_loads, useful: hook.useful_total }
 }

@@ -176,7 +176,6 @@ impl<X: StepSink> VisitSteps for Tier1<'_, '_, X> {
         let mut tiers = Tiers {
             input,
             m: params.m,
-            warmup: params.warmup,
             pinned: self.pinned,
             plan,
             level: self.level,
@@ -204,7 +203,6 @@ impl<X: StepSink> VisitSteps for Tier1<'_, '_, X> {
 struct Tiers<'i, 'a, P, X> {
     input: &'i LayerInput<'a>,
     m: usize,
-    warmup: usize,
     /// `[E]`: the layer's pinned experts (§9).
     pinned: &'i [bool],
     plan: &'i StepPlan,
@@ -254,7 +252,7 @@ impl<P: Prio, X: StepSink> Steps for Tiers<'_, '_, P, X> {
     }
 
     #[inline(always)]
-    fn chosen(&mut self, p: usize, chosen: &[u16], counts: &mut LayerCounts) {
+    fn chosen(&mut self, p: usize, chosen: &[u16], counted: bool, counts: &mut LayerCounts) {
         let s = self.step;
         for &e in chosen {
             let ei = usize::from(e);
@@ -266,19 +264,18 @@ impl<P: Prio, X: StepSink> Steps for Tiers<'_, '_, P, X> {
             self.set_count[ei] += 1;
         }
         if p + 1 == self.plan.starts[s + 1] {
-            self.end_step(counts);
+            self.end_step(counted, counts);
             self.step += 1;
         }
     }
 }
 
 impl<P: Prio, X: StepSink> Tiers<'_, '_, P, X> {
-    /// §11 steps 2-4 of the current step, after its rows' selection.
+    /// §11 steps 2-4 of the current step, after its rows' selection; `counted`: the step is.
     #[inline(always)]
-    fn end_step(&mut self, counts: &mut LayerCounts) {
+    fn end_step(&mut self, counted: bool, counts: &mut LayerCounts) {
         let (s, m) = (self.step, self.m);
         let rows = self.plan.starts[s]..self.plan.starts[s + 1];
-        let counted = rows.start >= self.warmup;
         // Step 2: by (rows choosing it desc, first appearance); a stable insertion sort.
         let (set, set_count) = (&mut self.set, &self.set_count);
         for i in 1..set.len() {

@@ -40,11 +40,12 @@ pub(crate) trait Steps {
     fn resident(&self, _e: usize) -> bool {
         false
     }
-    /// With `STEPS`, after the selection of row position `p` (`chosen` in processing order): gathers
-    /// them; after the step's last row, takes the step through the tiers (§11 steps 2-4) and adds
-    /// its hits and misses to `counts`.
+    /// With `STEPS`, after the selection of row position `p` (`chosen` in processing order;
+    /// `counted` as [`Steps::counted`] said): gathers them; after the step's last row, takes the
+    /// step through the tiers (§11 steps 2-4) and, when counted, adds its hits and misses to
+    /// `counts`.
     #[inline(always)]
-    fn chosen(&mut self, _p: usize, _chosen: &[u16], _counts: &mut LayerCounts) {}
+    fn chosen(&mut self, _p: usize, _chosen: &[u16], _counted: bool, _counts: &mut LayerCounts) {}
 }
 
 /// The plain schedule of SEMANTICS.md §5: row position = token, each a step of its own through
@@ -333,7 +334,7 @@ pub(crate) fn run_rows<P: Evictor, S: Steps, H: TokenHook>(
 
         // Step 4: residency; a deployment's tiers take the step's set after its last row.
         if S::STEPS {
-            steps.chosen(p, chosen, &mut counts);
+            steps.chosen(p, chosen, counted, &mut counts);
             continue;
         }
         // With prefetch, a token's proposals have stamp 2t + 1 and its chosen experts 2t + 2.

@@ -144,7 +144,12 @@ fn unsupported_combinations_are_refused_with_the_reason() {
         assert!(err.contains(needle), "{err}");
     };
     let t2 = |policy, cap| Deployment { tier2: Some(Tier2 { policy, cap }), ..Deployment::default() };
-    check(cfg0(Policy::Lru, 1), t2(Policy::InvRouter, 2), "tier 2 takes lru, fifo, lfu or belady");
+    let tier2s = if cfg!(feature = "experimental-policy") {
+        "lru, fifo, lfu, belady or lfu_fifo"
+    } else {
+        "lru, fifo, lfu or belady"
+    };
+    check(cfg0(Policy::Lru, 1), t2(Policy::InvRouter, 2), &format!("tier 2 takes {tier2s}"));
     check(cfg0(Policy::Lru, 1), t2(Policy::NearPick, 2), "credit policies");
     check(cfg0(Policy::Lru, 1), t2(Policy::Lru, 0), "tier2 cap");
     let served = Deployment { schedule: Schedule::Served, ..Deployment::default() };

@@ -329,7 +329,11 @@ fn names_round_trip() {
         assert_eq!(serde_json::to_string(&p).expect("serializes"), format!("\"{p}\""));
     }
     let names: Vec<String> = Policy::ALL.iter().map(ToString::to_string).collect();
-    assert_eq!(names, ["lru", "fifo", "lfu", "belady", "near_pick", "near_pick_ema", "inv_router"]);
+    let mut expected = vec!["lru", "fifo", "lfu", "belady", "near_pick", "near_pick_ema", "inv_router"];
+    if cfg!(feature = "experimental-policy") {
+        expected.push("lfu_fifo");
+    }
+    assert_eq!(names, expected);
     assert!("LRU".parse::<Policy>().is_err());
     for s in [Semantics::KWay, Semantics::Sequential] {
         assert_eq!(s.to_string().parse::<Semantics>(), Ok(s));

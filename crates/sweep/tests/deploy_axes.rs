@@ -101,7 +101,12 @@ fn bad_deployment_axes_are_refused_naming_the_block() {
         assert!(e.contains(needle), "{block}: {e}");
     };
     check(r#"{"policies": ["lru"], "cap": [2], "tier2": ["lru"]}"#, "blocks[0].tier2: lru: expected POLICY:CAP");
-    check(r#"{"policies": ["lru"], "cap": [2], "tier2": ["inv_router:8"]}"#, "tier 2 takes lru, fifo, lfu or belady");
+    let tier2s = if cfg!(feature = "experimental-policy") {
+        "lru, fifo, lfu, belady or lfu_fifo"
+    } else {
+        "lru, fifo, lfu or belady"
+    };
+    check(r#"{"policies": ["lru"], "cap": [2], "tier2": ["inv_router:8"]}"#, &format!("tier 2 takes {tier2s}"));
     check(r#"{"policies": ["lru"], "cap": [2], "pin": ["missing.json"]}"#, "blocks[0].pin");
     check(r#"{"policies": ["lru"], "cap": [2], "batch": [0]}"#, "batch = 0");
 }

@@ -30,6 +30,8 @@ mod decayed;
 mod fifo;
 mod inv_router;
 mod lfu;
+#[cfg(feature = "experimental-policy")]
+mod lfu_fifo;
 mod lru;
 mod near_pick;
 mod near_pick_ema;
@@ -158,25 +160,28 @@ pub(crate) trait VisitPolicy {
 }
 
 /// Builds the [`Policy`] enum, its facts and the dispatch of the fast replayer from one table:
-/// `doc, Variant => policy type`.
+/// `[cfg,] doc, Variant => policy type`. A line may start with `#[cfg(...)]` (the test-only
+/// experimental policy): the variant, its place in [`Policy::ALL`] and its match arms then exist
+/// only under that cfg.
 macro_rules! policies {
-    ($( $(#[doc = $doc:literal])* $variant:ident => $kind:ty ),* $(,)?) => {
+    ($( $(#[cfg($cfg:meta)])? $(#[doc = $doc:literal])* $variant:ident => $kind:ty ),* $(,)?) => {
         /// An expert-cache eviction policy (SEMANTICS.md §5, "Priorities"). The cached expert
         /// with the lowest priority is evicted; ties go to the lowest expert id.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
         pub enum Policy {
-            $( $(#[doc = $doc])* $variant, )*
+            $( $(#[cfg($cfg)])? $(#[doc = $doc])* $variant, )*
         }
 
         impl Policy {
             /// Every policy, in the order of the table.
-            pub const ALL: [Policy; [$(stringify!($variant)),*].len()] = [$(Policy::$variant),*];
+            pub const ALL: [Policy; [$( $(#[cfg($cfg)])? stringify!($variant) ),*].len()] =
+                [$( $(#[cfg($cfg)])? Policy::$variant ),*];
 
             /// The policy's facts ([`PolicyFacts`]).
             pub fn facts(self) -> &'static PolicyFacts {
                 match self {
-                    $( Policy::$variant => &<$kind as PolicyKind<'_>>::FACTS, )*
+                    $( $(#[cfg($cfg)])? Policy::$variant => &<$kind as PolicyKind<'_>>::FACTS, )*
                 }
             }
         }
@@ -184,7 +189,7 @@ macro_rules! policies {
         /// Replays one layer with the configured policy (monomorphized per policy).
         pub(crate) fn replay_layer(params: &Params<'_>, input: &LayerInput<'_>) -> LayerCounts {
             match params.policy {
-                $( Policy::$variant => run(params, input, <$kind as PolicyKind<'_>>::build(params, input)), )*
+                $( $(#[cfg($cfg)])? Policy::$variant => run(params, input, <$kind as PolicyKind<'_>>::build(params, input)), )*
             }
         }
 
@@ -192,7 +197,7 @@ macro_rules! policies {
         /// ([`crate::engine::lockstep`], monomorphized per policy).
         pub(crate) fn lockstep_member<'a>(params: Params<'a>, input: LayerInput<'a>) -> Box<dyn Member + 'a> {
             match params.policy {
-                $( Policy::$variant => {
+                $( $(#[cfg($cfg)])? Policy::$variant => {
                     let policy = <$kind as PolicyKind<'a>>::build(&params, &input);
                     Box::new(Run::new(params, input, policy))
                 } )*
@@ -208,7 +213,7 @@ macro_rules! policies {
             visit: V,
         ) -> V::Out {
             match policy {
-                $( Policy::$variant => visit.visit(<$kind as PolicyKind<'_>>::build_steps(params, sets)), )*
+                $( $(#[cfg($cfg)])? Policy::$variant => visit.visit(<$kind as PolicyKind<'_>>::build_steps(params, sets)), )*
             }
         }
 
@@ -216,7 +221,7 @@ macro_rules! policies {
         /// per policy): for token loops other than [`run`] (prefetch, `crate::prefetch`).
         pub(crate) fn with_policy<'a, V: VisitPolicy>(params: &Params<'a>, input: &LayerInput<'a>, visit: V) -> V::Out {
             match params.policy {
-                $( Policy::$variant => visit.visit(<$kind as PolicyKind<'a>>::build(params, input)), )*
+                $( $(#[cfg($cfg)])? Policy::$variant => visit.visit(<$kind as PolicyKind<'a>>::build(params, input)), )*
             }
         }
     };
@@ -240,6 +245,10 @@ policies! {
     /// Priority = (s, time of last access), s ← d·s + p, p = softmax of the row's scores over all
     /// m candidates (with the project's [`crate::exp`]), in the lazy form. Needs scores.
     InvRouter => inv_router::InvRouter<'_>,
+    #[cfg(feature = "experimental-policy")]
+    /// Test only (the `experimental-policy` feature): priority = (accesses since insertion, time
+    /// of insertion). Shows that a policy reaches every path from one file and this one line.
+    LfuFifo => lfu_fifo::LfuFifo,
 }
 
 impl Policy {
@@ -284,6 +293,7 @@ mod tests {
             assert_eq!(Policy::ALL.iter().filter(|p| p.as_str() == name).count(), 1, "{name}");
         }
         let err = "lru2".parse::<Policy>().expect_err("not a policy");
-        assert_eq!(err.expected, "lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router");
+        let experimental = if cfg!(feature = "experimental-policy") { ", lfu_fifo" } else { "" };
+        assert_eq!(err.expected, format!("lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router{experimental}"));
     }
 }

@@ -121,6 +121,8 @@ impl Credits {
                 }
             }
             Policy::Lru | Policy::Fifo | Policy::Lfu | Policy::Belady => {}
+            #[cfg(feature = "experimental-policy")]
+            Policy::LfuFifo => {}
         }
         if self.multiplier > 1e100 {
             for s in self.score.iter_mut() {
@@ -145,6 +147,8 @@ fn priority(policy: Policy, e: u16, entry: &Entry, credits: &Credits, next_use: 
         },
         Policy::NearPick => (credits.near_last.get(&e).map_or(-1.0, |&t| t as f64), last),
         Policy::NearPickEma | Policy::InvRouter => (credits.score[usize::from(e)], last),
+        #[cfg(feature = "experimental-policy")]
+        Policy::LfuFifo => (entry.accesses as f64, entry.inserted_at as f64),
     }
 }
 

@@ -8,7 +8,6 @@
 
 mod common;
 
-use cachesim::deploy::{Deployment, Schedule};
 use cachesim::{Keep, PrefetchOptions, reference};
 use common::{input, traces};
 use sweep::{Grid, Sample, prepare};
@@ -32,10 +31,7 @@ fn a_grid_runs_the_experimental_policy_on_every_path() {
     }"#;
     let g = Grid::from_json(text, dir.path()).unwrap();
     let (a, b) = traces(2);
-    let p = match prepare(&g, &input(&a, "a"), &input(&b, "b")) {
-        Ok(p) => p,
-        Err(e) => panic!("{e}"),
-    };
+    let p = prepare(&g, &input(&a, "a"), &input(&b, "b")).unwrap_or_else(|e| panic!("{e}"));
     let keys: Vec<String> = p.configs.iter().map(ToString::to_string).collect();
     // 3 x 2 x 2 + (2 x 2 x 2 − the plain lfu_fifo/3 already there) = 19 configurations.
     assert_eq!(keys.len(), 19, "{keys:?}");
@@ -66,11 +62,8 @@ fn a_grid_runs_the_experimental_policy_on_every_path() {
                 paths[1] += 1;
             }
             (Some(d), _) => {
-                let dep = Deployment {
-                    pins: d.pin.as_ref().map(|p| Keep::from_layers(&shape, &p.layers).unwrap()),
-                    tier2: d.tier2,
-                    schedule: d.batch.map_or(Schedule::PerToken, Schedule::Rebatch),
-                };
+                // The key's deployment (its mapping is tested in tests/deploy_axes.rs).
+                let dep = d.deployment(&shape).unwrap();
                 let c = reference::deploy::replay(&view, &keep, &cfg, &dep).unwrap();
                 assert_eq!(row.counts, c.counts, "{}", row.key);
                 let fig = row.deploy.as_ref().unwrap();

@@ -2,8 +2,11 @@
 //! the deployed step loop on one thread and prints the counts and picks per second: a target for
 //! profilers (`perf record`, `valgrind --tool=callgrind`).
 //!
-//! `cargo run --release -p cachesim --example deploy_probe -- <policy> <cap> <pins|tier2|batch8|none> [lambda]`
-//! (λ > 0 replays with cache-aware routing, j = 2 by default).
+//! `cargo run --release -p cachesim --example deploy_probe -- <policy> <cap> <pins|tier2|batch8|none|plain> [lambda]`
+//! (λ > 0 replays with cache-aware routing, j = 2 by default). `plain` replays the same trace
+//! through `cachesim::replay` (the §5 loop and the policy's `Evictor`) instead, and `none` through
+//! the deployed loop with nothing deployed (the policy's `Prio` at one tier): the cost of each
+//! form of a policy on one input.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -36,12 +39,18 @@ fn main() {
     let cfg = ReplayConfig { lambda, ..ReplayConfig::new(policy, cap) };
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
     let start = Instant::now();
-    let counts = pool.install(|| cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("valid"));
+    let counts = pool.install(|| {
+        if mode == "plain" {
+            format!("{:?}", cachesim::replay(&view, &keep, &cfg).expect("valid"))
+        } else {
+            format!("{:?}", cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("valid").counts)
+        }
+    });
     let secs = start.elapsed().as_secs_f64();
     let picks = (shape.layers * shape.tokens * shape.top_k) as f64;
     #[expect(clippy::print_stdout, reason = "a developer tool")]
     {
-        println!("{policy} cap {cap} {mode} lambda {lambda}: {counts:?}");
+        println!("{policy} cap {cap} {mode} lambda {lambda}: {counts}");
         println!("{:.2} M picks/s", picks / secs / 1e6);
     }
 }

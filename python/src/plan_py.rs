@@ -95,15 +95,10 @@ pub fn plan<'py>(
     crate::run::to_result(py, &v)
 }
 
-/// The work of one curve, in steps (the CLI's `curve_work`).
+/// The work of one k-way curve of caps k_used..=E, in steps (as the CLI's `plan` counts it).
 fn curve_steps(s: &trace_io::Shape, policy: Policy, k_used: Option<usize>) -> u64 {
     let k = k_used.unwrap_or(s.top_k);
-    let per_replay =
-        (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
-    if policy == Policy::Lru {
-        return per_replay;
-    }
-    (s.num_experts.saturating_sub(k) as u64 + 1).saturating_mul(per_replay)
+    cachesim::mrc::curve_work(s, policy, cachesim::Semantics::KWay, k, k, s.num_experts).steps
 }
 
 fn run(a: &Args) -> Result<serde_json::Value> {

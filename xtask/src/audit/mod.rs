@@ -113,8 +113,9 @@ pub fn esft_report(real: &std::path::Path) -> Result<Report> {
     let mut grid = Grid::read(&crate::workspace_root().join("data/grids/esft-translation.json"))?;
     // The whole grid is in the README; the audit replays every policy at two caps, plus a k_used = 4
     // block where cache-aware routing has room (m = k = 6 in these logs).
+    let every_policy: Vec<&str> = cachesim::Policy::ALL.map(cachesim::Policy::as_str).to_vec();
     grid.blocks = serde_json::from_value(json!([
-        { "policies": ["lru", "fifo", "lfu", "belady", "near_pick", "near_pick_ema", "inv_router"], "cap": [8, 16] },
+        { "policies": every_policy, "cap": [8, 16] },
         { "variants": ["full", "frequency@48"], "policies": ["lru", "inv_router"], "lambda": [0.05, 0.12], "j": [2], "cap": [8], "k_used": [4] }
     ]))?;
     audit_grid("real ESFT DeepSeek-V2-Lite: intent+law+summary -> translation", &grid, &calib.view(), &heldout.view())

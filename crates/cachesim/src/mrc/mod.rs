@@ -35,8 +35,10 @@ use crate::{CacheSimError, Keep, OnePass, Policy, ReplayConfig, Result, Semantic
 mod belady;
 mod credits;
 mod stack;
+mod work;
 
 use stack::{LayerRows, StackKeys, stack_depths};
+pub use work::{CurveWork, curve_work, has_pinned_curve};
 
 /// One layer's curve: `misses[c - min_cap]` is the layer's misses at cap `c`, for `c` in
 /// `min_cap..=max_cap`.

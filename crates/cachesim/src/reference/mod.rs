@@ -37,9 +37,10 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig) -> Result<
 }
 
 /// Written for clarity, the references build F from whole rows: every candidate, whatever the
-/// policy, so they ask for every recorded rank (and scores when λ > 0 or for inv_router).
+/// policy, so they ask for every recorded rank (and scores when λ > 0 or the policy's credits
+/// read them, `PolicyFacts::needs_scores`).
 fn require_whole_rows(trace: &TraceView<'_>, cfg: &ReplayConfig) -> Result<()> {
-    let scores = cfg.lambda > 0.0 || cfg.policy == Policy::InvRouter;
+    let scores = cfg.lambda > 0.0 || cfg.policy.facts().needs_scores();
     crate::require(trace, trace_io::Reads { scores, ..trace_io::Reads::ids(usize::MAX) })
 }
 

@@ -107,11 +107,10 @@ pub(super) fn curve_work(
     let s = v.shape();
     let k = k_used.unwrap_or(s.top_k);
     let (lo, hi) = caps.unwrap_or((k, s.num_experts));
-    let n = hi.saturating_sub(lo) as u64 + 1;
-    let per_replay =
-        (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
+    let work = cachesim::mrc::curve_work(&s, policy, semantics, k, lo, hi);
+    let (n, per_replay) = (work.caps, work.per_replay);
     // One pass over every cap from k_used to E, sliced to the caps asked for.
-    if cachesim::mrc::has_one_pass(policy, semantics) && lo >= k && hi <= s.num_experts {
+    if work.one_pass {
         let order = match policy.facts().curve {
             cachesim::OnePass::Lru { .. } => "log E",
             _ => "the depth of the deepest pick",
@@ -121,7 +120,7 @@ pub(super) fn curve_work(
         );
         return (per_replay, what);
     }
-    let steps = n.saturating_mul(per_replay);
+    let steps = work.steps;
     let what = format!(
         "{policy} curve of caps {lo}..={hi} by one replay per cap: {n} caps x {} x ({} tokens x k_used {k} + E = {} \
          experts of state) = {steps} steps",
@@ -193,7 +192,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     super::require_tokens(v.shape(), &a.trace)?;
     let keep = open_keep(a.keep.as_ref(), &v)?;
     let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, ..CurveConfig::default() };
-    if a.pin.is_some() && a.policy != Policy::Lru {
+    if a.pin.is_some() && !cachesim::mrc::has_pinned_curve(a.policy) {
         bail!(
             "--pin gives the one-pass lru curve of the unpinned stream; for {} replay each cap with `replay --pin`",
             a.policy

@@ -84,7 +84,7 @@ fn top_pins(stats: &Stats, keep: &Keep, p: usize) -> Vec<Vec<u16>> {
 /// errors as they come.
 pub fn search_pinned(req: &PlanRequest<'_>, outcome: &PlanOutcome, pin_counts: &[usize]) -> Result<PinnedPlan> {
     let bad = |reason: String| Err(SweepError::Plan { reason });
-    if req.policy != Policy::Lru {
+    if !cachesim::mrc::has_pinned_curve(req.policy) {
         return bad(format!(
             "plans with pins use the one-pass lru curve of the unpinned stream; got policy {}",
             req.policy

@@ -2,10 +2,11 @@
 //! memory tier under the cache, and served replay in engine steps (recorded, or re-batched from
 //! a trace's sequences).
 //!
-//! This is a replay path of its own, chosen once per replay, outside any loop: the plain replay
-//! of §5 (`crate::replay`) is untouched and keeps its speed. Inside, the same rules as there:
-//! every buffer allocated before the step loop, no `Result`, no dynamic dispatch; one
-//! monomorphized step loop per tier-1 policy (`layer`) and one per tier-2 policy.
+//! This is not a loop of its own: tier 1 is a `Steps` part of the one step loop
+//! (`crate::engine::run_rows`), chosen once per layer, outside the loop, and monomorphized per
+//! tier-1 policy (each policy's `Prio` form); the plain replay of §5 (`crate::replay`) keeps its
+//! instruction count. Tier 2 runs after tier 1, over its recorded misses, monomorphized per
+//! tier-2 policy. Every buffer is allocated before the loops; no `Result`, no dynamic dispatch.
 //!
 //! Map:
 //! - `Deployment`, `Schedule`, [`Tier2`]: what to replay beyond a `ReplayConfig`.
@@ -18,7 +19,8 @@
 //! - `heap`: an indexed heap on the keys of the policies whose keys change outside accesses
 //!   (belady, near_pick, near_pick_ema, inv_router), told of every change by the policy.
 //! - `prio`: the priorities of §5 and §11 step 4, one type per policy.
-//! - `layer`: the step loop of one layer (selection, counts, tier 1, credits) and tier 2.
+//! - `layer`: tier 1 of one layer as the step loop's residency (`Tiers`: plan order, pins, the
+//!   step's set through the cache, credits per step, the tier-2 record) and tier 2's driver.
 //!
 //! ## Readings of SEMANTICS.md §9–§11 where the text leaves room
 //! - Per-token replay is served replay with one row per step (§11 says the counts are §5's):
@@ -217,10 +219,11 @@ fn unsupported(what: &'static str, reason: &'static str) -> CacheSimError {
 /// - [`CacheSimError::NotValidated`]: the view was not validated for [`deploy_reads`].
 /// - [`CacheSimError::KeepMismatch`] for a keep set or pin map without the trace's L and E.
 /// - [`CacheSimError::PinNotKept`]: a pinned expert the keep set drops.
-/// - [`CacheSimError::DeployUnsupported`]: a tier-2 policy other than lru, fifo, lfu, belady;
-///   a tier-2 cap below `k_used`; served replay without `step_offsets`; re-batching without
-///   `seq_offsets` or with B = 0; sequential semantics or resets at sequence starts with a
-///   deployment.
+/// - [`CacheSimError::Tier2Policy`]: a tier-2 policy that may not serve there (its facts,
+///   `PolicyFacts::may_be_tier2`: a policy with credits).
+/// - [`CacheSimError::InvalidParameter`]: a tier-2 cap below `k_used`; re-batching with B = 0.
+/// - [`CacheSimError::DeployUnsupported`]: served replay without `step_offsets`; re-batching
+///   without `seq_offsets`; sequential semantics or resets at sequence starts with a deployment.
 pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &Deployment) -> Result<()> {
     let shape = trace.shape();
     let k_used = cfg.k_used_or(shape.top_k);

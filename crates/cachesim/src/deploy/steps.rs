@@ -43,7 +43,8 @@ impl StepPlan {
         self.order.as_ref().map_or(p, |o| o[p] as usize)
     }
 
-    /// Whether step `s` is counted: its first row position is >= W.
+    /// The counted (steps, rows): a step is counted when its first row position is >= W, and
+    /// its rows with it.
     #[inline(always)]
     pub fn counted(&self, warmup: usize) -> (u64, u64) {
         let mut out = (0, 0);

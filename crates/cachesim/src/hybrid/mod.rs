@@ -2,9 +2,10 @@
 //! CPU from host memory instead of being loaded, as llama.cpp (`-ot exps=CPU`, `--n-cpu-moe`),
 //! kTransformers (`--kt-num-gpu-experts`) and HybriMoE run them.
 //!
-//! This is not a replay loop of its own: it is the execution part of the deployed step loop
-//! ([`crate::deploy`]), which hands each step's misses, with the number of rows that chose each,
-//! to a per-layer recorder ([`LayerEvents`]). The counts are exactly those of §5/§9/§11; what
+//! This is not a replay loop of its own: it is the execution part of the one step loop, which
+//! hands each step's misses, with the number of rows that chose each, to a per-layer recorder
+//! ([`LayerEvents`]): as a deployment's `StepSink` ([`crate::deploy`]), or as the token hook of a
+//! plain configuration (`per_token`). The counts are exactly those of §5/§9/§11; what
 //! differs is what a miss costs, which [`HybridEvents::cost`] prices per device afterwards, so a
 //! sweep records the events once and prices them for every profile.
 //!

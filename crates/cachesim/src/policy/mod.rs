@@ -218,7 +218,8 @@ macro_rules! policies {
         }
 
         /// Builds the configured policy for one layer and hands it to `visit` (monomorphized
-        /// per policy): for token loops other than [`run`] (prefetch, `crate::prefetch`).
+        /// per policy): for token loops other than [`run`] (prefetch, `crate::prefetch`; a hybrid
+        /// replay's plain configurations, `crate::hybrid`).
         pub(crate) fn with_policy<'a, V: VisitPolicy>(params: &Params<'a>, input: &LayerInput<'a>, visit: V) -> V::Out {
             match params.policy {
                 $( $(#[cfg($cfg)])? Policy::$variant => visit.visit(<$kind as PolicyKind<'a>>::build(params, input)), )*

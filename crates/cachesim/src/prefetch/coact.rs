@@ -9,6 +9,8 @@ use trace_io::TraceView;
 use wide::u32x8;
 
 use super::predict::Predict;
+use super::predictor::{Choice, LayerAt, PredictorFacts, PredictorKind};
+use super::prev_token::PrevToken;
 use crate::{CacheSimError, Result};
 
 /// Experts per block of the pruned search: a block's bound is one sum per chosen expert.
@@ -221,6 +223,21 @@ impl<'a> Coact<'a> {
             PrevChosen::Trace { k_used, .. } | PrevChosen::Table { k_used, .. } => k_used,
         };
         Coact { layer, prev, budget, rows: vec![0; k_used], best: vec![(0, 0); budget] }
+    }
+}
+
+impl<'a> PredictorKind<'a> for Coact<'a> {
+    const FACTS: PredictorFacts =
+        PredictorFacts { name: "coact", needs_calibration: true, needs_lookahead: false, reads_layer_below: true };
+    /// `prev_token` at the first recorded layer (no layer below).
+    fn choose(at: LayerAt<'a>) -> Choice<'a> {
+        match at.below {
+            None => Choice::PrevToken(PrevToken::new(at.k_used, at.budget)),
+            Some(below) => {
+                let table = at.coact.expect("validate_prefetch() requires a table for coact");
+                Choice::Coact(Coact::new(table.layer(at.l), below, at.budget))
+            }
+        }
     }
 }
 

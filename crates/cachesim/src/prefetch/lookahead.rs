@@ -2,6 +2,7 @@
 //! l's router applied to the input of the previous recorded layer, recorded at capture.
 
 use super::predict::Predict;
+use super::predictor::{Choice, LayerAt, PredictorFacts, PredictorKind};
 
 /// lookahead: the first `budget` ids of the layer's lookahead row of each token.
 pub(crate) struct Lookahead<'a> {
@@ -10,6 +11,17 @@ pub(crate) struct Lookahead<'a> {
     /// m', ids per token.
     pub(crate) width: usize,
     pub(crate) budget: usize,
+}
+
+impl<'a> PredictorKind<'a> for Lookahead<'a> {
+    const FACTS: PredictorFacts =
+        PredictorFacts { name: "lookahead", needs_calibration: false, needs_lookahead: true, reads_layer_below: false };
+    fn choose(at: LayerAt<'a>) -> Choice<'a> {
+        let la = at.trace.lookahead().expect("validate_prefetch() requires lookahead_ids");
+        let tokens = at.trace.shape().tokens;
+        let ids = &la.ids[at.l * tokens * la.width..(at.l + 1) * tokens * la.width];
+        Choice::Lookahead(Lookahead { ids, width: la.width, budget: at.budget })
+    }
 }
 
 impl Predict for Lookahead<'_> {

@@ -4,9 +4,11 @@
 //! before eviction) and the wasted ones, and records for the timeline of §13
 //! (`crate::timeline`) what each (t, l) loads.
 //!
-//! Map: `predict` (the narrow trait of a predictor), one file per predictor (`prev_token`,
-//! `coact`, `lookahead`, `oracle`), `hook` (the loop's prefetch hook, generic over the policy and
-//! the predictor, both chosen outside it), this file (configuration, validation, the driver).
+//! Map: `predictor` (the predictor table: [`Predictor`], its facts, the per-layer choice and
+//! the dispatch, from one line per predictor), `predict` (the narrow trait of a predictor), one
+//! file per predictor (`prev_token`, `coact`, `lookahead`, `oracle`: its facts, how it is built
+//! for a layer, its proposals), `hook` (the loop's prefetch hook, generic over the policy and the
+//! predictor, both chosen outside it), this file (configuration, validation, the driver).
 //! A replay without prefetch and without timeline is `crate::replay`, untouched.
 //!
 //! Readings of §12 where the text leaves room:
@@ -26,6 +28,7 @@ pub(crate) mod hook;
 pub(crate) mod lookahead;
 pub(crate) mod oracle;
 pub(crate) mod predict;
+mod predictor;
 pub(crate) mod prev_token;
 
 use std::fmt;
@@ -36,91 +39,15 @@ use serde::{Deserialize, Serialize};
 use trace_io::TraceView;
 
 pub use coact::CoactTable;
-use coact::{Coact, PrevChosen};
+use coact::PrevChosen;
 use hook::{Outputs, PfLayerCounts};
-use predict::NoPrefetch;
-use prev_token::PrevToken;
+use predictor::{Choice, LayerAt, PREDICTOR_NAMES, Visit};
+pub use predictor::{Predictor, PredictorFacts};
 
 use crate::config::ParseNameError;
-use crate::engine::{Evictor, LayerInput, Params};
-use crate::policy::{VisitPolicy, with_policy};
+use crate::policy::with_policy;
 use crate::timeline::{LayerEvent, Timeline, TimelineDevice};
 use crate::{CacheSimError, Keep, LayerCounts, ReplayConfig, ReplayCounts, Result};
-
-/// A prefetch predictor of SEMANTICS.md §12.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Predictor {
-    /// The experts chosen at (t − 1, l) in this replay.
-    PrevToken,
-    /// A co-activation table from a calibration trace ([`CoactTable`]) applied to the experts
-    /// chosen at (t, l − 1); `prev_token` at the first recorded layer.
-    Coact,
-    /// The first B ids of the trace's `lookahead_ids[l][t]`.
-    Lookahead,
-    /// F[0..n] of (t, l), the experts chosen at λ = 0: the bound of any predictor.
-    Oracle,
-}
-
-/// Facts about one predictor, the one list of them ([`Predictor::facts`]), read by validation,
-/// by the replay's layer order, and by the sweep, the cli and the Python package to decide what
-/// to load: no caller tests a predictor by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PredictorFacts {
-    /// The spelling on the command line, in grids and in output keys.
-    pub name: &'static str,
-    /// Needs a co-activation table from a calibration trace ([`CoactTable`], `--calib`).
-    pub needs_calibration: bool,
-    /// Needs the trace's `lookahead_ids` (SEMANTICS.md §12).
-    pub needs_lookahead: bool,
-    /// Reads the experts chosen at the layer below in this replay: at λ > 0 those depend on
-    /// that layer's cache, so layers replay in order.
-    pub reads_layer_below: bool,
-}
-
-impl Predictor {
-    /// Every predictor.
-    pub const ALL: [Predictor; 4] = [Predictor::PrevToken, Predictor::Coact, Predictor::Lookahead, Predictor::Oracle];
-
-    /// The predictor's facts.
-    pub const fn facts(self) -> &'static PredictorFacts {
-        const fn f(name: &'static str, calib: bool, lookahead: bool, below: bool) -> PredictorFacts {
-            PredictorFacts { name, needs_calibration: calib, needs_lookahead: lookahead, reads_layer_below: below }
-        }
-        match self {
-            Predictor::PrevToken => &const { f("prev_token", false, false, false) },
-            Predictor::Coact => &const { f("coact", true, false, true) },
-            Predictor::Lookahead => &const { f("lookahead", false, true, false) },
-            Predictor::Oracle => &const { f("oracle", false, false, false) },
-        }
-    }
-
-    /// The spelling on the command line, in grids and in output keys.
-    pub fn as_str(self) -> &'static str {
-        self.facts().name
-    }
-}
-
-/// Every predictor's name, comma-separated, for [`ParseNameError`].
-static PREDICTOR_NAMES: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| Predictor::ALL.map(Predictor::as_str).join(", "));
-
-impl fmt::Display for Predictor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Predictor {
-    type Err = ParseNameError;
-    fn from_str(s: &str) -> std::result::Result<Predictor, ParseNameError> {
-        Predictor::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| ParseNameError {
-            what: "predictor",
-            given: s.to_string(),
-            expected: PREDICTOR_NAMES.as_str(),
-        })
-    }
-}
 
 /// A predictor with its per-token budget B (`PRED:B` on the command line, e.g. `coact:4`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -141,11 +68,10 @@ impl FromStr for Prefetch {
     type Err = ParseNameError;
     /// `PRED:B`, e.g. `prev_token:6`.
     fn from_str(s: &str) -> std::result::Result<Prefetch, ParseNameError> {
-        let bad = || ParseNameError {
-            what: "prefetch",
-            given: s.to_string(),
-            expected: "PRED:B with PRED one of prev_token, coact, lookahead, oracle and B a whole number (e.g. coact:4)",
-        };
+        static EXPECTED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!("PRED:B with PRED one of {} and B a whole number (e.g. coact:4)", PREDICTOR_NAMES.as_str())
+        });
+        let bad = || ParseNameError { what: "prefetch", given: s.to_string(), expected: EXPECTED.as_str() };
         let (p, b) = s.split_once(':').ok_or_else(bad)?;
         Ok(Prefetch { predictor: p.parse()?, budget: b.trim().parse().map_err(|_| bad())? })
     }
@@ -373,60 +299,16 @@ fn replay_layer<'a>(
     let shape = trace.shape();
     let mut events = if record { vec![LayerEvent::default(); shape.tokens] } else { Vec::new() };
     let out = Outputs { events: record.then_some(&mut events[..]), chosen };
-    let k_used = params.k_used;
     let (budget, choice) = match opts.prefetch {
         None => (0, Choice::None),
         Some(pf) => {
-            let b = pf.budget;
-            let choice = match (pf.predictor, source) {
-                (Predictor::PrevToken, _) | (Predictor::Coact, None) => Choice::PrevToken(PrevToken::new(k_used, b)),
-                (Predictor::Coact, Some(prev)) => {
-                    let table = opts.coact.expect("validate_prefetch() requires a table for coact");
-                    Choice::Coact(Coact::new(table.layer(l), prev, b))
-                }
-                (Predictor::Lookahead, _) => {
-                    let la = trace.lookahead().expect("validate_prefetch() requires lookahead_ids");
-                    let layer = &la.ids[l * shape.tokens * la.width..(l + 1) * shape.tokens * la.width];
-                    Choice::Lookahead(lookahead::Lookahead { ids: layer, width: la.width, budget: b })
-                }
-                (Predictor::Oracle, _) => Choice::Oracle(oracle::Oracle { budget: b }),
-            };
-            (b, choice)
+            let (budget, k_used) = (pf.budget, params.k_used);
+            (
+                budget,
+                pf.predictor.choose(LayerAt { trace: *trace, l, budget, k_used, coact: opts.coact, below: source }),
+            )
         }
     };
     let counts = with_policy(&params, &input, Visit { params: &params, input: &input, budget, choice, out });
     (counts, events)
-}
-
-/// The predictor of one layer, chosen outside the loop.
-enum Choice<'a> {
-    None,
-    PrevToken(PrevToken),
-    Coact(Coact<'a>),
-    Lookahead(lookahead::Lookahead<'a>),
-    Oracle(oracle::Oracle),
-}
-
-/// Runs the prefetch loop with the policy [`with_policy`] builds and the chosen predictor.
-struct Visit<'p, 'a, 'o> {
-    params: &'p Params<'a>,
-    input: &'p LayerInput<'a>,
-    budget: usize,
-    choice: Choice<'a>,
-    out: Outputs<'o>,
-}
-
-impl VisitPolicy for Visit<'_, '_, '_> {
-    type Out = PfLayerCounts;
-    fn visit<P: Evictor>(self, policy: P) -> PfLayerCounts {
-        let Visit { params, input, budget, choice, out } = self;
-        use hook::run as go;
-        match choice {
-            Choice::None => go(params, input, budget, policy, NoPrefetch, out),
-            Choice::PrevToken(p) => go(params, input, budget, policy, p, out),
-            Choice::Coact(p) => go(params, input, budget, policy, p, out),
-            Choice::Lookahead(p) => go(params, input, budget, policy, p, out),
-            Choice::Oracle(p) => go(params, input, budget, policy, p, out),
-        }
-    }
 }

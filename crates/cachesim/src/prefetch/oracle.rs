@@ -2,10 +2,19 @@
 //! any predictor.
 
 use super::predict::Predict;
+use super::predictor::{Choice, LayerAt, PredictorFacts, PredictorKind};
 
 /// oracle: the first `budget` of F[0..n] at the current token.
 pub(crate) struct Oracle {
     pub(crate) budget: usize,
+}
+
+impl PredictorKind<'_> for Oracle {
+    const FACTS: PredictorFacts =
+        PredictorFacts { name: "oracle", needs_calibration: false, needs_lookahead: false, reads_layer_below: false };
+    fn choose(at: LayerAt<'_>) -> Choice<'_> {
+        Choice::Oracle(Oracle { budget: at.budget })
+    }
 }
 
 impl Predict for Oracle {

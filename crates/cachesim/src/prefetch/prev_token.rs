@@ -1,6 +1,7 @@
 //! `prev_token`: the experts chosen at (t − 1, l) in this replay (SEMANTICS.md §12).
 
 use super::predict::Predict;
+use super::predictor::{Choice, LayerAt, PredictorFacts, PredictorKind};
 
 /// prev_token: the first `budget` experts chosen at the previous token, in processing order;
 /// nothing at t = 0 (sequence starts are not special).
@@ -13,6 +14,18 @@ pub(crate) struct PrevToken {
 impl PrevToken {
     pub(crate) fn new(k_used: usize, budget: usize) -> PrevToken {
         PrevToken { last: Vec::with_capacity(k_used), budget }
+    }
+}
+
+impl PredictorKind<'_> for PrevToken {
+    const FACTS: PredictorFacts = PredictorFacts {
+        name: "prev_token",
+        needs_calibration: false,
+        needs_lookahead: false,
+        reads_layer_below: false,
+    };
+    fn choose(at: LayerAt<'_>) -> Choice<'_> {
+        Choice::PrevToken(PrevToken::new(at.k_used, at.budget))
     }
 }
 

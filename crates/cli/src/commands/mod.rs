@@ -7,8 +7,6 @@ mod json;
 mod keep;
 mod mrc;
 mod plan;
-mod plan_hybrid;
-mod plan_quality;
 mod profile;
 mod replay;
 mod report;

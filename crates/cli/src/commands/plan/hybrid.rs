@@ -48,17 +48,17 @@ fn llama_layer_flags(layer_ids: &[u32], counts: &[usize]) -> (Option<String>, Op
 }
 
 /// Runs `plan --exec host`.
-pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
+pub fn run(a: &super::PlanArgs) -> Result<()> {
     let h = &a.hybrid;
     if h.exec != Some(Exec::Host) {
         bail!("--exec {}: plan supports exec host (static pins, cap 0)", h.exec.map_or("-".into(), |e| e.to_string()));
     }
-    super::refuse_overwrite(a.output(), [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
+    crate::commands::refuse_overwrite(a.output(), [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
-    super::require_tokens(cv.shape(), &a.in_sample)?;
-    super::require_tokens(hv.shape(), &a.out_of_sample)?;
+    crate::commands::require_tokens(cv.shape(), &a.in_sample)?;
+    crate::commands::require_tokens(hv.shape(), &a.out_of_sample)?;
     let mut profile = match &h.profile_file {
         Some(f) => DeviceProfile::read(f).with_context(|| format!("--profile-file {}", f.display()))?,
         None => {
@@ -93,8 +93,8 @@ pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
     let (ot, n_cpu_moe) = llama_layer_flags(ids, &per_layer.counts);
     let hot = sweep::plan::hot_count_list(ids, &per_expert.counts);
     let doc = json!({
-        "kind": super::json::HYBRID_PLAN,
-        "tool_version": super::version(),
+        "kind": crate::commands::json::HYBRID_PLAN,
+        "tool_version": crate::commands::version(),
         "exec": "host",
         "overlap": device.overlap,
         "gpu_budget_gb": budget,
@@ -111,15 +111,15 @@ pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
     });
     let bytes = serde_json::to_vec_pretty(&doc)?;
     let bytes = [bytes, b"\n".to_vec()].concat();
-    super::write_output(a.output(), &bytes)?;
+    crate::commands::write_output(a.output(), &bytes)?;
     if a.json {
-        if !super::is_stdout(a.output()) {
-            super::status(format_args!("wrote {}", a.output().display()));
-            super::write_output(std::path::Path::new("-"), &bytes)?;
+        if !crate::commands::is_stdout(a.output()) {
+            crate::commands::status(format_args!("wrote {}", a.output().display()));
+            crate::commands::write_output(std::path::Path::new("-"), &bytes)?;
         }
         return Ok(());
     }
-    let mut out = super::human(a.output());
+    let mut out = crate::commands::human(a.output());
     let line = |p: &HybridPlan| {
         format!(
             "{:.2} tok/s ({:.2} all-CPU, {:.2} all-GPU), {:.3} GB of GPU memory",
@@ -144,6 +144,6 @@ pub fn run(a: &super::plan::PlanArgs) -> Result<()> {
         (Some(ot), Some(n)) => writeln!(out, "  llama.cpp {ot}  (or --n-cpu-moe {n})")?,
         (Some(ot), None) => writeln!(out, "  llama.cpp {ot}")?,
     }
-    writeln!(out, "wrote {}", super::shown(a.output()))?;
+    writeln!(out, "wrote {}", crate::commands::shown(a.output()))?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `moe-offload plan`: per-layer caches (and keep map) for a memory budget.
+//! `moe-offload plan`: per-layer caches (and keep map) for a memory budget. With `--exec host`
+//! the hybrid plan (`hybrid`); with `--quality` the measured quality beside it (`quality`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,6 +12,9 @@ use sweep::plan::{PlanOutcome, PlanRequest};
 use trace_io::TraceFile;
 
 use super::mrc::{bound_curves, curve_work};
+
+mod hybrid;
+mod quality;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -80,7 +84,7 @@ pub struct PlanArgs {
     pub json: bool,
     /// `--exec host` and its flags (SEMANTICS.md §14): pins chosen by tok/s.
     #[command(flatten)]
-    pub hybrid: super::plan_hybrid::HybridFlags,
+    pub hybrid: hybrid::HybridFlags,
 }
 
 impl PlanArgs {
@@ -93,7 +97,7 @@ impl PlanArgs {
 /// Runs `plan`.
 pub fn plan(a: &PlanArgs) -> Result<()> {
     if a.hybrid.exec.is_some() {
-        return super::plan_hybrid::run(a);
+        return hybrid::run(a);
     }
     let budget_gb = a.budget_gb.context("--budget-gb is required without --exec")?;
     super::refuse_overwrite(a.output(), [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
@@ -109,7 +113,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     if let Some(mb) = a.expert_mb.filter(|mb| !(mb.is_finite() && *mb > 0.0)) {
         bail!("--expert-mb {mb}: the size of one expert must be a positive number of MB");
     }
-    let floor = super::plan_quality::read_floor(&a.quality, a.max_kl, a.max_ppl_increase)?;
+    let floor = quality::read_floor(&a.quality, a.max_kl, a.max_ppl_increase)?;
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
     let (cv, hv) = (calib.view(), held.view());
@@ -237,7 +241,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     super::align_numbers(&mut t);
     writeln!(out, "{t}")?;
     if candidates.iter().any(|c| c.measured_kl.is_some()) {
-        super::plan_quality::write_table(&mut out, &candidates)?;
+        quality::write_table(&mut out, &candidates)?;
     }
     writeln!(out, "chosen: {} with per-layer caps {:?}", chosen.variant, chosen.plan.caps)?;
     writeln!(

@@ -91,7 +91,7 @@ pub fn write_table(out: &mut dyn Write, candidates: &[Candidate]) -> Result<()> 
             c.excluded.clone().unwrap_or_default(),
         ]);
     }
-    super::align_numbers(&mut t);
+    crate::commands::align_numbers(&mut t);
     writeln!(out, "measured quality (--quality) against the per-layer plan's misses:\n{t}")?;
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! The inputs `replay` and `plan` read besides the trace: keep maps (or a plan's keep map), a
-//! plan's caps and the settings it was made with, and a plan's pins.
+//! The inputs `replay` reads besides the trace (and `mrc` and `export` with it): keep maps (or a
+//! plan's keep map), a plan's caps and the settings it was made with, and a plan's pins.
 
 use std::path::Path;
 

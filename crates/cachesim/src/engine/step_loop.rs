@@ -65,7 +65,9 @@ impl Steps for PerToken {
 }
 
 /// The loop's policy when a [`Steps`] residency takes the steps: it keeps no state and is never
-/// asked for a victim (its cache stays empty; the loop reads F only as far as selection does).
+/// asked for a victim (its cache stays empty, and [`run_rows`] refuses at build time to pair a
+/// residency with a prefetch hook, the one other path to a victim; the loop reads F only as far
+/// as selection does).
 pub(crate) struct ByStep;
 
 impl Evictor for ByStep {
@@ -176,6 +178,9 @@ pub(crate) fn run_rows<P: Evictor, S: Steps, H: TokenHook>(
     steps: &mut S,
     hook: &mut H,
 ) -> State<P> {
+    // §12's prefetch step is per token, through the loop's own cache: a deployment's tiers take
+    // the steps without it (paired, a proposal would reach `ByStep::victim`). Refused when built.
+    const { assert!(!(S::STEPS && H::PREFETCH), "prefetch runs per token, not with a deployment's tiers") };
     let (m, k, cap) = (params.m, params.k_used, params.cap);
     let State {
         mut policy,

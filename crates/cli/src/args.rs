@@ -92,6 +92,40 @@ fn explain(e: clap::Error, cmd: &mut Command) -> clap::Error {
     clap::Error::raw(ErrorKind::ValueValidation, msg).format(cmd)
 }
 
+/// A policy name, for `value_parser`: the names come from cachesim's policy table
+/// (`Policy::ALL`), so `--help` lists them, shell completions offer them, and clap refuses any
+/// other with the list.
+pub fn policy() -> impl clap::builder::TypedValueParser<Value = cachesim::Policy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(cachesim::Policy::ALL.map(cachesim::Policy::as_str))
+        .try_map(|name| name.parse::<cachesim::Policy>())
+}
+
+/// The help of `--tier2`, with the policies that may serve there from their facts
+/// (`cachesim::deploy::Tier2::allowed_policies`).
+pub fn tier2_help() -> String {
+    format!(
+        "A second memory tier under the cache, POLICY:CAP ({}; CAP >= k_used), e.g. `lru:32` (SEMANTICS.md §10)",
+        cachesim::deploy::Tier2::allowed_policies()
+    )
+}
+
+/// The help of `mrc --policy`: which policies take one pass over every cap, from their facts.
+pub fn mrc_policy_help() -> String {
+    use cachesim::{Policy, Semantics};
+    let names = |f: &dyn Fn(Policy) -> bool| {
+        Policy::ALL.into_iter().filter(|&p| f(p)).map(Policy::as_str).collect::<Vec<_>>().join(", ")
+    };
+    let one_pass = |s| move |p| cachesim::mrc::has_one_pass(p, s);
+    let both = names(&|p| one_pass(Semantics::KWay)(p) && one_pass(Semantics::Sequential)(p));
+    let kway = names(&|p| one_pass(Semantics::KWay)(p) && !one_pass(Semantics::Sequential)(p));
+    let none = names(&|p| !one_pass(Semantics::KWay)(p));
+    format!(
+        "Cache policy; one pass over every cap for {both} (both semantics) and {kway} (k-way), one replay per cap \
+         for {none}"
+    )
+}
+
 /// A whole number >= 1 (a batch, k_used, K), for `value_parser`: `-1` and `0` are refused by
 /// the same rule, in the same words.
 pub fn at_least_one(s: &str) -> Result<usize, String> {

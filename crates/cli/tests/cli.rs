@@ -319,3 +319,35 @@ fn repeated_list_values_are_refused() {
     assert!(e.contains("--k: 8 is given twice (value 3 of 3)"), "{e}");
     assert!(!out.exists());
 }
+
+/// The policy names in `--help` come from cachesim's table: every flag that takes a policy
+/// lists `Policy::ALL` as its possible values, `--tier2` the policies whose facts allow it,
+/// and `mrc --policy` each policy once, under one pass or one replay per cap as its facts say.
+#[test]
+fn help_lists_the_policy_table() {
+    let flat = |args: &[&str]| ok(args).split_whitespace().collect::<Vec<_>>().join(" ");
+    let all = cachesim::Policy::ALL.map(cachesim::Policy::as_str).join(", ");
+    for cmd in ["replay", "mrc", "plan"] {
+        let help = flat(&[cmd, "--help"]);
+        assert!(help.contains(&format!("[possible values: {all}]")), "{cmd}: {help}");
+    }
+    let tier2: Vec<&str> =
+        cachesim::Policy::ALL.into_iter().filter(|p| p.facts().may_be_tier2()).map(|p| p.as_str()).collect();
+    let (last, rest) = tier2.split_last().unwrap();
+    let help = flat(&["replay", "--help"]);
+    assert!(help.contains(&format!("POLICY:CAP ({} or {last}; CAP >= k_used)", rest.join(", "))), "{help}");
+    let help = flat(&["mrc", "--help"]);
+    let said = help.split("--policy <POLICY> ").nth(1).unwrap().split(" [default").next().unwrap();
+    for p in cachesim::Policy::ALL {
+        let one_pass = cachesim::mrc::has_one_pass(p, cachesim::Semantics::KWay);
+        let (before, after) = said.split_once(", one replay per cap for ").unwrap();
+        let listed = if one_pass { before } else { after };
+        assert!(listed.split([' ', ',', '(', ')']).any(|w| w == p.as_str()), "{p} in {said:?}");
+    }
+    // A name outside the table is refused with the table's names.
+    let err = fails(&["replay", "x.safetensors", "--policy", "nope", "--cap", "4"]);
+    assert!(
+        err.split_whitespace().collect::<Vec<_>>().join(" ").contains(&format!("[possible values: {all}]")),
+        "{err}"
+    );
+}

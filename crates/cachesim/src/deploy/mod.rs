@@ -84,6 +84,14 @@ pub enum ParseTier2Error {
     },
 }
 
+impl Tier2 {
+    /// The policies that may serve as tier 2, from their facts (`PolicyFacts::may_be_tier2`),
+    /// as prose: `lru, fifo, lfu or belady`.
+    pub fn allowed_policies() -> String {
+        tier2_policies()
+    }
+}
+
 impl std::str::FromStr for Tier2 {
     type Err = ParseTier2Error;
     /// `POLICY:CAP`, e.g. `lru:32`; whether the policy may serve as tier 2 and whether CAP >=

@@ -243,7 +243,7 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Misses of every cache size per layer: one pass for lru, belady, near_pick, near_pick_ema and inv_router, one replay per cap for fifo and lfu.
+    /// Misses of every cache size per layer: one pass over every cap where the policy has a one-pass curve (lru by default).
     #[command(
         after_help = "Examples:\n  moe-offload mrc translation.safetensors -o mrc.json            # lru, caps k_used..E\n  moe-offload mrc translation.safetensors --policy lfu --caps 8..32 --keep keep.json -o mrc-lfu.json"
     )]

@@ -19,10 +19,8 @@ pub struct MrcArgs {
     /// --keep plan.json` reads it); default: every expert kept.
     #[arg(long)]
     pub keep: Option<PathBuf>,
-    /// Cache policy; `lru` (both semantics), `belady`, `near_pick`, `near_pick_ema` and
-    /// `inv_router` (k-way) are computed in one pass over every cap, fifo and lfu by one replay
-    /// per cap.
-    #[arg(long, default_value = "lru")]
+    // Cache policy (its help says which take one pass, from the policies' facts).
+    #[arg(long, default_value = "lru", value_parser = crate::args::policy(), help = crate::args::mrc_policy_help())]
     pub policy: Policy,
     /// Caps `a..b` (inclusive; default k_used..E): k_used <= a, b <= E.
     #[arg(long, value_parser = parse_caps)]

@@ -41,8 +41,8 @@ pub struct PlanArgs {
     /// Override the profile's expert size, in MB (10^6 bytes).
     #[arg(long)]
     pub expert_mb: Option<f64>,
-    /// Cache policy of the plan (`lru` and `belady` curves are computed in one pass).
-    #[arg(long, default_value = "lru")]
+    /// Cache policy of the plan (the work of its curves is printed before they run).
+    #[arg(long, default_value = "lru", value_parser = crate::args::policy())]
     pub policy: Policy,
     /// Experts used per token (default: the trace's top-k).
     #[arg(long, value_parser = crate::args::at_least_one)]

@@ -19,9 +19,8 @@ pub struct DeployArgs {
     /// = pins + cap; `--cap 0` streams every unpinned expert.
     #[arg(long)]
     pub pin: Option<PathBuf>,
-    /// A second memory tier under the cache, POLICY:CAP (lru, fifo, lfu or belady; CAP >=
-    /// k_used), e.g. `lru:32` (SEMANTICS.md §10).
-    #[arg(long)]
+    // A second memory tier under the cache, POLICY:CAP (its help names the policies).
+    #[arg(long, help = crate::args::tier2_help())]
     pub tier2: Option<String>,
     /// Served replay on the trace's engine steps (`step_offsets`, SEMANTICS.md §11).
     #[arg(long, conflicts_with = "batch")]

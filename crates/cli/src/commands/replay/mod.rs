@@ -20,8 +20,8 @@ mod prefetch;
 pub struct ReplayArgs {
     /// The trace.
     pub trace: PathBuf,
-    /// Cache policy: lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router.
-    #[arg(long)]
+    /// Cache policy (SEMANTICS.md §5).
+    #[arg(long, value_parser = crate::args::policy())]
     pub policy: Policy,
     /// Cache capacity per layer, in experts (>= k_used). Optional with --layer-caps.
     #[arg(long, required_unless_present = "layer_caps")]

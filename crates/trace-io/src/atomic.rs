@@ -9,7 +9,7 @@
 //! gone and whose lock is free is stale, whatever killed its writer.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -98,11 +98,19 @@ fn short_name(target: &Path) -> String {
     name
 }
 
-/// A fresh temporary name beside `target`: `.moe-offload-tmp-PID-N-NAME` ([`short_name`]).
-fn temp_path(target: &Path) -> PathBuf {
+/// A fresh temporary name in `dir` for `target`: `.moe-offload-tmp-PID-N-NAME` ([`short_name`]).
+fn temp_path(dir: &Path, target: &Path) -> PathBuf {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    parent_of(target).join(format!("{TEMP_PREFIX}{}-{n}x{nanos:x}-{}", std::process::id(), short_name(target)))
+    dir.join(format!("{TEMP_PREFIX}{}-{n}x{nanos:x}-{}", std::process::id(), short_name(target)))
+}
+
+/// Whether `target` (followed through symlinks) exists and is neither a regular file nor a
+/// directory: a device (`/dev/null`), a FIFO or a socket (`/dev/stdout` on a pipe). Renaming a
+/// temporary over it would replace it with a regular file (as root, `-o /dev/null` would replace
+/// the system's null device), so its contents are written into it instead.
+fn is_special(target: &Path) -> bool {
+    std::fs::metadata(target).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// The process id in a temporary's name, if it is one.
@@ -147,13 +155,16 @@ pub(crate) struct TempFile {
 
 impl TempFile {
     /// Creates a temporary file in the directory of `target` (created with its missing parents),
-    /// after removing that directory's stale temporaries.
+    /// after removing that directory's stale temporaries; for a target that is a device, FIFO or
+    /// socket ([`is_special`]), in the system's temporary directory (`/dev` is not writable for
+    /// most users).
     pub(crate) fn beside(target: &Path) -> io::Result<TempFile> {
-        let dir = parent_of(target);
+        let system_tmp = std::env::temp_dir();
+        let dir = if is_special(target) { system_tmp.as_path() } else { parent_of(target) };
         ensure_dir(dir)?;
         remove_stale_temporaries(dir);
         loop {
-            let path = temp_path(target);
+            let path = temp_path(dir, target);
             match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
                 Ok(file) => {
                     let mut tmp = TempFile { path, file: None };
@@ -173,8 +184,16 @@ impl TempFile {
         self.file.as_ref().expect("open until persisted or dropped")
     }
 
-    /// Renames the file over `target`.
+    /// Renames the file over `target`; into a target that is a device, FIFO or socket
+    /// ([`is_special`]) it copies the contents instead (and drop removes the temporary).
     pub(crate) fn persist(mut self, target: &Path) -> io::Result<()> {
+        if is_special(target) {
+            let mut from: &File = self.file();
+            from.seek(io::SeekFrom::Start(0))?;
+            let mut to = std::fs::OpenOptions::new().write(true).open(target)?;
+            io::copy(&mut from, &mut to)?;
+            return to.flush();
+        }
         std::fs::rename(&self.path, target)?;
         unregister(&self.path);
         self.file = None;
@@ -303,7 +322,7 @@ impl OutputSet {
         }
         let parent = parent_of(&target);
         remove_stale_temporaries(parent);
-        let staging = temp_path(&target);
+        let staging = temp_path(parent_of(&target), &target);
         register(&staging)?;
         let made = std::fs::create_dir(&staging).and_then(|()| {
             let f = File::open(&staging)?;
@@ -441,7 +460,7 @@ fn swap(new: &Path, target: &Path) -> io::Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
-    let old = temp_path(target);
+    let old = temp_path(parent_of(target), target);
     register(&old)?;
     std::fs::rename(target, &old)?;
     if let Err(e) = std::fs::rename(new, target) {

@@ -162,3 +162,40 @@ fn names_that_are_not_plain_or_repeat_are_refused() {
     set.write("a", |_| Ok(())).unwrap();
     assert_eq!(set.write("a", |_| Ok(())).unwrap_err().kind(), io::ErrorKind::InvalidInput);
 }
+
+/// `-o /dev/null`, `-o /dev/stdout` on a pipe: a target that is a FIFO (a device behaves the
+/// same) gets the contents written into it, and stays what it is; renaming a temporary over it
+/// would replace it with a regular file. No temporary is left beside it or in the system's
+/// temporary directory.
+#[cfg(unix)]
+#[test]
+fn a_fifo_target_is_written_into_not_replaced() {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let pid = std::process::id().to_string();
+    let ours = |d: &Path| temporaries(d).into_iter().filter(|n| n.contains(&format!("-{pid}-"))).count();
+    let before_tmp = ours(&std::env::temp_dir());
+    for (i, expect) in [&b"{\"a\": 1}\n"[..], &b"second,file\n"[..]].into_iter().enumerate() {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                std::fs::File::open(&fifo).unwrap().read_to_end(&mut got).unwrap();
+                got
+            })
+        };
+        if i == 0 {
+            write_atomic(&fifo, |w| w.write_all(expect)).unwrap();
+        } else {
+            super::write_atomic_files(&[(&fifo, expect)]).unwrap();
+        }
+        // Before the join: a replaced FIFO would leave the reader waiting for a writer forever.
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+        assert_eq!(reader.join().unwrap(), expect);
+    }
+    assert_eq!(temporaries(dir.path()), Vec::<String>::new());
+    assert_eq!(ours(&std::env::temp_dir()), before_tmp);
+}

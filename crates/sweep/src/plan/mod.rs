@@ -83,16 +83,22 @@ pub fn allocate(curve: &MissCurve, slots: usize) -> Option<Allocation> {
     Some(Allocation { caps, slots, misses })
 }
 
-/// The uniform allocation: the largest common cap that fits in `slots` (at most `max_cap`), or
-/// `None` when `min_cap` per layer does not fit.
+/// The uniform allocation: the largest common cap that fits in `slots` (at most `max_cap`),
+/// lowered to the smallest common cap with the same misses (as [`allocate`] takes the fewest
+/// slots at its misses: a cap past what a layer can use, such as a pruned variant's kept
+/// experts, holds nothing more); `None` when `min_cap` per layer does not fit.
 pub fn uniform(curve: &MissCurve, slots: usize) -> Option<Allocation> {
     let l_n = curve.layers.len().max(1);
-    let cap = (slots / l_n).min(curve.max_cap);
+    let mut cap = (slots / l_n).min(curve.max_cap);
     if cap < curve.min_cap {
         return None;
     }
+    let total = |c: usize| (0..curve.layers.len()).map(|l| curve.layer_misses(l, c)).sum::<u64>();
+    let misses = total(cap);
+    while cap > curve.min_cap && total(cap - 1) == misses {
+        cap -= 1;
+    }
     let caps = vec![cap; curve.layers.len()];
-    let misses = (0..curve.layers.len()).map(|l| curve.layer_misses(l, cap)).sum();
     Some(Allocation { slots: caps.iter().sum(), caps, misses })
 }
 
@@ -172,6 +178,29 @@ mod tests {
         assert_eq!((u.caps, u.misses), (vec![3, 3], 170));
         assert!(allocate(&c, 3).is_none());
         assert_eq!(allocate(&c, 100).unwrap().misses, 60);
+        // A budget past every cap: both plans hold the top cap, 8 slots, not the budget's 100.
+        let u = uniform(&c, 100).unwrap();
+        assert_eq!((u.caps, u.misses, u.slots), (vec![4, 4], 60, 8));
+        assert_eq!(allocate(&c, 100).unwrap().slots, 8);
+    }
+
+    /// A pruned variant keeping K experts per layer: its curve is flat from cap K on, and the
+    /// uniform plan never holds more than K slots per layer.
+    #[test]
+    fn uniform_caps_stop_where_the_curve_is_flat() {
+        let check = |layers: Vec<Vec<u64>>, min_cap: usize, slots: usize, expect: Option<(usize, u64)>| {
+            let c = curve(layers.clone(), min_cap);
+            let got = uniform(&c, slots).map(|u| (u.caps[0], u.misses));
+            assert_eq!(got, expect, "{layers:?} from cap {min_cap}, {slots} slots");
+        };
+        // Caps 2..=6, flat from cap 4 in both layers.
+        check(vec![vec![50, 20, 5, 5, 5], vec![40, 30, 9, 9, 9]], 2, 12, Some((4, 14)));
+        check(vec![vec![50, 20, 5, 5, 5], vec![40, 30, 9, 9, 9]], 2, 6, Some((3, 50)));
+        // One layer still gains at the top: the cap stays.
+        check(vec![vec![50, 20, 5, 5, 5], vec![40, 30, 9, 9, 8]], 2, 12, Some((6, 13)));
+        // Flat everywhere: min_cap.
+        check(vec![vec![7, 7, 7], vec![3, 3, 3]], 2, 8, Some((2, 10)));
+        check(vec![vec![7, 7, 7], vec![3, 3, 3]], 2, 3, None);
     }
 
     #[test]

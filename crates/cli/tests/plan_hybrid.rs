@@ -50,4 +50,19 @@ fn plan_exec_host_writes_both_granularities() {
     assert!(e.contains("KV cache"), "{e}");
     let e = fails(&[&base[..], &["--exec", "transfer", "--profile-file", s(&p)]].concat());
     assert!(e.contains("exec host"), "{e}");
+    // The cache plan's flags are refused, not ignored; the file is left alone.
+    std::fs::remove_file(&out).ok();
+    let host = [&base[..], &["--exec", "host", "--profile-file", s(&p)]].concat();
+    for (extra, named) in [
+        (&["--budget-gb", "3"][..], "--budget-gb is not read by plan --exec host (the GPU budget is --gpu-budget-gb)"),
+        (&["--pinned-gb", "1"][..], "--pinned-gb is not read"),
+        (&["--policy", "fifo"][..], "--policy is not read"),
+        (&["--variants", "full,frequency@4"][..], "--variants is not read"),
+        (&["--pin-counts", "2"][..], "--pin-counts is not read"),
+        (&["--max-slot-replacement", "0.1"][..], "--max-slot-replacement is not read"),
+    ] {
+        let e = fails(&[&host[..], extra].concat());
+        assert!(e.contains(named), "{extra:?}: {e}");
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
 }

@@ -130,11 +130,13 @@ pub(super) fn curve_work(
 }
 
 /// Refuses `steps` of curve work above [`MAX_CURVE_STEPS`] without `--yes`.
-pub(super) fn bound_curves(steps: u64, yes: bool) -> Result<()> {
+/// `narrow`: how the command's own flags make the work smaller (`mrc`: `--caps`; `plan`: fewer
+/// `--variants`).
+pub(super) fn bound_curves(steps: u64, yes: bool, narrow: &str) -> Result<()> {
     if steps > MAX_CURVE_STEPS && !yes {
         bail!(
-            "{steps} steps is above the limit of {MAX_CURVE_STEPS} without --yes (minutes of work or more): narrow \
-             --caps, use --policy lru (one pass), or pass --yes to run it"
+            "{steps} steps is above the limit of {MAX_CURVE_STEPS} without --yes (minutes of work or more): {narrow}, \
+             use a policy with a one-pass curve (lru, see `mrc --help`), or pass --yes to run it"
         );
     }
     Ok(())
@@ -214,7 +216,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     let (steps, what) = curve_work(&v, a.policy, a.semantics, a.k_used, a.caps);
     // The work line comes first: it is what the refusal of too much work without --yes is about.
     crate::progress::status!("mrc: {what}");
-    bound_curves(steps, a.yes)?;
+    bound_curves(steps, a.yes, "narrow --caps")?;
     let working = crate::progress::working("mrc");
     let (c, pins) = match &pins {
         None => (sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?, None),

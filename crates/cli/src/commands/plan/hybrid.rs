@@ -53,6 +53,21 @@ pub fn run(a: &super::PlanArgs) -> Result<()> {
     if h.exec != Some(Exec::Host) {
         bail!("--exec {}: plan supports exec host (static pins, cap 0)", h.exec.map_or("-".into(), |e| e.to_string()));
     }
+    // The flags of the cache plan that the hybrid plan does not read: refused, not ignored.
+    let not_read = [
+        (a.budget_gb.is_some(), "--budget-gb", "the GPU budget is --gpu-budget-gb"),
+        (a.pinned_gb != 0.0, "--pinned-gb", "memory the KV cache takes is --kv-gb"),
+        (a.policy != cachesim::Policy::Lru, "--policy", "with cap 0 there is no cache to evict from"),
+        (a.variants.iter().any(|v| v != "full"), "--variants", "the hybrid plan keeps every expert"),
+        (a.pin_counts.is_some(), "--pin-counts", "the hybrid plan chooses each layer's pinned count itself"),
+        (a.max_slot_replacement.is_some(), "--max-slot-replacement", "quality floors choose among pruned variants"),
+        (!a.quality.is_empty(), "--quality", "quality floors choose among pruned variants"),
+        (a.max_kl.is_some(), "--max-kl", "quality floors choose among pruned variants"),
+        (a.max_ppl_increase.is_some(), "--max-ppl-increase", "quality floors choose among pruned variants"),
+    ];
+    if let Some((_, flag, why)) = not_read.iter().find(|f| f.0) {
+        bail!("{flag} is not read by plan --exec host ({why}): drop it, or plan the cache without --exec");
+    }
     crate::commands::refuse_overwrite(a.output(), [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;

@@ -63,6 +63,11 @@ fn pins_tier2_and_batch_on_a_synthetic_trace() {
     let (h, m) = (b4["hits"].as_u64().unwrap(), b4["misses"].as_u64().unwrap());
     assert!(h + m < b4["picks"].as_u64().unwrap());
     assert_eq!(b4["lookup_hit_rate"].as_f64().unwrap(), h as f64 / (h + m) as f64);
+    // The table says so beside §5's hit rate; a per-token deployment has no such line.
+    let table = ok(&["replay", t, "--policy", "lru", "--cap", "4", "--batch", "4"]);
+    let said = format!("lookup hit rate {:.4} (hits / (hits + misses)", h as f64 / (h + m) as f64);
+    assert!(table.contains(&said), "{table}");
+    assert!(!ok(&["replay", t, "--policy", "lru", "--cap", "4", "--pin", s(&pin)]).contains("lookup hit rate"));
     // mrc --pin: the lru curve of the unpinned stream, equal to replay --pin at each cap.
     let curve = dir.path().join("mrc.json");
     ok(&["mrc", t, "--pin", s(&pin), "--caps", "4..6", "-o", s(&curve)]);

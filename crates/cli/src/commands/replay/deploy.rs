@@ -127,6 +127,13 @@ pub fn json_extras(
 /// One line for the table output, when the deployment is not plain.
 pub fn summary_line(c: &DeployCounts, dep: &Deployment) -> String {
     let mut s = format!("steps {}, rows {}, loads/step {:.3}", c.steps, c.rows, c.loads_per_step());
+    if dep.schedule != Schedule::PerToken {
+        // Served and re-batched hits and misses count per (step, expert), picks per row (§11).
+        s += &format!(
+            ", lookup hit rate {:.4} (hits / (hits + misses); the table's hit rate is §5's hits / picks)",
+            c.lookup_hit_rate()
+        );
+    }
     if dep.pins.is_some() {
         s += &format!(", pinned hits {} (pins per layer {:?})", c.pinned_hits, c.layer_pins);
     }

@@ -388,3 +388,24 @@ fn a_replay_request_picks_its_loop() {
         }
     }
 }
+
+/// `POLICY:CAP` parsing: the spellings, and errors that say what tier 2 takes (from the facts).
+#[test]
+fn tier2_parses_and_its_errors_name_what_tier2_takes() {
+    let allowed: Vec<&str> = Policy::ALL.into_iter().filter(|p| p.facts().may_be_tier2()).map(Policy::as_str).collect();
+    let (last, rest) = allowed.split_last().expect("a tier-2 policy");
+    let takes = format!("tier 2 takes {} or {last}", rest.join(", "));
+    let check = |given: &str, expect: Result<Tier2, &str>| match (given.parse::<Tier2>(), expect) {
+        (Ok(got), Ok(want)) => assert_eq!(got, want, "{given}"),
+        (Err(e), Err(said)) => assert!(e.to_string().contains(said), "{given}: {e}"),
+        (got, want) => panic!("{given}: {got:?}, expected {want:?}"),
+    };
+    check("lru:32", Ok(Tier2 { policy: Policy::Lru, cap: 32 }));
+    check("belady:6", Ok(Tier2 { policy: Policy::Belady, cap: 6 }));
+    // A credit policy parses; validate() refuses it at tier 2 (Tier2Policy).
+    check("inv_router:8", Ok(Tier2 { policy: Policy::InvRouter, cap: 8 }));
+    check("foo:24", Err(&format!("unknown policy \"foo\"; {takes}")));
+    check("lru", Err("expected POLICY:CAP"));
+    check("lru:x", Err("\"x\" is not a whole number of experts"));
+    assert_eq!(Tier2::allowed_policies(), takes.trim_start_matches("tier 2 takes "));
+}

@@ -70,9 +70,9 @@ pub enum ParseTier2Error {
     /// No `:` between policy and capacity.
     #[error("expected POLICY:CAP, e.g. lru:32")]
     Form,
-    /// The policy is not a policy name.
-    #[error("{0}")]
-    Policy(#[source] crate::ParseNameError),
+    /// The policy is not a policy name (the message names those tier 2 takes).
+    #[error("unknown policy {:?}; tier 2 takes {}", .0.given, tier2_policies())]
+    Policy(crate::ParseNameError),
     /// The capacity is not a whole number.
     #[error("{given:?} is not a whole number of experts")]
     Cap {

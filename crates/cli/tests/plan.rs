@@ -128,6 +128,12 @@ fn mrc_and_a_verified_plan() {
         let e = fails(&["replay", s(&held), "--policy", "lru", "--keep", s(&map), "--layer-caps", s(&plan)]);
         assert!(e.contains("keep map full (here frequency@16)"), "{e}");
     }
+    // A plan of another model (other layers) is named as such, before any setting it differs in.
+    let other_model = dir.path().join("other-model.safetensors");
+    synth(&other_model, [3, 24, 3, 6, 300], &[]);
+    let e = fails(&["replay", s(&other_model), "--policy", "lfu", "--layer-caps", s(&plan)]);
+    assert!(e.contains("the plan has caps for 4 layers") && e.contains("has 3 MoE layers"), "{e}");
+    assert!(!e.contains("here lfu"), "{e}");
     // So would the settings plan leaves at their defaults.
     let e = fails(&[
         "replay",

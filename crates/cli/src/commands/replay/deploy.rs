@@ -74,7 +74,7 @@ pub fn deployment(
                 Some(layers) => layers,
                 None => {
                     let map = read_keep(p).with_context(|| format!("--pin {} is not a keep map", p.display()))?;
-                    super::inputs::check_map_fits(&map, meta, p)?;
+                    super::inputs::check_map_fits(&map, meta, p).with_context(|| format!("--pin {}", p.display()))?;
                     map.layers
                 }
             };

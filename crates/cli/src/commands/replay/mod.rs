@@ -102,6 +102,15 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
             None => (None, None),
         };
     if let (Some(plan), Some(path)) = (made_with, a.layer_caps.as_deref()) {
+        // A plan of another model first: its other settings would only mislead.
+        if let Some(n) = layer_caps.as_ref().map(Vec::len).filter(|&n| n != shape.layers) {
+            bail!(
+                "--layer-caps {path}: the plan has caps for {n} layers and {} has {} MoE layers: it was made for \
+                 another model; plan again on traces of this one",
+                a.trace.display(),
+                shape.layers
+            );
+        }
         check_plan_settings(path, &plan, a, shape.top_k, map.as_ref())?;
     }
     // With per-layer caps and no --cap, the base cap is the smallest of them (validated likewise).

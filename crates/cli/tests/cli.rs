@@ -351,3 +351,23 @@ fn help_lists_the_policy_table() {
         "{err}"
     );
 }
+
+/// A log that records only the used experts gives the candidate credits nothing to read: replay
+/// says so for the policies with credits (from their facts), and not otherwise.
+#[test]
+fn credits_without_extra_candidates_are_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (only_used, more) = (dir.path().join("k.safetensors"), dir.path().join("m.safetensors"));
+    synth(&only_used, [2, 16, 4, 4, 300], &[]);
+    synth(&more, [2, 16, 4, 8, 300], &[]);
+    let stderr = |t: &std::path::Path, policy: &str| {
+        let out = run(&["replay", s(t), "--policy", policy, "--cap", "6"]);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for p in cachesim::Policy::ALL {
+        let noted = stderr(&only_used, p.as_str()).contains("no more than the 4 used");
+        assert_eq!(noted, p.facts().credits != cachesim::Credits::None, "{p}");
+        assert!(!stderr(&more, p.as_str()).contains("no more than"), "{p}");
+    }
+}

@@ -127,6 +127,19 @@ pub fn run(a: &ReplayArgs) -> Result<()> {
         layer_caps: layer_caps.clone(),
         ..ReplayConfig::new(a.policy, cap)
     };
+    // Credits read the router's candidates beyond the used ones (SEMANTICS.md §5); a log that
+    // records only the used experts has none, and near_pick then ranks as lru does.
+    let k_used = cfg.k_used_or(shape.top_k);
+    if a.policy.facts().credits != cachesim::Credits::None && shape.candidates <= k_used {
+        crate::progress::status!(
+            "note: {} records {} candidates per token, no more than the {k_used} used: {}'s credits see no other \
+             candidate (with near_pick_n >= k_used near_pick then ranks exactly as lru); a capture with more \
+             candidates (python/capture_routing.py) or a smaller --k-used gives them some",
+            a.trace.display(),
+            shape.candidates,
+            a.policy
+        );
+    }
     // A sweep refuses a cap above E (a typo there multiplies); one replay runs it, and says so.
     let e = shape.num_experts;
     if let Some(c) = std::iter::once(cap).chain(layer_caps.iter().flatten().copied()).find(|&c| c > e) {

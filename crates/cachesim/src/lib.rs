@@ -92,8 +92,8 @@ pub use error::{CacheSimError, Result};
 pub use keep::Keep;
 pub use policy::{Credits, OnePass, Policy, PolicyFacts, Shares};
 pub use prefetch::{
-    CoactTable, Predictor, PredictorFacts, Prefetch, PrefetchCounts, PrefetchOptions, PrefetchReplay, replay_prefetch,
-    replay_prefetch_on, validate_prefetch,
+    CoactTable, ParsePrefetchError, Predictor, PredictorFacts, Prefetch, PrefetchCounts, PrefetchOptions,
+    PrefetchReplay, replay_prefetch, replay_prefetch_on, validate_prefetch,
 };
 pub use reads::{replay_reads, runs_reads};
 pub use request::{Replay, ReplayPath, Replayed};

@@ -224,3 +224,25 @@ fn oracle_at_k_used_moves_every_miss_ahead() {
         }
     }
 }
+
+/// `PRED:B` parsing: the spellings, and an error for each way it goes wrong.
+#[test]
+fn prefetch_specs_parse_and_say_what_is_wrong() {
+    use cachesim::{ParsePrefetchError, Predictor, Prefetch};
+    let check = |given: &str, expect: Result<Prefetch, &str>| match (given.parse::<Prefetch>(), expect) {
+        (Ok(got), Ok(want)) => assert_eq!(got, want, "{given}"),
+        (Err(e), Err(said)) => assert!(e.to_string().contains(said), "{given}: {e}"),
+        (got, want) => panic!("{given}: {got:?}, expected {want:?}"),
+    };
+    for p in Predictor::ALL {
+        check(&format!("{p}:4"), Ok(Prefetch { predictor: p, budget: 4 }));
+        check(&format!("{p}: 0"), Ok(Prefetch { predictor: p, budget: 0 }));
+        check(p.as_str(), Err(&format!("\"{p}\" has no budget: expected PRED:B, e.g. {p}:4")));
+    }
+    let names = Predictor::ALL.map(Predictor::as_str).join(", ");
+    check("foo:3", Err(&format!("unknown predictor \"foo\"; expected one of: {names}")));
+    check("foo", Err(&format!("unknown predictor \"foo\"; expected one of: {names}")));
+    check("oracle:-1", Err("budget \"-1\" of \"oracle:-1\" is not a whole number >= 0"));
+    check("coact:", Err("budget \"\" of \"coact:\""));
+    assert!(matches!("coact".parse::<Prefetch>(), Err(ParsePrefetchError::NoBudget { .. })));
+}

@@ -41,7 +41,7 @@ use trace_io::TraceView;
 pub use coact::CoactTable;
 use coact::PrevChosen;
 use hook::{Outputs, PfLayerCounts};
-use predictor::{Choice, LayerAt, PREDICTOR_NAMES, Visit};
+use predictor::{Choice, LayerAt, Visit};
 pub use predictor::{Predictor, PredictorFacts};
 
 use crate::config::ParseNameError;
@@ -64,16 +64,40 @@ impl fmt::Display for Prefetch {
     }
 }
 
+/// Error of parsing a [`Prefetch`] from `PRED:B`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParsePrefetchError {
+    /// A predictor name without `:B`.
+    #[error("{given:?} has no budget: expected PRED:B, e.g. {given}:4 (B proposals per token)")]
+    NoBudget {
+        /// The predictor given.
+        given: String,
+    },
+    /// The part before `:` (or the whole text) is not a predictor name.
+    #[error("{0}")]
+    Predictor(ParseNameError),
+    /// B is not a whole number.
+    #[error("budget {given:?} of {spec:?} is not a whole number >= 0 (proposals per token, e.g. coact:4)")]
+    Budget {
+        /// The text after the `:`.
+        given: String,
+        /// The whole text.
+        spec: String,
+    },
+}
+
 impl FromStr for Prefetch {
-    type Err = ParseNameError;
+    type Err = ParsePrefetchError;
     /// `PRED:B`, e.g. `prev_token:6`.
-    fn from_str(s: &str) -> std::result::Result<Prefetch, ParseNameError> {
-        static EXPECTED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!("PRED:B with PRED one of {} and B a whole number (e.g. coact:4)", PREDICTOR_NAMES.as_str())
-        });
-        let bad = || ParseNameError { what: "prefetch", given: s.to_string(), expected: EXPECTED.as_str() };
-        let (p, b) = s.split_once(':').ok_or_else(bad)?;
-        Ok(Prefetch { predictor: p.parse()?, budget: b.trim().parse().map_err(|_| bad())? })
+    fn from_str(s: &str) -> std::result::Result<Prefetch, ParsePrefetchError> {
+        let Some((p, b)) = s.split_once(':') else {
+            let predictor: Predictor = s.parse().map_err(ParsePrefetchError::Predictor)?;
+            return Err(ParsePrefetchError::NoBudget { given: predictor.to_string() });
+        };
+        let predictor = p.parse().map_err(ParsePrefetchError::Predictor)?;
+        let budget =
+            b.trim().parse().map_err(|_| ParsePrefetchError::Budget { given: b.to_string(), spec: s.to_string() })?;
+        Ok(Prefetch { predictor, budget })
     }
 }
 

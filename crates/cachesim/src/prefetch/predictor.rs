@@ -141,7 +141,7 @@ impl Predictor {
 }
 
 /// Every predictor's name, comma-separated, for [`ParseNameError`].
-pub(crate) static PREDICTOR_NAMES: std::sync::LazyLock<String> =
+static PREDICTOR_NAMES: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| Predictor::ALL.map(Predictor::as_str).join(", "));
 
 impl fmt::Display for Predictor {

@@ -27,7 +27,7 @@ const MAX_CURVE_STEPS: u64 = 4_000_000_000;
 /// The miss-ratio curve of `policy` on `trace` (SEMANTICS.md §5 replayed at every cap), as
 /// `moe-offload mrc TRACE --json` computes it: `min_cap`, `max_cap`, `tokens` (counted),
 /// `picks_per_layer`, and `layers`, one `{layer_id, misses}` per layer with the misses at
-/// each cap `min_cap..=max_cap`. `misses_per_token(cap)` of the result sums the layers.
+/// each cap `min_cap..=max_cap`. `misses_per_token_at(cap)` of the result sums the layers.
 ///
 /// - `policy`: lru, and belady, near_pick, near_pick_ema and inv_router (k-way) in one pass
 ///   over every cap; fifo and lfu by one replay per cap.

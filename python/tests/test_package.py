@@ -381,6 +381,11 @@ def test_replay_and_keep_errors_are_typed(tiny, maps):
         mo.replay(c, policy="lru", cap=10, k_used=9)
     with pytest.raises(mo.ReplayError, match="warmup = 64 tokens covers the whole trace"):
         mo.replay(t, policy="lru", cap=2)
+    # A curve's caps end at E, as the command line's `mrc --caps` does.
+    e = c.num_experts
+    with pytest.raises(mo.SweepError, match=f"caps.*4..={e + 1}.*above E"):
+        mo.mrc(c, caps=(4, e + 1))
+    assert mo.mrc(c, caps=(4, e)).max_cap == e
     with pytest.raises(mo.UsageError, match="policy"):
         mo.replay(t, policy="nope", cap=2)
     with pytest.raises(mo.UsageError, match="cap"):

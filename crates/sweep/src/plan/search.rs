@@ -109,11 +109,12 @@ pub struct PlanOutcome {
 }
 
 /// The curve of `policy` on `v` over `caps` (default `k_used..=E`): one pass over every cap for
-/// a policy that has one ([`cachesim::mrc::has_one_pass`]: lru, belady under k-way residency),
-/// sliced to `caps`; else one replay per cap.
+/// a policy that has one ([`cachesim::mrc::has_one_pass`]: lru; belady and the credit policies
+/// under k-way residency), sliced to `caps`; else one replay per cap.
 ///
 /// # Errors
-/// [`SweepError::CacheSim`] for a configuration cachesim refuses.
+/// [`SweepError::CacheSim`] for a configuration cachesim refuses, and
+/// [`cachesim::CacheSimError::InvalidParameter`] (`caps`) for a cap above E.
 pub fn miss_curve(
     v: &TraceView<'_>,
     keep: &Keep,
@@ -123,6 +124,14 @@ pub fn miss_curve(
 ) -> Result<MissCurve> {
     let k = base.k_used.unwrap_or(v.shape().top_k);
     let (lo, hi) = caps.unwrap_or((k, v.shape().num_experts));
+    if hi > v.shape().num_experts {
+        return Err(cachesim::CacheSimError::InvalidParameter {
+            name: "caps",
+            value: format!("{lo}..={hi}"),
+            reason: "a cap is above E, the experts per layer (a cache of E holds every expert): give caps up to E",
+        }
+        .into());
+    }
     if lo >= k
         && hi <= v.shape().num_experts
         && let Some(curve) = cachesim::mrc::one_pass_curve(v, keep, policy, base)

@@ -77,7 +77,9 @@ pub enum ParsePrefetchError {
     #[error("{0}")]
     Predictor(ParseNameError),
     /// B is not a whole number.
-    #[error("budget {given:?} of {spec:?} is not a whole number >= 0 (proposals per token, e.g. coact:4)")]
+    #[error(
+        "budget {given:?} of {spec:?} is not a whole number >= 0: expected PRED:B, B proposals per token (e.g. coact:4)"
+    )]
     Budget {
         /// The text after the `:`.
         given: String,

@@ -12,35 +12,22 @@ use super::{Credits, OnePass, PolicyFacts, PolicyKind, Shares};
 use crate::deploy::prio::{Prio, StepParams, StepSets};
 use crate::engine::{Cache, Evictor, LayerInput, Params, Pick, Protected};
 
-/// Per expert `[E]`: accesses since insertion and the pick time of insertion.
-pub(crate) struct LfuFifo {
-    count: Vec<u64>,
-    inserted: Vec<u64>,
-}
+/// The token loop's form: the same state as the tiers' ([`LfuFifoSteps`], accesses at the pick
+/// clock), its victim a scan for the lowest key.
+pub(crate) struct LfuFifo(LfuFifoSteps);
 
 impl Evictor for LfuFifo {
     type Key = ();
     fn reset(&mut self, _cache: &mut Cache<()>) {}
     fn access(&mut self, pick: Pick, inserted: bool, _cache: &mut Cache<()>) {
-        let e = pick.e;
-        self.count[e] = if inserted { 1 } else { self.count[e] + 1 };
-        if inserted {
-            self.inserted[e] = pick.now;
-        }
+        self.0.access(pick.e, pick.now, inserted);
     }
     /// The lowest (count, insertion time) among the cached, unprotected experts; ties (none:
     /// insertion times of cached experts are distinct) to the lowest id.
     fn victim(&mut self, cache: &Cache<()>, protected: Protected<'_>) -> usize {
-        let mut best: Option<(u64, u64, usize)> = None;
-        for e in 0..self.count.len() {
-            if cache.contains(e) && !protected.has(e) {
-                let key = (self.count[e], self.inserted[e], e);
-                if best.is_none_or(|b| key < b) {
-                    best = Some(key);
-                }
-            }
-        }
-        let (_, _, v) = best.expect("a full cache always holds an unprotected expert");
+        let candidates = (0..self.0.count.len()).filter(|&e| cache.contains(e) && !protected.has(e));
+        let (_, v) =
+            candidates.map(|e| (self.0.key(e), e)).min().expect("a full cache always holds an unprotected expert");
         v
     }
 }
@@ -57,18 +44,25 @@ impl PolicyKind<'_> for LfuFifo {
     };
     type Steps = LfuFifoSteps;
     fn build_steps(p: &StepParams, _sets: impl FnOnce() -> StepSets) -> LfuFifoSteps {
-        LfuFifoSteps { count: vec![0; p.num_experts], inserted: vec![0; p.num_experts] }
+        LfuFifoSteps::new(p.num_experts)
     }
     fn build(params: &Params<'_>, _input: &LayerInput<'_>) -> LfuFifo {
-        LfuFifo { count: vec![0; params.num_experts], inserted: vec![0; params.num_experts] }
+        LfuFifo(LfuFifoSteps::new(params.num_experts))
     }
 }
 
-/// lfu_fifo in the deployed step loop: (accesses since insertion, one per step in which the
-/// expert is in the step's set; time of insertion), scanned through the level's heap.
+/// lfu_fifo's priority, per expert `[E]`: accesses since insertion and the time of insertion
+/// (in the deployed step loop one access per step in which the expert is in the step's set, at
+/// the level's access clock; scanned through the level's heap).
 pub(crate) struct LfuFifoSteps {
     count: Vec<u64>,
     inserted: Vec<u64>,
+}
+
+impl LfuFifoSteps {
+    fn new(num_experts: usize) -> LfuFifoSteps {
+        LfuFifoSteps { count: vec![0; num_experts], inserted: vec![0; num_experts] }
+    }
 }
 
 impl Prio for LfuFifoSteps {

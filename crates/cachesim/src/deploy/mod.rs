@@ -71,7 +71,7 @@ pub enum ParseTier2Error {
     #[error("expected POLICY:CAP, e.g. lru:32")]
     Form,
     /// The policy is not a policy name (the message names those tier 2 takes).
-    #[error("unknown policy {:?}; tier 2 takes {}", .0.given, tier2_policies())]
+    #[error("unknown policy {:?}; tier 2 takes {}", .0.given, Tier2::allowed_policies())]
     Policy(crate::ParseNameError),
     /// The capacity is not a whole number.
     #[error("{given:?} is not a whole number of experts")]
@@ -88,7 +88,12 @@ impl Tier2 {
     /// The policies that may serve as tier 2, from their facts (`PolicyFacts::may_be_tier2`),
     /// as prose: `lru, fifo, lfu or belady`.
     pub fn allowed_policies() -> String {
-        tier2_policies()
+        let names: Vec<&str> = Policy::ALL.iter().filter(|p| p.facts().may_be_tier2()).map(|p| p.as_str()).collect();
+        match names.split_last() {
+            Some((last, [])) => (*last).to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
     }
 }
 
@@ -203,16 +208,6 @@ pub(crate) struct LayerExtra {
     pub storage_reads: u64,
 }
 
-/// The policies that may serve as tier 2, from their facts: `lru, fifo, lfu or belady`.
-fn tier2_policies() -> String {
-    let names: Vec<&str> = Policy::ALL.iter().filter(|p| p.facts().may_be_tier2()).map(|p| p.as_str()).collect();
-    match names.split_last() {
-        Some((last, [])) => (*last).to_string(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
-}
-
 fn unsupported(what: &'static str, reason: &'static str) -> CacheSimError {
     CacheSimError::DeployUnsupported { what, reason }
 }
@@ -263,7 +258,7 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &De
     }
     if let Some(t2) = dep.tier2 {
         if !t2.policy.facts().may_be_tier2() {
-            return Err(CacheSimError::Tier2Policy { policy: t2.policy, allowed: tier2_policies() });
+            return Err(CacheSimError::Tier2Policy { policy: t2.policy, allowed: Tier2::allowed_policies() });
         }
         if t2.cap < k_used {
             return Err(CacheSimError::InvalidParameter {

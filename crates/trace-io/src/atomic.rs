@@ -151,6 +151,9 @@ pub fn remove_stale_temporaries(dir: &Path) -> usize {
 pub(crate) struct TempFile {
     path: PathBuf,
     file: Option<File>,
+    /// The target is a device, FIFO or socket ([`is_special`], decided once by
+    /// [`TempFile::beside`]): [`TempFile::persist`] copies into it instead of renaming.
+    copy_into: bool,
 }
 
 impl TempFile {
@@ -159,15 +162,21 @@ impl TempFile {
     /// socket ([`is_special`]), in the system's temporary directory (`/dev` is not writable for
     /// most users).
     pub(crate) fn beside(target: &Path) -> io::Result<TempFile> {
-        let system_tmp = std::env::temp_dir();
-        let dir = if is_special(target) { system_tmp.as_path() } else { parent_of(target) };
+        let copy_into = is_special(target);
+        let system_tmp;
+        let dir = if copy_into {
+            system_tmp = std::env::temp_dir();
+            system_tmp.as_path()
+        } else {
+            parent_of(target)
+        };
         ensure_dir(dir)?;
         remove_stale_temporaries(dir);
         loop {
             let path = temp_path(dir, target);
             match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
                 Ok(file) => {
-                    let mut tmp = TempFile { path, file: None };
+                    let mut tmp = TempFile { path, file: None, copy_into };
                     register(&tmp.path)?;
                     file.try_lock().map_err(io::Error::from)?;
                     tmp.file = Some(file);
@@ -184,10 +193,11 @@ impl TempFile {
         self.file.as_ref().expect("open until persisted or dropped")
     }
 
-    /// Renames the file over `target`; into a target that is a device, FIFO or socket
-    /// ([`is_special`]) it copies the contents instead (and drop removes the temporary).
+    /// Renames the file over `target` (the one it was created [`TempFile::beside`]); into a
+    /// target that is a device, FIFO or socket it copies the contents instead (and drop removes
+    /// the temporary).
     pub(crate) fn persist(mut self, target: &Path) -> io::Result<()> {
-        if is_special(target) {
+        if self.copy_into {
             let mut from: &File = self.file();
             from.seek(io::SeekFrom::Start(0))?;
             let mut to = std::fs::OpenOptions::new().write(true).open(target)?;

@@ -133,7 +133,6 @@ pub fn miss_curve(
         .into());
     }
     if lo >= k
-        && hi <= v.shape().num_experts
         && let Some(curve) = cachesim::mrc::one_pass_curve(v, keep, policy, base)
     {
         return Ok(curve?.sliced(lo, hi)?);

@@ -112,14 +112,15 @@ pub fn tier2_help() -> String {
 
 /// The help of `mrc --policy`: which policies take one pass over every cap, from their facts.
 pub fn mrc_policy_help() -> String {
-    use cachesim::{Policy, Semantics};
-    let names = |f: &dyn Fn(Policy) -> bool| {
+    use cachesim::Policy;
+    use cachesim::Semantics::{KWay, Sequential};
+    use cachesim::mrc::has_one_pass;
+    let names = |f: fn(Policy) -> bool| {
         Policy::ALL.into_iter().filter(|&p| f(p)).map(Policy::as_str).collect::<Vec<_>>().join(", ")
     };
-    let one_pass = |s| move |p| cachesim::mrc::has_one_pass(p, s);
-    let both = names(&|p| one_pass(Semantics::KWay)(p) && one_pass(Semantics::Sequential)(p));
-    let kway = names(&|p| one_pass(Semantics::KWay)(p) && !one_pass(Semantics::Sequential)(p));
-    let none = names(&|p| !one_pass(Semantics::KWay)(p));
+    let both = names(|p| has_one_pass(p, KWay) && has_one_pass(p, Sequential));
+    let kway = names(|p| has_one_pass(p, KWay) && !has_one_pass(p, Sequential));
+    let none = names(|p| !has_one_pass(p, KWay));
     format!(
         "Cache policy; one pass over every cap for {both} (both semantics) and {kway} (k-way), one replay per cap \
          for {none}"

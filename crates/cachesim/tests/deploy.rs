@@ -395,11 +395,7 @@ fn tier2_parses_and_its_errors_name_what_tier2_takes() {
     let allowed: Vec<&str> = Policy::ALL.into_iter().filter(|p| p.facts().may_be_tier2()).map(Policy::as_str).collect();
     let (last, rest) = allowed.split_last().expect("a tier-2 policy");
     let takes = format!("tier 2 takes {} or {last}", rest.join(", "));
-    let check = |given: &str, expect: Result<Tier2, &str>| match (given.parse::<Tier2>(), expect) {
-        (Ok(got), Ok(want)) => assert_eq!(got, want, "{given}"),
-        (Err(e), Err(said)) => assert!(e.to_string().contains(said), "{given}: {e}"),
-        (got, want) => panic!("{given}: {got:?}, expected {want:?}"),
-    };
+    let check = common::check_parse::<Tier2>;
     check("lru:32", Ok(Tier2 { policy: Policy::Lru, cap: 32 }));
     check("belady:6", Ok(Tier2 { policy: Policy::Belady, cap: 6 }));
     // A credit policy parses; validate() refuses it at tier 2 (Tier2Policy).

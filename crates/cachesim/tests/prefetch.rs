@@ -229,11 +229,7 @@ fn oracle_at_k_used_moves_every_miss_ahead() {
 #[test]
 fn prefetch_specs_parse_and_say_what_is_wrong() {
     use cachesim::{ParsePrefetchError, Predictor, Prefetch};
-    let check = |given: &str, expect: Result<Prefetch, &str>| match (given.parse::<Prefetch>(), expect) {
-        (Ok(got), Ok(want)) => assert_eq!(got, want, "{given}"),
-        (Err(e), Err(said)) => assert!(e.to_string().contains(said), "{given}: {e}"),
-        (got, want) => panic!("{given}: {got:?}, expected {want:?}"),
-    };
+    let check = common::check_parse::<Prefetch>;
     for p in Predictor::ALL {
         check(&format!("{p}:4"), Ok(Prefetch { predictor: p, budget: 4 }));
         check(&format!("{p}: 0"), Ok(Prefetch { predictor: p, budget: 0 }));

@@ -213,3 +213,17 @@ pub fn top_frequency(trace: &TraceData, n: usize) -> Vec<Vec<u16>> {
 pub fn cfg0(policy: cachesim::Policy, cap: usize) -> cachesim::ReplayConfig {
     cachesim::ReplayConfig { warmup: 0, ..cachesim::ReplayConfig::new(policy, cap) }
 }
+
+/// One case of a parsing table: `given` parses to `Ok(value)`, or fails with an error whose
+/// message contains `Err(said)`.
+pub fn check_parse<T>(given: &str, expect: Result<T, &str>)
+where
+    T: std::str::FromStr + PartialEq + std::fmt::Debug,
+    T::Err: std::fmt::Display + std::fmt::Debug,
+{
+    match (given.parse::<T>(), expect) {
+        (Ok(got), Ok(want)) => assert_eq!(got, want, "{given}"),
+        (Err(e), Err(said)) => assert!(e.to_string().contains(said), "{given}: {e}"),
+        (got, want) => panic!("{given}: {got:?}, expected {want:?}"),
+    }
+}

@@ -163,6 +163,35 @@ fn number(s: &str) -> Result<f64, String> {
     }
 }
 
+/// How the command line spells an option that a message of the command layer names
+/// (`api::Spell`): `k_used` → `--k-used`, `prefetch=coact:B` → `--prefetch coact:B`.
+pub struct Flags;
+
+impl api::Spell for Flags {
+    fn option(&self, name: &str) -> String {
+        format!("--{}", name.replace('_', "-"))
+    }
+
+    fn with_value(&self, name: &str, value: &str) -> String {
+        format!("{} {value}", self.option(name))
+    }
+}
+
+/// A result of the command layer with its error spelled in flags.
+pub trait Spelled<T> {
+    /// The error as the command line says it.
+    ///
+    /// # Errors
+    /// The command layer's error, its options spelled as flags.
+    fn flags(self) -> anyhow::Result<T>;
+}
+
+impl<T> Spelled<T> for api::Result<T> {
+    fn flags(self) -> anyhow::Result<T> {
+        self.map_err(|e| anyhow::anyhow!(e.render(&Flags)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,9 @@ use anyhow::{Context, Result, bail};
 use cachesim::mrc::CurveConfig;
 use cachesim::{Keep, Policy, Semantics};
 use clap::Args;
-use saliency::KeepMap;
+
+use crate::args::Spelled;
+use api::inputs::MapSource;
 use trace_io::{TraceFile, TraceView};
 
 #[derive(Debug, Args)]
@@ -62,32 +64,24 @@ fn parse_caps(s: &str) -> std::result::Result<(usize, usize), String> {
     Ok((a, b))
 }
 
-/// The keep map of `path` (a keep map, or a plan's chosen keep map: [`read_keep`]) checked
-/// against the trace of `v`; every expert kept for `None`.
-///
-/// [`read_keep`]: super::replay::inputs::read_keep
+/// The keep map of `path` (a keep map, or a plan's chosen keep map: `api::inputs::read_keep`)
+/// checked against the trace of `v`; every expert kept for `None`.
 pub(super) fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
-    open_map(path, v, super::replay::inputs::read_keep)
-}
-
-/// A pin map (a keep-map file; a plan's keep map is the set kept, not a hot set).
-fn open_pins(path: &PathBuf, v: &TraceView<'_>) -> Result<Keep> {
-    open_map(Some(path), v, |p| Ok(KeepMap::read_json(p)?))
-}
-
-fn open_map(
-    path: Option<&PathBuf>,
-    v: &TraceView<'_>,
-    read: impl Fn(&std::path::Path) -> Result<KeepMap>,
-) -> Result<Keep> {
     Ok(match path {
         Some(p) => {
-            let map = read(p)?;
-            super::replay::inputs::check_map_fits(&map, v.meta(), p)?;
+            let src = MapSource::Path(p.clone());
+            let map = api::inputs::read_keep(&src, false).flags()?;
+            api::inputs::check_map_fits(&map, v.meta(), &src.name()).flags()?;
             Keep::from_layers(&v.shape(), &map.layers).with_context(|| format!("keep map {}", p.display()))?
         }
         None => Keep::full(&v.shape()),
     })
+}
+
+/// A pin map: a keep-map file, or a plan's pins (`api::inputs::read_pins`, as `replay --pin`).
+fn open_pins(path: &std::path::Path, v: &TraceView<'_>) -> Result<Keep> {
+    let layers = api::inputs::read_pins(&MapSource::Path(path.to_path_buf()), v.meta()).flags()?;
+    Keep::from_layers(&v.shape(), &layers).with_context(|| format!("pin map {}", path.display()))
 }
 
 /// Steps (picks plus per-replay expert state) a curve may cost without `--yes`: about a minute.

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+
+use crate::args::Spelled;
 use saliency::{Metric, MetricConfig, Stats};
 
 /// `moe-offload export ...`.
@@ -141,7 +143,7 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
         ExportCmd::KeepSet(a) => {
             super::refuse_overwrite(&a.output, [a.keep.as_path()])?;
             // A keep map, or a plan's chosen keep map, as `replay --keep` reads it.
-            let map = super::replay::inputs::read_keep(&a.keep)?;
+            let map = api::inputs::read_keep(&api::inputs::MapSource::Path(a.keep.clone()), false).flags()?;
             super::write_output(&a.output, &formats::keep_set(&map, &super::version())?)?;
             super::status(format_args!(
                 "wrote {} (keep set): {}, K {} of {} experts",

@@ -1,18 +1,13 @@
 //! `moe-offload replay` with prefetch (SEMANTICS.md §12), the timeline (§13) or the
-//! shuffled-order control: the flags, and the replay and report they add.
+//! shuffled-order control: the flags, and the table of what they add.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
-use cachesim::{
-    CacheSimError, CoactTable, Keep, Prefetch, PrefetchOptions, PrefetchReplay, ReplayConfig, TimelineDevice,
-    shuffle::Shuffled,
-};
+use anyhow::Result;
+use cachesim::Prefetch;
 use clap::Args;
-use serde_json::{Value, json};
-use sweep::DeviceProfile;
-use trace_io::{TraceFile, TraceView};
+use serde_json::Value;
 
 /// The flags `replay` takes for prefetch, the timeline and the shuffled control.
 #[derive(Debug, Args)]
@@ -41,160 +36,8 @@ pub struct PrefetchArgs {
     pub shuffle: Option<u64>,
 }
 
-impl PrefetchArgs {
-    /// Whether any of these flags asks for more than a plain replay.
-    pub fn active(&self) -> bool {
-        self.prefetch.is_some()
-            || self.timeline
-            || self.shuffle.is_some()
-            || self.calib.is_some()
-            || self.profile.is_some()
-            || self.bandwidth.is_some()
-    }
-}
-
-/// Runs `replay` with the flags of [`PrefetchArgs`] on the trace `v` (already opened, with its
-/// keep set and configuration).
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    x: &PrefetchArgs,
-    profile_file: Option<&std::path::Path>,
-    trace: &std::path::Path,
-    json: bool,
-    v: &TraceView<'_>,
-    keep: &Keep,
-    cfg: &ReplayConfig,
-) -> Result<()> {
-    let coact_wanted = x.prefetch.is_some_and(|p| p.predictor.facts().needs_calibration);
-    if x.calib.is_some() && !coact_wanted {
-        bail!("--calib is read only by the coact predictor: add --prefetch coact:B, or drop --calib");
-    }
-    if coact_wanted && x.calib.is_none() {
-        bail!("--prefetch coact:B learns its co-activation table from a calibration trace: add --calib TRACE");
-    }
-    let calib = x.calib.as_ref().map(|p| TraceFile::open_lazy(p).with_context(|| format!("--calib {}", p.display())));
-    let calib = calib.transpose()?;
-    // coact learns from the first k ids of every calibration row: validate those.
-    let table = match (&calib, &x.calib) {
-        (Some(c), Some(p)) => {
-            let view = c
-                .view_for(trace_io::Reads::ids(c.shape().top_k))
-                .with_context(|| format!("--calib {}", p.display()))?;
-            Some(CoactTable::learn(&view)?)
-        }
-        _ => None,
-    };
-    let profile = super::hybrid::base_profile(profile_file, x.profile.as_deref(), v)?;
-    let bw = x.bandwidth.or(profile.bandwidth_gbps.first().copied()).unwrap_or(3.9);
-    let device = TimelineDevice { expert_mb: profile.expert_mb, compute_ms: profile.compute_ms, bandwidth_gbps: bw };
-    let timeline = x.timeline.then_some(device);
-    let opts = PrefetchOptions { prefetch: x.prefetch, coact: table.as_ref(), timeline };
-    let trace_name = trace.display().to_string();
-    let calib_name = x.calib.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let explain = |e: CacheSimError| -> anyhow::Error {
-        match e {
-            CacheSimError::NoLookahead => anyhow::anyhow!("{trace_name}: {e}"),
-            CacheSimError::CalibrationMismatch { .. } => anyhow::anyhow!("--calib {calib_name}: {e}"),
-            CacheSimError::BudgetAboveCap { .. } => anyhow::anyhow!("--prefetch: {e}"),
-            CacheSimError::PrefetchWithOffline { .. } => anyhow::anyhow!("--prefetch: {e}"),
-            e => e.into(),
-        }
-    };
-    let working = crate::progress::working("replay");
-    let plain_opts = PrefetchOptions { prefetch: None, coact: None, timeline };
-    let plain = cachesim::replay_prefetch(v, keep, cfg, &plain_opts).map_err(explain)?;
-    let main = match x.prefetch {
-        Some(_) => cachesim::replay_prefetch(v, keep, cfg, &opts).map_err(explain)?,
-        None => plain.clone(),
-    };
-    let shuffled = match x.shuffle {
-        Some(seed) => {
-            let sh = Shuffled::new(v, seed);
-            Some((seed, cachesim::replay_prefetch(&sh.view(), keep, cfg, &opts).map_err(explain)?))
-        }
-        None => None,
-    };
-    working.finish();
-    let report = report(x, &main, &plain, shuffled.as_ref(), &profile, bw);
-    let mut out = std::io::stdout().lock();
-    if json {
-        writeln!(out, "{}", crate::commands::json::tagged(crate::commands::json::REPLAY, report))?;
-    } else {
-        write_table(&mut out, &report)?;
-    }
-    Ok(())
-}
-
-/// The JSON object: the fields of a plain `replay --json` (of this replay: with prefetch its
-/// `misses` are the demand misses) and the ones the flags add.
-fn report(
-    x: &PrefetchArgs,
-    main: &PrefetchReplay,
-    plain: &PrefetchReplay,
-    shuffled: Option<&(u64, PrefetchReplay)>,
-    profile: &DeviceProfile,
-    bw: f64,
-) -> Value {
-    let c = &main.counts.replay;
-    let mut j = json!({
-        "tokens": c.tokens, "picks": c.picks, "hits": c.hits, "misses": c.misses,
-        "forced_misses": c.forced_misses, "substituted": c.substituted, "pruned_slots": c.pruned_slots,
-        "hit_rate": c.hit_rate(), "misses_per_token": c.misses_per_token(), "layer_misses": c.layer_misses,
-        "profile": profile.name, "expert_mb": profile.expert_mb,
-    });
-    let o = j.as_object_mut().expect("an object");
-    if let Some(pf) = x.prefetch {
-        let p = &main.counts;
-        let plain_misses = plain.counts.replay.misses;
-        let saved = p.loads_per_miss_saved(plain_misses);
-        o.extend([
-            ("prefetch".into(), json!(pf.to_string())),
-            ("prefetch_loads".into(), json!(p.prefetch_loads)),
-            ("useful".into(), json!(p.useful)),
-            ("wasted".into(), json!(p.wasted)),
-            ("precision".into(), json!(p.precision_defined())),
-            ("coverage".into(), json!(p.coverage_defined())),
-            ("loads_per_token".into(), json!(p.loads_per_token())),
-            ("mb_per_token".into(), json!(p.mb_per_token(profile.expert_mb))),
-            ("plain_misses".into(), json!(plain_misses)),
-            ("loads_per_miss_saved".into(), json!(saved)),
-            ("mb_per_miss_saved".into(), json!(saved.map(|s| s * profile.expert_mb))),
-        ]);
-    }
-    if let (Some(t), Some(t0)) = (main.timeline, plain.timeline) {
-        o.extend([
-            ("bandwidth_gbps".into(), json!(bw)),
-            ("tok_s".into(), json!(t.tok_s)),
-            ("stall_s_per_token".into(), json!(t.stall_s_per_token)),
-            ("tok_s_no_prefetch".into(), json!(t0.tok_s)),
-            ("stall_s_per_token_no_prefetch".into(), json!(t0.stall_s_per_token)),
-            ("additive_tok_s".into(), json!(profile.tok_s(plain.counts.replay.misses_per_token(), bw))),
-        ]);
-    }
-    if let Some((seed, s)) = shuffled {
-        let sc = &s.counts;
-        let mut sh = json!({
-            "misses": sc.replay.misses, "misses_per_token": sc.replay.misses_per_token(),
-            "hit_rate": sc.replay.hit_rate(),
-        });
-        if x.prefetch.is_some() {
-            let so = sh.as_object_mut().expect("an object");
-            so.insert("prefetch_loads".into(), json!(sc.prefetch_loads));
-            so.insert("useful".into(), json!(sc.useful));
-            so.insert("precision".into(), json!(sc.precision_defined()));
-            so.insert("coverage".into(), json!(sc.coverage_defined()));
-        }
-        if let Some(t) = s.timeline {
-            sh["tok_s"] = json!(t.tok_s);
-        }
-        o.insert("shuffle_seed".into(), json!(seed));
-        o.insert("shuffled".into(), sh);
-    }
-    j
-}
-
 /// The report as tables: the counts, then one row per figure the flags add.
-fn write_table(out: &mut impl Write, r: &Value) -> Result<()> {
+pub fn write_table(out: &mut impl Write, r: &Value) -> Result<()> {
     let mut t = comfy_table::Table::new();
     t.set_header(["tokens", "picks", "hits", "misses", "forced", "hit rate", "misses/token"]);
     t.add_row([

@@ -10,9 +10,7 @@ use pyo3::prelude::*;
 use trace_io::TraceFile;
 
 use crate::errors::{Error, Result};
-use crate::replay::MapArg;
 use crate::trace::Trace;
-use crate::usage;
 
 /// Adds `mrc` and `_read_results` to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -20,9 +18,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_results_json, m)?)?;
     Ok(())
 }
-
-/// Steps a curve may cost without `yes=True` (the CLI's limit: about a minute of work).
-const MAX_CURVE_STEPS: u64 = 4_000_000_000;
 
 /// The miss-ratio curve of `policy` on `trace` (SEMANTICS.md §5 replayed at every cap), as
 /// `moe-offload mrc TRACE --json` computes it: `min_cap`, `max_cap`, `tokens` (counted),
@@ -53,55 +48,29 @@ pub fn mrc<'py>(
         return Err(Error::Usage(format!("caps: empty range {a}..{b}")).into());
     }
     trace.require_tokens()?;
-    let keep = MapArg::extract(keep, "keep")?;
+    let keep = crate::replay::map_source(keep, "keep")?;
     let file: Arc<TraceFile> = trace.file.clone();
     let v = crate::run::detached(py, move || {
         let v = file.view_for(trace_io::Reads::EVERYTHING)?;
         let s = v.shape();
         let keep = match &keep {
-            Some(k) => {
-                let (map, name) = k.load()?;
-                if map.num_experts != v.meta().num_experts || map.layer_ids != v.meta().layer_ids {
-                    usage!(
-                        "keep map {name} is for E = {} and layers {:?}; the trace has E = {} and layers {:?}",
-                        map.num_experts,
-                        map.layer_ids,
-                        v.meta().num_experts,
-                        v.meta().layer_ids
-                    );
-                }
+            Some(src) => {
+                let (map, name) = (api::inputs::read_keep(src, false)?, src.name());
+                api::inputs::check_map_fits(&map, v.meta(), &name)?;
                 Keep::from_layers(&s, &map.layers).map_err(|e| Error::from(e).context(format!("keep map {name}")))?
             }
             None => Keep::full(&s),
         };
         let k = k_used.unwrap_or(s.top_k);
         let (lo, hi) = caps.unwrap_or((k, s.num_experts));
-        let per_replay =
-            (s.layers as u64).saturating_mul((s.tokens as u64).saturating_mul(k as u64) + s.num_experts as u64);
-        let one_pass = cachesim::mrc::has_one_pass(policy, semantics) && lo >= k && hi <= s.num_experts;
-        let steps = if one_pass { per_replay } else { (hi.saturating_sub(lo) as u64 + 1).saturating_mul(per_replay) };
-        if steps > MAX_CURVE_STEPS && !yes {
-            usage!(
-                "{steps} steps is above the limit of {MAX_CURVE_STEPS} without yes=True (minutes of work or more): \
-                 narrow caps, use policy=\"lru\" (one pass), or pass yes=True to run it"
-            );
-        }
+        let work = cachesim::mrc::curve_work(&s, policy, semantics, k, lo, hi);
+        api::work::bound_curves(work.steps, yes, "narrow ‹caps›")?;
         let base = CurveConfig { k_used, warmup, semantics, ..CurveConfig::default() };
         let c = sweep::plan::miss_curve(&v, &keep, policy, &base, caps)?;
         let v = serde_json::to_value(&c).map_err(|e| Error::Internal(format!("internal error: {e}")))?;
-        Ok(tagged("moe-offload-mrc", v))
+        Ok(api::kind::tagged(api::kind::MRC, v))
     })?;
     crate::run::to_result(py, &v)
-}
-
-/// `value` with `"kind": kind` first.
-fn tagged(kind: &str, value: serde_json::Value) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    out.insert("kind".into(), kind.into());
-    if let serde_json::Value::Object(fields) = value {
-        out.extend(fields.into_iter().filter(|(k, _)| k != "kind"));
-    }
-    serde_json::Value::Object(out)
 }
 
 /// `results.json` of a sweep (a file, or a sweep output directory holding one), read and checked
@@ -117,5 +86,5 @@ fn read_results(path: &std::path::Path) -> Result<serde_json::Value> {
     let file = if path.is_dir() { path.join("results.json") } else { path.to_path_buf() };
     let out = sweep::SweepOutput::read(&file)?;
     let v = serde_json::to_value(&out).map_err(|e| Error::Internal(format!("internal error: {e}")))?;
-    Ok(tagged(sweep::RESULTS_KIND, v))
+    Ok(api::kind::tagged(api::kind::SWEEP_RESULTS, v))
 }

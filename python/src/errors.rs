@@ -153,3 +153,35 @@ impl From<Error> for PyErr {
 
 /// The result type of the code that runs without the GIL.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// How Python spells an option that a message of the command layer names (`api::Spell`): the
+/// keyword argument (`k_used`; `lam` for λ, a Python keyword), and `name=value` with a string
+/// value quoted (`prefetch="coact:B"`, `k_used=8`).
+pub struct Keywords;
+
+impl api::Spell for Keywords {
+    fn option(&self, name: &str) -> String {
+        match name {
+            "lambda" => "lam".to_string(),
+            n => n.to_string(),
+        }
+    }
+
+    fn with_value(&self, name: &str, value: &str) -> String {
+        let literal = value.parse::<f64>().is_ok() || matches!(value, "True" | "False" | "None");
+        if literal { format!("{}={value}", self.option(name)) } else { format!("{}={value:?}", self.option(name)) }
+    }
+}
+
+impl From<api::Error> for Error {
+    fn from(e: api::Error) -> Error {
+        let m = e.render(&Keywords);
+        match e.kind() {
+            api::ErrorKind::Trace => Error::Trace(m),
+            api::ErrorKind::Saliency => Error::Saliency(m),
+            api::ErrorKind::Replay => Error::Replay(m),
+            api::ErrorKind::Sweep => Error::Sweep(m),
+            api::ErrorKind::Usage | api::ErrorKind::Io => Error::Usage(m),
+        }
+    }
+}

@@ -20,9 +20,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Curve steps a plan may cost without `yes=True` (the CLI's limit: about a minute of work).
-const MAX_CURVE_STEPS: u64 = 4_000_000_000;
-
 /// Everything `plan` was given, owned (the work runs on another thread).
 struct Args {
     calib: (Arc<TraceFile>, String),
@@ -141,19 +138,14 @@ fn run(a: &Args) -> Result<serde_json::Value> {
     let steps = curve_steps(&cv.shape(), a.policy, a.k_used)
         .saturating_add(curve_steps(&hv.shape(), a.policy, a.k_used))
         .saturating_mul(a.variants.len() as u64);
-    if steps > MAX_CURVE_STEPS && !a.yes {
-        usage!(
-            "{steps} steps is above the limit of {MAX_CURVE_STEPS} without yes=True (minutes of work or more): use \
-             policy=\"lru\" (one pass), fewer variants, or pass yes=True to run it"
-        );
-    }
+    api::work::bound_curves(steps, a.yes, "give fewer ‹variants›")?;
     let outcome = sweep::plan::search(&req)?;
     let pinned =
         a.pin_counts.as_deref().map(|counts| sweep::plan::search_pinned(&req, &outcome, counts)).transpose()?;
     let PlanOutcome { slots, candidates, chosen, uniform_best } = outcome;
     let (replayed_in, replayed_out) = chosen.replayed;
     let mut report = json!({
-        "kind": "moe-offload-plan",
+        "kind": api::kind::PLAN,
         "budget_gb": a.budget_gb,
         "pinned_gb": a.pinned_gb,
         "profile": profile,

@@ -44,7 +44,7 @@ pub fn inspect<'py>(py: Python<'py>, trace: &Trace) -> PyResult<Bound<'py, PyAny
         };
         let (reuse, control) = (mean(|u| u.next_token_reuse), mean(|u| u.shuffled_reuse));
         Ok(serde_json::json!({
-            "kind": "moe-offload-inspect",
+            "kind": api::kind::INSPECT,
             "path": path,
             "bytes": file.byte_len(),
             "shape": s,

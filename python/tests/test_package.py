@@ -185,6 +185,8 @@ REPLAYS = [
     dict(policy="lru", cap=8, shuffle=7),
     dict(policy="lru", cap=8, profile="qwen15-moe-bf16"),
     dict(policy="lru", cap=0, pin="pin4.json", exec="host", host_gbps=40.0),
+    # Hybrid execution prices each step's dense compute: compute_ms_per_step applies (api::replay).
+    dict(policy="lru", cap=0, pin="pin4.json", exec="host", host_gbps=40.0, compute_ms_per_step=12.5),
     dict(policy="lru", cap=6, exec="host", overlap="concurrent", host_gbps=40.0, link_gbps=25.0, host_ms_per_row=0.05,
          host_sync_ms=0.02),
     dict(policy="lfu", cap=0, batch=4, exec="host:2", host_gbps=40.0, link_gbps=25.0, profile="qwen15-moe-bf16"),
@@ -281,6 +283,24 @@ def test_plan_equals_the_cli(cli, maps, tmp_path, kw):
     r = mo.replay(mo.open_trace(oos), policy="lru", layer_caps=got.chosen["plan"]["caps"],
                   keep=None if got.chosen["variant"] == "full" else str(tmp_path / "p.json"))
     assert r.misses_per_token == got.chosen["replayed"]["out_of_sample_misses_per_token"]
+
+
+def test_a_plan_given_as_pins_pins_its_pinned_plan_as_the_cli_does(cli, maps, tmp_path):
+    """One reader of pin maps (api::inputs::read_pins): a plan made with pin counts pins its
+    pinned.plan.pins (not its chosen keep map) on both front ends; one made without is refused."""
+    ins, oos = str(maps / "calib.safetensors"), str(maps / "heldout.safetensors")
+    plan = tmp_path / "pinned.json"
+    cli("plan", "--in-sample", ins, "--out-of-sample", oos, "--budget-gb", 0.4, "--variants", "full",
+        "--pin-counts", "2,4", "--expert-mb", 10.0, "-o", plan)
+    pins = json.loads(plan.read_text())["pinned"]["plan"]["pins"]
+    expected = _replay_cli(cli, oos, policy="lru", cap=6, pin=plan)
+    got = mo.replay(mo.open_trace(oos), policy="lru", cap=6, pin=str(plan))
+    assert dict(got) == expected
+    assert got["layer_pins"] == [len(p) for p in pins]
+    bare = tmp_path / "bare.json"
+    cli("plan", "--in-sample", ins, "--out-of-sample", oos, "--budget-gb", 0.4, "--variants", "full", "-o", bare)
+    with pytest.raises(mo.UsageError, match="without pin_counts pins nothing"):
+        mo.replay(mo.open_trace(oos), policy="lru", cap=6, pin=str(bare))
 
 
 # ------------------------------------------------------------------ sweeps as tables

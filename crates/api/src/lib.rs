@@ -12,12 +12,14 @@
 //! - [`inputs`]: traces, keep maps, plans, pins, per-layer caps.
 //! - [`profile`]: the device profile of a command and its overrides.
 //! - [`kind`]: the `kind` tag of every document.
+//! - [`work`]: work limits (curve steps without `yes`).
 
 pub mod error;
 pub mod inputs;
 pub mod kind;
 pub mod profile;
 pub mod replay;
+pub mod work;
 
 pub use error::{Context, Error, ErrorKind, Msg, Neutral, Result, Spell};
 

@@ -43,6 +43,10 @@ fn all_cpu_costs_by_hand() {
     // A per-row host cost of 3 ms beats the 1 ms memory bound: h = 6 ms per layer, 14 ms.
     let slow = json(&[&base[..], &["--host-ms-per-row", "3", "--json"]].concat());
     assert!(close(&slow["cost"]["tok_s"], 1000.0 / 14.0), "{}", slow["cost"]);
+    // A step's dense compute of 4 ms replaces compute_ms · rows (SEMANTICS.md §14: c_s): 4 + 4 ms,
+    // 125 tok/s. Accepted with --exec host alone, as Python's compute_ms_per_step is (api::replay).
+    let step = json(&[&base[..], &["--compute-ms-per-step", "4", "--json"]].concat());
+    assert!(close(&step["cost"]["tok_s"], 125.0), "{}", step["cost"]);
     // The table says the same.
     let table = ok(&base);
     assert!(

@@ -84,9 +84,6 @@ fn open_pins(path: &std::path::Path, v: &TraceView<'_>) -> Result<Keep> {
     Keep::from_layers(&v.shape(), &layers).with_context(|| format!("pin map {}", path.display()))
 }
 
-/// Steps (picks plus per-replay expert state) a curve may cost without `--yes`: about a minute.
-const MAX_CURVE_STEPS: u64 = 4_000_000_000;
-
 /// The work of the curve of `policy` on `v` over `caps` (default k_used..=E), in steps (one per
 /// pick, plus the E experts of state each replay of a layer sets up), and its description.
 pub(super) fn curve_work(
@@ -123,17 +120,10 @@ pub(super) fn curve_work(
     (steps, what)
 }
 
-/// Refuses `steps` of curve work above [`MAX_CURVE_STEPS`] without `--yes`.
-/// `narrow`: how the command's own flags make the work smaller (`mrc`: `--caps`; `plan`: fewer
-/// `--variants`).
+/// Refuses `steps` of curve work above the limit without `--yes` (`api::work::bound_curves`).
+/// `narrow`: how the command's own options make the work smaller, with option markers.
 pub(super) fn bound_curves(steps: u64, yes: bool, narrow: &str) -> Result<()> {
-    if steps > MAX_CURVE_STEPS && !yes {
-        bail!(
-            "{steps} steps is above the limit of {MAX_CURVE_STEPS} without --yes (minutes of work or more): {narrow}, \
-             use a policy with a one-pass curve (lru, see `mrc --help`), or pass --yes to run it"
-        );
-    }
-    Ok(())
+    api::work::bound_curves(steps, yes, narrow).flags()
 }
 
 /// Refuses caps of `caps` outside k_used..=E (before any work): below k_used a token cannot
@@ -210,7 +200,7 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
     let (steps, what) = curve_work(&v, a.policy, a.semantics, a.k_used, a.caps);
     // The work line comes first: it is what the refusal of too much work without --yes is about.
     crate::progress::status!("mrc: {what}");
-    bound_curves(steps, a.yes, "narrow --caps")?;
+    bound_curves(steps, a.yes, "narrow ‹caps›")?;
     let working = crate::progress::working("mrc");
     let (c, pins) = match &pins {
         None => (sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?, None),

@@ -147,7 +147,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     let (co, what) = curve_work(&hv, a.policy, Semantics::KWay, a.k_used, None);
     let steps = (ci.saturating_add(co)).saturating_mul(a.variants.len() as u64);
     crate::progress::status!("plan: {} variants x 2 traces, each a {what}; {steps} steps in all", a.variants.len());
-    bound_curves(steps, a.yes, "give fewer --variants")?;
+    bound_curves(steps, a.yes, "give fewer ‹variants›")?;
     let working = crate::progress::working("plan");
     let outcome = sweep::plan::search(&req)?;
     let pinned =

@@ -187,7 +187,7 @@ def replay(
     *,
     policy: str,
     cap: Optional[int] = None,
-    layer_caps: Optional[Sequence[int]] = None,
+    layer_caps: Union[Sequence[int], str, os.PathLike[str], None] = None,
     keep: Optional[_MapArg] = None,
     k_used: Optional[int] = None,
     warmup: int = 64,

@@ -29,6 +29,19 @@ pub(crate) fn map_source(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult
     }
 }
 
+/// Per-layer caps given as a list, or as the path of a JSON file (a list, or a plan whose
+/// settings the replay must then share).
+fn caps_source(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CapsSource>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    if let Ok(caps) = obj.extract::<Vec<usize>>() {
+        return Ok(Some(CapsSource::List(caps)));
+    }
+    match obj.extract::<std::path::PathBuf>() {
+        Ok(p) => Ok(Some(CapsSource::File(p))),
+        Err(_) => Err(Error::Usage("layer_caps: expected a list of caps or the path of a JSON file".into()).into()),
+    }
+}
+
 /// An open trace as the command layer takes it.
 pub(crate) fn trace_source(t: &Trace) -> TraceSource {
     TraceSource::Open { file: t.file.clone(), name: t.display() }
@@ -47,7 +60,8 @@ where
 /// `layer_misses` (one per layer), plus what the deployment or prefetch adds, costs in MB, GB/s, ms, tok/s).
 ///
 /// - `policy`: a policy name of the table (`moe-offload replay --help` lists them).
-/// - `cap`: cache capacity per layer, in experts (>= k_used); `layer_caps`: one per layer.
+/// - `cap`: cache capacity per layer, in experts (>= k_used); `layer_caps`: one per layer, or a
+///   JSON file of them (a list, or a plan: its caps, replayed under the plan's settings).
 /// - `keep`: a `KeepMap` or a keep-map path (default: every expert kept).
 /// - `k_used` (default the trace's top-k), `warmup` (tokens not counted, default 64),
 ///   `lam` (λ of cache-aware routing), `j`, `decay`, `near_pick_n`, `semantics`
@@ -75,7 +89,7 @@ pub fn replay<'py>(
     trace: &Trace,
     policy: &str,
     cap: Option<usize>,
-    layer_caps: Option<Vec<usize>>,
+    layer_caps: Option<&Bound<'py, PyAny>>,
     keep: Option<&Bound<'py, PyAny>>,
     k_used: Option<usize>,
     warmup: usize,
@@ -105,7 +119,7 @@ pub fn replay<'py>(
     profile_file: Option<std::path::PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let request = ReplayRequest {
-        layer_caps: layer_caps.map(CapsSource::List),
+        layer_caps: caps_source(layer_caps)?,
         keep: map_source(keep, "keep")?,
         k_used,
         warmup,

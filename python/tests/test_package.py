@@ -279,10 +279,15 @@ def test_plan_equals_the_cli(cli, maps, tmp_path, kw):
     del doc["tool_version"]
     got = mo.plan(mo.open_trace(ins), mo.open_trace(oos), **kw)
     assert dict(got) == doc
-    # The plan's caps replayed give its figures.
-    r = mo.replay(mo.open_trace(oos), policy="lru", layer_caps=got.chosen["plan"]["caps"],
-                  keep=None if got.chosen["variant"] == "full" else str(tmp_path / "p.json"))
+    # The plan's caps replayed give its figures, given as a list or as the plan file.
+    keep = None if got.chosen["variant"] == "full" else str(tmp_path / "p.json")
+    r = mo.replay(mo.open_trace(oos), policy="lru", layer_caps=got.chosen["plan"]["caps"], keep=keep)
     assert r.misses_per_token == got.chosen["replayed"]["out_of_sample_misses_per_token"]
+    if "pin_counts" not in kw:
+        r = mo.replay(mo.open_trace(oos), policy="lru", layer_caps=str(tmp_path / "p.json"), keep=keep)
+        assert r.misses_per_token == got.chosen["replayed"]["out_of_sample_misses_per_token"]
+        with pytest.raises(mo.UsageError, match="is a plan made with policy lru .here fifo.*policy=\"lru\""):
+            mo.replay(mo.open_trace(oos), policy="fifo", layer_caps=str(tmp_path / "p.json"), keep=keep)
 
 
 def test_a_plan_given_as_pins_pins_its_pinned_plan_as_the_cli_does(cli, maps, tmp_path):

@@ -12,6 +12,17 @@ pub const MAX_LINES: usize = 700;
 /// here that is no longer over the limit fails the test, so the list only shrinks.
 const TOO_LONG_FOR_NOW: [(&str, &str); 0] = [];
 
+/// Text that means a rule or a document written in the Python front end: a JSON document
+/// (`json!(`, a `"kind"` tag) or a refusal of its own (`usage!(`). The command layer
+/// (`crates/api`) owns both; the front ends translate arguments and present results.
+const FRONT_END_RULES: [&str; 3] = ["json!(", "\"kind\"", "usage!("];
+
+/// Python front-end files that still hold rules or documents of their own, with how many
+/// (issue #53 moves each command under `crates/api`). A listed file with fewer fails the test,
+/// so the list only shrinks; an unlisted file must hold none.
+const PYTHON_RULES_FOR_NOW: [(&str, usize); 4] =
+    [("plan_py.rs", 8), ("saliency_py.rs", 5), ("sweep_py.rs", 2), ("trace.rs", 2)];
+
 /// Text that means file, network, process or environment access, or the trace files' own I/O.
 const IO: [&str; 11] = [
     "std::fs",
@@ -157,6 +168,27 @@ mod tests {
         std::fs::write(dir.path().join("src/tests.rs"), &long).unwrap();
         std::fs::write(dir.path().join("src/tests/big.rs"), &long).unwrap();
         assert_eq!(too_long(dir.path()), [("src/long.rs".to_string(), MAX_LINES + 1)]);
+    }
+
+    #[test]
+    fn the_python_front_end_holds_no_new_rules() {
+        let src = crate::workspace_root().join("python/src");
+        let mut wrong = Vec::new();
+        for p in sources(&src) {
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let code: String =
+                text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+            let found: usize = FRONT_END_RULES.iter().map(|r| code.matches(r).count()).sum();
+            let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+            let allowed = PYTHON_RULES_FOR_NOW.iter().find(|(f, _)| *f == name).map_or(0, |a| a.1);
+            if found != allowed {
+                wrong.push(format!("python/src/{name}: {found} rules or documents (allowed {allowed})"));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "a rule or JSON document belongs in crates/api (update PYTHON_RULES_FOR_NOW when one moves there): {wrong:#?}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! `eprintln!` (they panic on a closed pipe, `moe-offload ... | head`): a closed stdout ends the
 //! command quietly with status 0, a closed stderr is ignored (`progress::status_line`). `--json`
 //! prints one JSON document on stdout (status lines on stderr); every JSON document starts with
-//! its `kind` tag (`commands/json.rs`).
+//! its `kind` tag (the one table `api::kind`).
 
 mod args;
 mod commands;

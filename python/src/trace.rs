@@ -26,44 +26,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// value first, as `inspect` does.
 #[pyfunction]
 pub fn inspect<'py>(py: Python<'py>, trace: &Trace) -> PyResult<Bound<'py, PyAny>> {
-    use trace_io::summary::{SHUFFLE_SEED, SizeSummary, layer_usage, shuffled_order, span_sizes};
-    trace.require_tokens()?;
-    let (file, path) = (trace.file.clone(), trace.display());
-    let report = crate::run::detached(py, move || {
-        let v = file.view_for(Reads::EVERYTHING)?;
-        let s = v.shape();
-        let perm = shuffled_order(s.tokens, SHUFFLE_SEED);
-        let layers: Vec<_> = (0..s.layers).map(|l| layer_usage(&v, l, &perm)).collect();
-        drop(perm);
-        let seq_sizes = v.seq_offsets().map(|o| span_sizes(o, s.tokens));
-        let step_sizes = v.step_offsets().map(|o| span_sizes(o, s.tokens));
-        let seqs = seq_sizes.as_deref().and_then(SizeSummary::of);
-        let steps = step_sizes.as_deref().and_then(SizeSummary::of);
-        let mean = |f: fn(&trace_io::summary::LayerUsage) -> f64| {
-            layers.iter().map(f).sum::<f64>() / layers.len().max(1) as f64
-        };
-        let (reuse, control) = (mean(|u| u.next_token_reuse), mean(|u| u.shuffled_reuse));
-        Ok(serde_json::json!({
-            "kind": api::kind::INSPECT,
-            "path": path,
-            "bytes": file.byte_len(),
-            "shape": s,
-            "meta": v.meta(),
-            "tensors": {
-                "scores": v.parts().scores.is_some(), "gates": v.parts().gates.is_some(),
-                "out_norms": v.parts().out_norms.is_some(),
-                "seq_offsets": v.seq_offsets().map(<[u64]>::len), "step_offsets": v.step_offsets().map(<[u64]>::len),
-                "lookahead_ids": v.lookahead().map(|la| la.width),
-            },
-            "sequences": seqs,
-            "steps": steps,
-            "step_sizes": step_sizes,
-            "shuffle_seed": SHUFFLE_SEED,
-            "mean_next_token_reuse": reuse,
-            "mean_shuffled_reuse": control,
-            "layers": layers,
-        }))
-    })?;
+    let request = api::inspect::InspectRequest { trace: crate::replay::trace_source(trace) };
+    let report = crate::run::detached(py, move || Ok(request.run()?.document()))?;
     crate::run::to_result(py, &report)
 }
 

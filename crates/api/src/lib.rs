@@ -8,6 +8,7 @@
 //! Errors ([`Error`]) name options neutrally (`‹k_used›`); each front end spells them in its
 //! own words through [`Spell`] (`--k-used`, `k_used`).
 //!
+//! - [`inspect`]: a trace's shape, metadata and per-layer usage.
 //! - [`replay`]: one configuration on one trace.
 //! - [`inputs`]: traces, keep maps, plans, pins, per-layer caps.
 //! - [`profile`]: the device profile of a command and its overrides.
@@ -16,6 +17,7 @@
 
 pub mod error;
 pub mod inputs;
+pub mod inspect;
 pub mod kind;
 pub mod profile;
 pub mod replay;

@@ -30,7 +30,7 @@ const MAX_CURVE_STEPS: u64 = 4_000_000_000;
 /// each cap `min_cap..=max_cap`. `misses_per_token_at(cap)` of the result sums the layers.
 ///
 /// - `policy`: lru, and belady, near_pick, near_pick_ema and inv_router (k-way) in one pass
-///   over every cap; fifo and lfu by one replay per cap.
+///   over every cap; fifo, lfu, perfect_lfu and lfru by one replay per cap.
 /// - `caps`: `(lo, hi)` inclusive, default `(k_used, E)`; `keep`, `k_used`, `warmup`,
 ///   `semantics` as in `replay`. Work above about a minute is refused without `yes=True`.
 #[pyfunction]

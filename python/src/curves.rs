@@ -25,7 +25,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// each cap `min_cap..=max_cap`. `misses_per_token_at(cap)` of the result sums the layers.
 ///
 /// - `policy`: lru, and belady, near_pick, near_pick_ema and inv_router (k-way) in one pass
-///   over every cap; fifo and lfu by one replay per cap.
+///   over every cap; fifo, lfu, perfect_lfu and lfru by one replay per cap.
 /// - `caps`: `(lo, hi)` inclusive, default `(k_used, E)`; `keep`, `k_used`, `warmup`,
 ///   `semantics` as in `replay`. Work above about a minute is refused without `yes=True`.
 #[pyfunction]

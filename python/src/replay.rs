@@ -59,7 +59,7 @@ where
 /// `forced_misses`, `substituted`, `pruned_slots`, `hit_rate`, `misses_per_token` and
 /// `layer_misses` (one per layer), plus what the deployment or prefetch adds, costs in MB, GB/s, ms, tok/s).
 ///
-/// - `policy`: a policy name of the table (`moe-offload replay --help` lists them).
+/// - `policy`: lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router, perfect_lfu, lfru.
 /// - `cap`: cache capacity per layer, in experts (>= k_used); `layer_caps`: one per layer, or a
 ///   JSON file of them (a list, or a plan: its caps, replayed under the plan's settings).
 /// - `keep`: a `KeepMap` or a keep-map path (default: every expert kept).

@@ -271,7 +271,7 @@ fn bench_hybrid(c: &mut Criterion) {
 
 /// Deployments (SEMANTICS.md §9–§11) against the plain replay in the same run (issue #40: at
 /// least half its picks/s): the benchmark trace cut into 64 sequences, cap 128 for the plain
-/// baseline `plain/lru`; `pins64/POLICY` (lru, lfu, belady and the credit policies) pins 64 experts per layer under a cache of 64 (the same
+/// baseline `plain/lru`; `pins64/POLICY` (lru, lfu, belady, the credit policies, perfect_lfu and lfru) pins 64 experts per layer under a cache of 64 (the same
 /// fast memory), `tier2/lru` adds a second tier of 256, `batch8/lru` re-batches by B = 8.
 fn bench_deploy(c: &mut Criterion) {
     use cachesim::deploy::{Deployment, Schedule, Tier2};
@@ -293,11 +293,19 @@ fn bench_deploy(c: &mut Criterion) {
     let pinned = Deployment { pins, ..Deployment::default() };
     let tier2 = Deployment { tier2: Some(Tier2 { policy: Policy::Lru, cap: 256 }), ..Deployment::default() };
     let batch = Deployment { schedule: Schedule::Rebatch(8), ..Deployment::default() };
-    let mut cases: Vec<(String, ReplayConfig, &Deployment)> =
-        [Policy::Lru, Policy::Lfu, Policy::Belady, Policy::NearPick, Policy::NearPickEma, Policy::InvRouter]
-            .into_iter()
-            .map(|p| (format!("pins64/{p}"), ReplayConfig::new(p, 64), &pinned))
-            .collect();
+    let mut cases: Vec<(String, ReplayConfig, &Deployment)> = [
+        Policy::Lru,
+        Policy::Lfu,
+        Policy::Belady,
+        Policy::NearPick,
+        Policy::NearPickEma,
+        Policy::InvRouter,
+        Policy::PerfectLfu,
+        Policy::Lfru,
+    ]
+    .into_iter()
+    .map(|p| (format!("pins64/{p}"), ReplayConfig::new(p, 64), &pinned))
+    .collect();
     cases.push(("tier2/lru".into(), lru.clone(), &tier2));
     cases.push(("batch8/lru".into(), lru.clone(), &batch));
     for (name, cfg, dep) in &cases {

@@ -92,6 +92,16 @@ fn check_deploy(spec: &str, expect: &str) {
 ///   cap 1. B = 2: step 0 = tokens [0, 2] (U = {0}), step 1 = tokens [1, 3] (U = {1}; slot 1's
 ///   sequence ended at step 0, so it takes [3] at step 1): 2 misses, 2 steps, 4 rows. B = 1 is
 ///   trace order: 0 1 0 1 at cap 1: 4 misses, as plain replay.
+/// perfect_lfu and lfru at tier 2, the same stream 0 1 0 2 1. perfect_lfu: at 2, counts 0:2, 1:1:
+///   evicts 1; 1 comes back at count 2 and evicts 2 (count 1 < 0's 2): 1 hit (0's). lfru (clock c before each access): 0
+///   (f 1, last 1), 1 (f 1, last 2), 0 hit (f 2, last 3); 2 at c 3: 0 2/1, 1 1/2: evicts 1; 1 at
+///   c 4: 0 2/2, 2 1/1, a tie: the earlier insertion, 0: 1 hit.
+/// A pinned hit changes no policy state (SEMANTICS.md §15.2), k = 1, E = 4, cap 2, 3 pinned,
+///   requests 0 0 1 3 2 1. lfru: 0 (f 1, last 1), hit (f 2, last 2); 1 (f 1, last 3); 3 pinned:
+///   the clock stays at 3; 2 at c 3: 0 2/2, 1 1/1, a tie: the earlier insertion, 0, is evicted;
+///   1 hits: 3 misses. (Had the pinned hit ticked the clock, c 4: 0 2/3 > 1 1/2 would evict 1,
+///   which then misses: 4.) perfect_lfu: 2 evicts 1 (count 1 < 2), which misses: 4 misses (the
+///   pinned expert never enters the cache, so its count could not matter).
 #[test]
 fn hand_computed_deployments() {
     let served = "E=4 k=2 cap=2 lru served steps=0,2,3";
@@ -105,6 +115,10 @@ fn hand_computed_deployments() {
         ("E=4 k=1 cap=1 lru t2=fifo:2 | 0 1 0 2 1", "misses=5 t2_hits=2 storage_reads=3"),
         ("E=4 k=1 cap=1 lru t2=lfu:2 | 0 1 0 2 1", "misses=5 t2_hits=1 storage_reads=4"),
         ("E=4 k=1 cap=1 lru t2=belady:2 | 0 1 0 2 1", "misses=5 t2_hits=2 storage_reads=3"),
+        ("E=4 k=1 cap=1 lru t2=perfect_lfu:2 | 0 1 0 2 1", "misses=5 t2_hits=1 storage_reads=4"),
+        ("E=4 k=1 cap=1 lru t2=lfru:2 | 0 1 0 2 1", "misses=5 t2_hits=1 storage_reads=4"),
+        ("E=4 k=1 cap=2 lfru pins=3 | 0 0 1 3 2 1", "hits=3 misses=3 pinned_hits=1"),
+        ("E=4 k=1 cap=2 perfect_lfu pins=3 | 0 0 1 3 2 1", "hits=2 misses=4 pinned_hits=1"),
         (
             &format!("{served} | {served_rows}"),
             "picks=8 hits=2 misses=5 steps=3 rows=4 tokens=4 loads_per_step=1.6666666666666667",
@@ -145,9 +159,9 @@ fn unsupported_combinations_are_refused_with_the_reason() {
     };
     let t2 = |policy, cap| Deployment { tier2: Some(Tier2 { policy, cap }), ..Deployment::default() };
     let tier2s = if cfg!(feature = "experimental-policy") {
-        "lru, fifo, lfu, belady or lfu_fifo"
+        "lru, fifo, lfu, belady, perfect_lfu, lfru or lfu_fifo"
     } else {
-        "lru, fifo, lfu or belady"
+        "lru, fifo, lfu, belady, perfect_lfu or lfru"
     };
     check(cfg0(Policy::Lru, 1), t2(Policy::InvRouter, 2), &format!("tier 2 takes {tier2s}"));
     check(cfg0(Policy::Lru, 1), t2(Policy::NearPick, 2), "credit policies");

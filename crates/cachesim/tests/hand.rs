@@ -96,6 +96,16 @@ fn check_misses(spec: &str, expect: &str) {
 ///         (count 1 < 2) [2,0]; t7: evict 0 (count 1) -> miss.                       = 7 misses
 ///   belady: t2: next use 0 -> t3, 1 -> t5: evict 1 [0,2]; t3, t4 hit; t5: 0 -> t6, 2 -> never:
 ///         evict 2 [0,1]; t6, t7 hit.                                      misses t0..t2, t5 = 4
+///   perfect_lfu (counts since t0, kept through evictions): t2: 0 (1, t0) vs 1 (1, t1) -> evict 0
+///         [1,2]; t3: 0 back at count 2; 1 (1) vs 2 (1, t2) -> evict 1 [2,0]; t4 2 hit (2); t5: 1
+///         back at 2; 2 (2, t4) vs 0 (2, t3) -> evict 0 [2,1]; t6: 0 back at 3; 2 (2, t4) vs 1
+///         (2, t5) -> evict 2 [1,0]; t7 1 hit (lfu, counting from insertion, evicted 1 at t6).
+///                                                                 misses t0..t3, t5, t6 = 6
+///   lfru (clock c = t before token t's access, last = the clock after an access; ratio
+///         f / (c - last + 1)): t2 (c 2): 0 1/2, 1 1/1 -> evict 0; t3 (c 3): 1 1/2, 2 1/1 ->
+///         evict 1 [2,0]; t4 2 hit (f 2, last 5); t5 (c 5): 2 2/1, 0 1/2 -> evict 0 [2,1]; t6
+///         (c 6): 2 2/2, 1 1/1, a tie -> the earlier insertion, 2 (t2; 1 came at t5) [1,0]; t7 1
+///         hit.                                                    misses t0..t3, t5, t6 = 6
 ///
 /// belady_counted_from_warmup_is_not_a_bound:
 ///   Belady is the offline optimum of all misses from token 0. Counted from W > 0 it is not a bound:
@@ -159,6 +169,47 @@ fn check_misses(spec: &str, expect: &str) {
 /// reset_at_sequence_empties_caches:
 ///   Sequence resets: rows 0 1 0 1 with a sequence start at t2, cap 2, lru: without reset
 ///   2 misses; with reset the cache is emptied at t2: 4 misses.
+///
+/// perfect_lfu_counts_survive_eviction (SEMANTICS.md §15.2):
+///   k = 1, cap 2, E = 3, requests 0 0 1 1 1 2 0 2 0 (t0..t8).
+///   perfect_lfu: t0 0 miss (count 1); t1 hit (2); t2 1 miss [0,1] (1); t3, t4 hits (1: 3); t5 2
+///         miss: 0 (2) vs 1 (3) -> evict 0 [1,2] (2: 1); t6 0 miss, back at count 3: 1 (3, t4) vs
+///         2 (1) -> evict 2 [1,0]; t7 2 miss (2: 2): 1 (3, t4) vs 0 (3, t6), equal counts -> the
+///         older access, 1 [0,2]; t8 0 hit.                       misses t0, t2, t5, t6, t7 = 5
+///   lfu:  the same to t6, where 0 comes back at count 1; t7: 1 (3) vs 0 (1) -> evict 0 [1,2];
+///         t8 0 miss.                                                   misses t0, t2, t5..t8 = 6
+///   lru:  t5 evicts 0 (t1) [1,2]; t6 0 evicts 1 (t4) [2,0]; t7, t8 hit.              = 4 misses
+///   fifo: t5 evicts 0 (inserted t0) [1,2]; t6 evicts 1 (t2) [2,0]; t7, t8 hit.       = 4 misses
+///   lfru (c = t before token t's access): t0 0 (f 1, last 1); t1 hit (f 2, last 2); t2 1 (f 1,
+///         last 3, inserted 3); t3, t4 hits (f 3, last 5); t5 (c 5): 0 2/4, 1 3/1 -> evict 0;
+///         2 (f 1, last 6); t6 (c 6): 1 3/2, 2 1/1 -> evict 2; 0 (f 1, last 7, inserted 7); t7
+///         (c 7): 1 3/3, 0 1/1: a tie, the earlier insertion is evicted: 1 (inserted 3, not the
+///         lowest id 0) [0,2]; t8 0 hit.                          misses t0, t2, t5, t6, t7 = 5
+///   (With ties to the lowest id, lfru would evict 0 at t7 and miss at t8: 6.)
+///   With W = 7 only t7, t8 count: the counts of the warmup tokens carry over: perfect_lfu 1
+///   (t7), lfu 2.
+///
+/// lfru_ratio_decides (SEMANTICS.md §15.3):
+///   k = 1, cap 2, E = 3, requests 0 0 0 1 2 1 2 (t0..t6).
+///   lfru: t0..t2 0 (f 3, last 3); t3 1 (f 1, last 4, inserted 4); t4 2 miss (c 4): 0 3/2, 1
+///         1/1 -> evict 1 (3/2 > 1 exactly; an integer quotient ties them at 1, and the tie would
+///         evict the earlier insertion, 0); 2 (f 1, last 5); t5 1 miss (c 5): 0 3/3, 2 1/1, a
+///         tie -> the earlier insertion, 0 [2,1]; t6 2 hit.               misses t0, t3..t5 = 4
+///   lru:  t4 evicts 0 (t2) [1,2]; t5, t6 hit.                                        = 3 misses
+///   lfu, perfect_lfu: t4 evicts 1 (1 < 3) [0,2]; t5 1 evicts 2 (1 < 3) [0,1]; t6 2 evicts 1.
+///                                                                                  = 5 misses
+///
+/// perfect_lfu_resets_at_sequence_starts:
+///   k = 1, cap 2, E = 3, requests 0 0 0 0 1 2 1 2 0, sequences from t0 and t2.
+///   Without reset: t0 0 miss, t1..t3 hits (count 4); t4 1 miss [0,1]; t5 2 evicts 1 (1) [0,2];
+///         t6 1 miss, back at 2: evicts 2 (1) [0,1]; t7 2 miss (2): 0 (4) vs 1 (2) -> evict 1
+///         [0,2]; t8 0 hit.                                           misses t0, t4..t7 = 5
+///   With reset at t2 the cache empties and every count restarts: t2 0 miss, t3 hit (count 2);
+///         t4 1 miss; t5 2 evicts 1 [0,2]; t6 1 miss, back at 2: 0 (2, t3) vs 2 (1) -> evict 2
+///         [0,1]; t7 2 miss, back at 2: 0 (2, t3) vs 1 (2, t6) -> the older access, 0 [1,2]; t8
+///         0 miss (3): 1 (2, t6) vs 2 (2, t7) -> evict 1.     misses t0, t2, t4..t8 = 7
+///   (Had the counts survived the reset, 0 would hold 4 at t7 and stay: 6.) lfu with reset: t7
+///         evicts 1 (count 1 since its insertion at t6) [0,2], t8 hits: 6.
 #[test]
 fn hand_computed_misses() {
     let all = "tokens=8 picks=8 forced=0 substituted=0 pruned=0";
@@ -167,14 +218,19 @@ fn hand_computed_misses() {
         // first trace; lru_fifo_lfu_belady_differ
         (
             "E=3 k=1 cap=2 | 0 1 2 0 2 1 0 1",
-            &*format!("lru 6 fifo 5 lfu 7 belady 4 near_pick 6 near_pick_ema 6 inv_router 6 {all}"),
+            &*format!(
+                "lru 6 fifo 5 lfu 7 belady 4 near_pick 6 near_pick_ema 6 inv_router 6 perfect_lfu 6 lfru 6 {all}"
+            ),
         ),
         // (with k = 1 there is nothing to protect: sequential gives the same counts)
-        ("E=3 k=1 cap=2 seq | 0 1 2 0 2 1 0 1", "lru 6 fifo 5 lfu 7 belady 4"),
+        ("E=3 k=1 cap=2 seq | 0 1 2 0 2 1 0 1", "lru 6 fifo 5 lfu 7 belady 4 perfect_lfu 6 lfru 6"),
         // (warmup 3: only t3..t7 count; lru misses at t3, t5, t6)
         ("E=3 k=1 cap=2 W=3 | 0 1 2 0 2 1 0 1", "lru 3 tokens=5 picks=5 hits=2 misses_per_token=0.6 hit_rate=0.4"),
         // (cap 3 >= E: only the 3 compulsory misses)
-        ("E=3 k=1 cap=3 | 0 1 2 0 2 1 0 1", "lru 3 fifo 3 lfu 3 belady 3 near_pick 3 near_pick_ema 3 inv_router 3"),
+        (
+            "E=3 k=1 cap=3 | 0 1 2 0 2 1 0 1",
+            "lru 3 fifo 3 lfu 3 belady 3 near_pick 3 near_pick_ema 3 inv_router 3 perfect_lfu 3 lfru 3",
+        ),
         // belady_counted_from_warmup_is_not_a_bound
         ("E=3 k=1 cap=2 | 0 0 1 2 1 0", "belady 4 lfu 4"),
         ("E=3 k=1 cap=2 W=5 | 0 0 1 2 1 0", "belady 1 lfu 0"),
@@ -199,8 +255,10 @@ fn hand_computed_misses() {
         ("E=5 k=1 cap=2 N=2 d=0.9 | 1,3,4 3,1,4 1,3,4 0,2,4 2,4,0 1,0,4", "near_pick_ema 4 near_pick 5 lru 5"),
         ("E=5 k=1 cap=2 N=2 d=0.1 | 1,3,4 3,1,4 1,3,4 0,2,4 2,4,0 1,0,4", "near_pick_ema 5"),
         // sequential_differs_from_k_way (belady looks ahead: at t1 it evicts 1, never used again)
-        ("E=3 k=2 cap=2 | 0,1 2,0", "lru 3 fifo 3 lfu 3 hits=1"),
-        ("E=3 k=2 cap=2 seq | 0,1 2,0", "lru 4 fifo 4 lfu 4 hits=0"),
+        // (perfect_lfu and lfru as lfu: k-way evicts 1, 0 being protected; sequential evicts 0,
+        // of the older access and, for lfru, the lower ratio 1/2 against 1's 1/1)
+        ("E=3 k=2 cap=2 | 0,1 2,0", "lru 3 fifo 3 lfu 3 perfect_lfu 3 lfru 3 hits=1"),
+        ("E=3 k=2 cap=2 seq | 0,1 2,0", "lru 4 fifo 4 lfu 4 perfect_lfu 4 lfru 4 hits=0"),
         ("E=3 k=2 cap=2 seq | 0,1 2,0", "belady 3"),
         // cache_aware_routing_reduces_misses (j = 3 boosts every candidate: the order is
         // unchanged, as with λ = 0)
@@ -212,7 +270,18 @@ fn hand_computed_misses() {
         ("E=3 k=2 cap=2 j=3 z=0,-1,-1.5 lambda=1 | 0,1,2 0,2,1 0,1,2 0,2,1", "lru 5"),
         // reset_at_sequence_empties_caches
         ("E=2 k=1 cap=2 seqs=0,2 | 0 1 0 1", "lru 2"),
-        ("E=2 k=1 cap=2 seqs=0,2 reset | 0 1 0 1", "lru 4 fifo 4 lfu 4 belady 4 near_pick 4 near_pick_ema 4"),
+        (
+            "E=2 k=1 cap=2 seqs=0,2 reset | 0 1 0 1",
+            "lru 4 fifo 4 lfu 4 belady 4 near_pick 4 near_pick_ema 4 perfect_lfu 4 lfru 4",
+        ),
+        // perfect_lfu_counts_survive_eviction
+        ("E=3 k=1 cap=2 | 0 0 1 1 1 2 0 2 0", "lru 4 fifo 4 lfu 6 perfect_lfu 5 lfru 5"),
+        ("E=3 k=1 cap=2 W=7 | 0 0 1 1 1 2 0 2 0", "perfect_lfu 1 lfu 2 tokens=2"),
+        // lfru_ratio_decides
+        ("E=3 k=1 cap=2 | 0 0 0 1 2 1 2", "lru 3 fifo 3 lfu 5 perfect_lfu 5 lfru 4"),
+        // perfect_lfu_resets_at_sequence_starts
+        ("E=3 k=1 cap=2 seqs=0,2 | 0 0 0 0 1 2 1 2 0", "perfect_lfu 5"),
+        ("E=3 k=1 cap=2 seqs=0,2 reset | 0 0 0 0 1 2 1 2 0", "perfect_lfu 7 lfu 6"),
     ] {
         check_misses(spec, expect);
     }
@@ -329,7 +398,8 @@ fn names_round_trip() {
         assert_eq!(serde_json::to_string(&p).expect("serializes"), format!("\"{p}\""));
     }
     let names: Vec<String> = Policy::ALL.iter().map(ToString::to_string).collect();
-    let mut expected = vec!["lru", "fifo", "lfu", "belady", "near_pick", "near_pick_ema", "inv_router"];
+    let mut expected =
+        vec!["lru", "fifo", "lfu", "belady", "near_pick", "near_pick_ema", "inv_router", "perfect_lfu", "lfru"];
     if cfg!(feature = "experimental-policy") {
         expected.push("lfu_fifo");
     }

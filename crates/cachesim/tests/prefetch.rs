@@ -188,7 +188,10 @@ fn no_prefetch_is_plain_replay_and_the_additive_model() {
 
 /// `oracle` with B = k_used (λ = 0, k-way, no forced misses): no demand miss, as many
 /// prefetch loads as plain replay has misses (its loads moved ahead), none wasted; the
-/// timeline never gets slower than the additive one.
+/// timeline never gets slower than the additive one. Not lfru's loads: its clock advances at
+/// every insert (SEMANTICS.md §15.3), a prefetch load too, and its freq counts the load and the
+/// demand hit, so its ratios, and then its victims, differ from the plain replay's; it still has
+/// no demand miss and wastes no load.
 #[test]
 fn oracle_at_k_used_moves_every_miss_ahead() {
     let s = Synth {
@@ -215,10 +218,13 @@ fn oracle_at_k_used_moves_every_miss_ahead() {
             };
             let r = both(&view, &keep, &cfg, &opts);
             assert_eq!(r.counts.replay.misses, 0, "{policy} cap {cap}");
-            assert_eq!(r.counts.prefetch_loads, plain.misses, "{policy} cap {cap}");
-            assert_eq!((r.counts.useful, r.counts.wasted), (plain.misses, 0));
+            assert_eq!((r.counts.useful, r.counts.wasted), (r.counts.prefetch_loads, 0));
             assert_eq!(r.counts.precision(), 1.0);
             assert_eq!(r.counts.coverage(), 1.0);
+            if policy == Policy::Lfru {
+                continue;
+            }
+            assert_eq!(r.counts.prefetch_loads, plain.misses, "{policy} cap {cap}");
             let additive = 1.0 / (DEV.compute_ms / 1000.0 + plain.misses_per_token() * DEV.expert_mb / 3900.0);
             assert!(r.timeline.expect("asked").tok_s >= additive * (1.0 - 1e-12));
         }

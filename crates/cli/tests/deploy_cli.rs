@@ -98,7 +98,7 @@ fn deployment_flags_that_do_not_apply_are_refused() {
     check(&["--served"], "no step_offsets");
     check(&["--batch", "0"], "0 is not a whole number >= 1");
     check(&["--served", "--batch", "2"], "cannot be used with");
-    check(&["--tier2", "near_pick:8"], "tier 2 takes lru, fifo, lfu or belady");
+    check(&["--tier2", "near_pick:8"], "tier 2 takes lru, fifo, lfu, belady, perfect_lfu or lfru");
     check(&["--tier2", "lru"], "expected POLICY:CAP");
     check(&["--tier2", "lru:1"], "tier2 cap");
     check(&["--link-gbps", "10"], "applies only with --tier2");

@@ -102,9 +102,9 @@ fn bad_deployment_axes_are_refused_naming_the_block() {
     };
     check(r#"{"policies": ["lru"], "cap": [2], "tier2": ["lru"]}"#, "blocks[0].tier2: lru: expected POLICY:CAP");
     let tier2s = if cfg!(feature = "experimental-policy") {
-        "lru, fifo, lfu, belady or lfu_fifo"
+        "lru, fifo, lfu, belady, perfect_lfu, lfru or lfu_fifo"
     } else {
-        "lru, fifo, lfu or belady"
+        "lru, fifo, lfu, belady, perfect_lfu or lfru"
     };
     check(r#"{"policies": ["lru"], "cap": [2], "tier2": ["inv_router:8"]}"#, &format!("tier 2 takes {tier2s}"));
     check(r#"{"policies": ["lru"], "cap": [2], "pin": ["missing.json"]}"#, "blocks[0].pin");

@@ -137,27 +137,27 @@ impl Level {
         self.scan_victim(prio)
     }
 
-    /// [`Level::victim`] by a scan of the cached experts (every key read from `prio`): what the
-    /// ordered structures must equal; taken by every order when all cached experts are in the set.
+    /// [`Level::victim`] by a scan of the cached experts (compared with [`Prio::before`]): what
+    /// the ordered structures must equal; taken by every order when all cached experts are in the
+    /// set, and by [`Order::Clocked`] always.
     #[inline(never)]
     fn scan_victim<P: Prio>(&self, prio: &P) -> usize {
-        let (mut outside, mut done, mut any) = (None::<(u128, u16)>, None::<(u128, u16)>, None::<(u128, u16)>);
-        let lower = |best: Option<(u128, u16)>, cand: (u128, u16)| best.is_none_or(|b| cand < b);
+        let (mut outside, mut done, mut any) = (None::<usize>, None::<usize>, None::<usize>);
+        let lower = |best: Option<usize>, c: usize| best.is_none_or(|b| prio.before(c, b));
         for &c in &self.members {
-            let cand = (prio.key(usize::from(c)), c);
-            let ci = usize::from(c);
-            if self.in_set[ci] != self.stamp {
-                if lower(outside, cand) {
-                    outside = Some(cand);
+            let c = usize::from(c);
+            if self.in_set[c] != self.stamp {
+                if lower(outside, c) {
+                    outside = Some(c);
                 }
-            } else if self.done[ci] == self.stamp && lower(done, cand) {
-                done = Some(cand);
+            } else if self.done[c] == self.stamp && lower(done, c) {
+                done = Some(c);
             }
-            if lower(any, cand) {
-                any = Some(cand);
+            if lower(any, c) {
+                any = Some(c);
             }
         }
-        usize::from(outside.or(done).or(any).expect("a full cache holds an expert").1)
+        outside.or(done).or(any).expect("a full cache holds an expert")
     }
 
     /// Runs one step's set `set` (distinct experts, in processing order) through this level:
@@ -213,13 +213,14 @@ impl Level {
                         Order::EveryAccess | Order::Insertion => self.unlink(v),
                         Order::Frequency => self.freq.remove(v),
                         Order::Scan => self.heap.remove(v),
+                        Order::Clocked => {}
                     }
                 }
                 self.insert(e);
                 match P::ORDER {
                     Order::EveryAccess | Order::Insertion => self.link_highest(e),
                     Order::Frequency => self.freq.insert(e),
-                    Order::Scan => {}
+                    Order::Scan | Order::Clocked => {}
                 }
             }
             prio.access(e, self.clock, !hit);

@@ -86,7 +86,7 @@ pub enum ParseTier2Error {
 
 impl Tier2 {
     /// The policies that may serve as tier 2, from their facts (`PolicyFacts::may_be_tier2`),
-    /// as prose: `lru, fifo, lfu or belady`.
+    /// as prose: `lru, fifo, lfu, belady, perfect_lfu or lfru`.
     pub fn allowed_policies() -> String {
         let names: Vec<&str> = Policy::ALL.iter().filter(|p| p.facts().may_be_tier2()).map(|p| p.as_str()).collect();
         match names.split_last() {

@@ -22,6 +22,10 @@ pub(crate) enum Order {
     Insertion,
     /// lfu's (accesses since insertion, time of last access): count nodes ([`super::freq`]).
     Frequency,
+    /// The order moves with the level's clock (lfru's ratios, which an access of another
+    /// expert can reorder): no structure keeps it, and every victim is a scan of the cached
+    /// experts compared with [`Prio::before`].
+    Clocked,
 }
 
 /// What a tier's cache asks of a policy.
@@ -36,6 +40,12 @@ pub(crate) trait Prio {
     const ACCESS_KEYED: bool = true;
     /// The priority of cached expert `e`.
     fn key(&self, e: usize) -> u128;
+    /// Whether cached expert `a` is evicted before cached expert `b` (`a != b`): by default the
+    /// lower (key, id); lfru ([`Order::Clocked`]) compares its ratios at the clock as it stands.
+    #[inline(always)]
+    fn before(&self, a: usize, b: usize) -> bool {
+        (self.key(a), a) < (self.key(b), b)
+    }
     /// The rank of `e` for a [`KeyHeap`]: in the order of (`key(e)`, e), with e in the low 16
     /// bits. This default holds for keys below 2^112 (every key but the lazy decays': belady's
     /// is below 2^64, near_pick's step is below 2^48).

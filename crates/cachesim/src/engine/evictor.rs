@@ -20,13 +20,16 @@ impl Protected<'_> {
     }
 }
 
-/// One pick of step 4: expert `e`, the `i`-th chosen of token `t`, at pick time `now`.
+/// One pick of step 4: expert `e`, the `i`-th chosen of token `t`, at pick time `now`; or, with
+/// `demand` false, the `i`-th prefetch load of token t (SEMANTICS.md §12: an access at its time
+/// for the policy, but not a pick, which perfect_lfu counts, §15.2).
 #[derive(Clone, Copy)]
 pub(crate) struct Pick {
     pub(crate) e: usize,
     pub(crate) now: u64,
     pub(crate) t: usize,
     pub(crate) i: usize,
+    pub(crate) demand: bool,
 }
 
 /// What the token loop needs from a policy. `protected.has(e)` marks experts chosen for the

@@ -264,7 +264,7 @@ pub(crate) fn run_rows<P: Evictor, S: Steps, H: TokenHook>(
                     continue;
                 }
                 now += 1;
-                policy.step(Pick { e, now, t, i: loads as usize }, cap, protected, &mut cache);
+                policy.step(Pick { e, now, t, i: loads as usize, demand: false }, cap, protected, &mut cache);
                 hook.prefetched(e, t, loads, t >= params.warmup);
                 loads += 1;
             }
@@ -368,7 +368,7 @@ pub(crate) fn run_rows<P: Evictor, S: Steps, H: TokenHook>(
         for (i, &e) in chosen.iter().enumerate() {
             now += 1;
             let e = usize::from(e);
-            let hit = policy.step(Pick { e, now, t, i }, cap, protected, &mut cache);
+            let hit = policy.step(Pick { e, now, t, i, demand: true }, cap, protected, &mut cache);
             hook.demand(e, hit);
             hits += u64::from(hit);
         }

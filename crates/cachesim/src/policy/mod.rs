@@ -29,12 +29,14 @@ mod belady;
 mod decayed;
 mod fifo;
 mod inv_router;
+mod lfru;
 mod lfu;
 #[cfg(feature = "experimental-policy")]
 mod lfu_fifo;
 mod lru;
 mod near_pick;
 mod near_pick_ema;
+mod perfect_lfu;
 
 pub(crate) use inv_router::softmax_row;
 
@@ -90,7 +92,7 @@ impl PolicyFacts {
 /// The credits of a policy (SEMANTICS.md §5), which decide what of each row it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Credits {
-    /// None: the priority changes only on accesses (lru, fifo, lfu, belady).
+    /// None: the priority changes only on accesses (lru, fifo, lfu, belady, perfect_lfu, lfru).
     None,
     /// The first N kept candidates of each row (F at rank < N: near_pick, near_pick_ema).
     NearPickRanks,
@@ -102,7 +104,8 @@ pub enum Credits {
 /// over the trace instead of one replay per cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnePass {
-    /// None: the policy is not a stack algorithm (fifo, lfu: counterexamples in `tests/mrc.rs`).
+    /// None: the policy is not a stack algorithm (fifo, lfu: counterexamples in `tests/mrc.rs`;
+    /// perfect_lfu, lfru: none proven).
     None,
     /// The Fenwick-tree LRU stack distances ([`crate::mrc::lru_curve`]), under either
     /// residency semantics.
@@ -233,7 +236,9 @@ policies! {
     Lru => lru::Lru,
     /// Priority = time of insertion.
     Fifo => fifo::Fifo,
-    /// Priority = (accesses since insertion, time of last access).
+    /// Priority = (accesses since insertion, time of last access): the in-cache count, as
+    /// libCacheSim's LFU (an evicted expert comes back at 1); see perfect_lfu for counts that
+    /// survive eviction.
     Lfu => lfu::Lfu,
     /// Priority = the next token at which the expert is chosen again, negated (never again:
     /// evicted first). Offline optimum; needs λ = 0.
@@ -246,6 +251,13 @@ policies! {
     /// Priority = (s, time of last access), s ← d·s + p, p = softmax of the row's scores over all
     /// m candidates (with the project's [`crate::exp`]), in the lazy form. Needs scores.
     InvRouter => inv_router::InvRouter<'_>,
+    /// Priority = (accesses since the start of the trace, time of last access): lfu whose counts
+    /// survive eviction (SEMANTICS.md §15.2); a reset at a sequence start resets them.
+    PerfectLfu => perfect_lfu::PerfectLfu,
+    /// Priority = freq / (clock − last + 1), freq = accesses since insertion, over a per-layer
+    /// clock of the accesses that reach the cache, compared exactly; ties: the earlier insertion
+    /// (SEMANTICS.md §15.3).
+    Lfru => lfru::Lfru,
     #[cfg(feature = "experimental-policy")]
     /// Test only (the `experimental-policy` feature): priority = (accesses since insertion, time
     /// of insertion). Shows that a policy reaches every path from one file and this one line.
@@ -295,6 +307,9 @@ mod tests {
         }
         let err = "lru2".parse::<Policy>().expect_err("not a policy");
         let experimental = if cfg!(feature = "experimental-policy") { ", lfu_fifo" } else { "" };
-        assert_eq!(err.expected, format!("lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router{experimental}"));
+        assert_eq!(
+            err.expected,
+            format!("lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router, perfect_lfu, lfru{experimental}")
+        );
     }
 }

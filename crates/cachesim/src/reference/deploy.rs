@@ -177,14 +177,14 @@ impl PlainCache {
                 misses.push(e);
             } else if let Some(entry) = self.entries.get_mut(&e) {
                 hits += 1;
-                entry.touch(self.clock);
+                entry.touch(e, self.clock, &mut self.credits);
             } else {
                 misses.push(e);
                 if self.entries.len() >= self.cap {
                     let victim = self.victim(s, &in_u, &processed);
                     self.entries.remove(&victim);
                 }
-                self.entries.insert(e, Entry::new(self.clock));
+                self.entries.insert(e, Entry::new(e, self.clock, &mut self.credits));
             }
             processed.insert(e);
         }

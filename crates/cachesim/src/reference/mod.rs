@@ -44,26 +44,41 @@ fn require_whole_rows(trace: &TraceView<'_>, cfg: &ReplayConfig) -> Result<()> {
     crate::require(trace, trace_io::Reads { scores, ..trace_io::Reads::ids(usize::MAX) })
 }
 
-/// What a cache remembers about one cached expert (times are the cache's pick clock).
+/// What a cache remembers about one cached expert (times are the cache's pick clock, but
+/// lfru's, which is its own clock of §15.3).
 struct Entry {
-    /// Pick time of insertion (fifo).
+    /// Pick time of insertion (fifo, and lfru's ties: the earlier insertion is evicted).
     inserted_at: u64,
-    /// Pick time of the last access (lru, and the tie-breaker of lfu and the near/router policies).
+    /// Pick time of the last access (lru, and the tie-breaker of lfu, perfect_lfu and the
+    /// near/router policies).
     last_access: u64,
-    /// Accesses since insertion, including the inserting one (lfu).
+    /// Accesses since insertion, including the inserting one (lfu; lfru's freq).
     accesses: u64,
+    /// lfru's `last`: its clock after the expert's last access.
+    lfru_last: u64,
 }
 
 impl Entry {
-    /// An expert inserted at pick time `clock`.
-    fn new(clock: u64) -> Entry {
-        Entry { inserted_at: clock, last_access: clock, accesses: 1 }
+    /// Expert `e` inserted by a pick at pick time `clock`: an access that reaches the cache,
+    /// which `credits` counts.
+    fn new(e: u16, clock: u64, credits: &mut Credits) -> Entry {
+        credits.accesses[usize::from(e)] += 1;
+        Entry::prefetched(clock, credits)
     }
 
-    /// A hit at pick time `clock`.
-    fn touch(&mut self, clock: u64) {
+    /// An expert inserted by a prefetch load at pick time `clock` (§12): an access at that time
+    /// for the policy (lfru's clock advances), but not a pick, which perfect_lfu counts (§15.2).
+    fn prefetched(clock: u64, credits: &mut Credits) -> Entry {
+        let lfru_last = credits.tick();
+        Entry { inserted_at: clock, last_access: clock, accesses: 1, lfru_last }
+    }
+
+    /// A hit on expert `e` at pick time `clock`, which `credits` counts.
+    fn touch(&mut self, e: u16, clock: u64, credits: &mut Credits) {
         self.last_access = clock;
         self.accesses += 1;
+        credits.accesses[usize::from(e)] += 1;
+        self.lfru_last = credits.tick();
     }
 }
 
@@ -71,19 +86,39 @@ impl Entry {
 type CreditRow<'a> = (Vec<(usize, u16)>, &'a [u16], Option<&'a [f32]>);
 
 /// The credits of §5 step 5 (§11 step 4 per step): near_pick's last time, and the scores S with
-/// the multiplier M of the lazy decay (credits x · M, a rescale when M exceeds 1e100).
+/// the multiplier M of the lazy decay (credits x · M, a rescale when M exceeds 1e100); and what
+/// a policy remembers outside the cached entries, from the accesses that reach the cache (a
+/// pinned hit does not, §15.2): perfect_lfu's counts and lfru's clock. A cache reset at a
+/// sequence start starts them anew.
 struct Credits {
     /// near_pick: the last time (token or step) the expert stood in F at rank < N.
     near_last: BTreeMap<u16, usize>,
     /// near_pick_ema, inv_router: S[e], one per expert id.
     score: Vec<f64>,
     multiplier: f64,
+    /// perfect_lfu (§15.2): every expert's picks that reached the cache since the start (or the
+    /// last reset), cached or not: a count survives eviction.
+    accesses: Vec<u64>,
+    /// lfru (§15.3): the clock, starting at 0, one tick per access that reaches the cache.
+    lfru_clock: u64,
 }
 
 impl Credits {
     /// No credits, for `num_experts` experts.
     fn new(num_experts: usize) -> Credits {
-        Credits { near_last: BTreeMap::new(), score: vec![0.0; num_experts], multiplier: 1.0 }
+        Credits {
+            near_last: BTreeMap::new(),
+            score: vec![0.0; num_experts],
+            multiplier: 1.0,
+            accesses: vec![0; num_experts],
+            lfru_clock: 0,
+        }
+    }
+
+    /// An access of the cache (a hit or an insertion): lfru's clock advances; returns it.
+    fn tick(&mut self) -> u64 {
+        self.lfru_clock += 1;
+        self.lfru_clock
     }
 
     /// One time step's credits: M multiplied once by 1/d, then every row's own credits in order,
@@ -121,7 +156,7 @@ impl Credits {
                     }
                 }
             }
-            Policy::Lru | Policy::Fifo | Policy::Lfu | Policy::Belady => {}
+            Policy::Lru | Policy::Fifo | Policy::Lfu | Policy::Belady | Policy::PerfectLfu | Policy::Lfru => {}
             #[cfg(feature = "experimental-policy")]
             Policy::LfuFifo => {}
         }
@@ -134,22 +169,58 @@ impl Credits {
     }
 }
 
-/// The one priority table of §5 (lowest is evicted), as a pair compared lexicographically.
-/// `next_use` is belady's next time the expert is used (`None`: never).
-fn priority(policy: Policy, e: u16, entry: &Entry, credits: &Credits, next_use: Option<usize>) -> (f64, f64) {
+/// A priority of the table (lowest is evicted).
+#[derive(Debug, Clone, Copy)]
+enum Key {
+    /// A pair, compared lexicographically.
+    Pair(f64, f64),
+    /// lfru's num / den, compared exactly (cross-multiplied), then its time of insertion.
+    Ratio { num: u64, den: u64, inserted: u64 },
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.partial_cmp(other) == Some(std::cmp::Ordering::Equal)
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        match (*self, *other) {
+            (Key::Pair(a0, a1), Key::Pair(b0, b1)) => (a0, a1).partial_cmp(&(b0, b1)),
+            (Key::Ratio { num: an, den: ad, inserted: ai }, Key::Ratio { num: bn, den: bd, inserted: bi }) => {
+                let (left, right) = (u128::from(an) * u128::from(bd), u128::from(bn) * u128::from(ad));
+                Some(left.cmp(&right).then(ai.cmp(&bi)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The one priority table of §5 and §15 (lowest is evicted). `next_use` is belady's next time
+/// the expert is used (`None`: never).
+fn priority(policy: Policy, e: u16, entry: &Entry, credits: &Credits, next_use: Option<usize>) -> Key {
     let last = entry.last_access as f64;
     match policy {
-        Policy::Lru => (last, 0.0),
-        Policy::Fifo => (entry.inserted_at as f64, 0.0),
-        Policy::Lfu => (entry.accesses as f64, last),
+        Policy::Lru => Key::Pair(last, 0.0),
+        Policy::Fifo => Key::Pair(entry.inserted_at as f64, 0.0),
+        Policy::Lfu => Key::Pair(entry.accesses as f64, last),
         Policy::Belady => match next_use {
-            Some(t) => (-(t as f64), 0.0),
-            None => (f64::NEG_INFINITY, 0.0),
+            Some(t) => Key::Pair(-(t as f64), 0.0),
+            None => Key::Pair(f64::NEG_INFINITY, 0.0),
         },
-        Policy::NearPick => (credits.near_last.get(&e).map_or(-1.0, |&t| t as f64), last),
-        Policy::NearPickEma | Policy::InvRouter => (credits.score[usize::from(e)], last),
+        Policy::NearPick => Key::Pair(credits.near_last.get(&e).map_or(-1.0, |&t| t as f64), last),
+        Policy::NearPickEma | Policy::InvRouter => Key::Pair(credits.score[usize::from(e)], last),
+        // (accesses since the start of the trace, time of last access).
+        Policy::PerfectLfu => Key::Pair(credits.accesses[usize::from(e)] as f64, last),
+        // freq / (clock − last + 1), the clock as it stands; ties: the earlier insertion.
+        Policy::Lfru => Key::Ratio {
+            num: entry.accesses,
+            den: credits.lfru_clock - entry.lfru_last + 1,
+            inserted: entry.inserted_at,
+        },
         #[cfg(feature = "experimental-policy")]
-        Policy::LfuFifo => (entry.accesses as f64, entry.inserted_at as f64),
+        Policy::LfuFifo => Key::Pair(entry.accesses as f64, entry.inserted_at as f64),
     }
 }
 
@@ -163,7 +234,7 @@ fn lowest(
     next_use: impl Fn(u16) -> Option<usize>,
     eligible: impl Fn(u16) -> bool,
 ) -> Option<u16> {
-    let mut best: Option<(u16, (f64, f64))> = None;
+    let mut best: Option<(u16, Key)> = None;
     for (&c, entry) in cache {
         if !eligible(c) {
             continue;
@@ -289,7 +360,7 @@ fn replay_layer(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, l: usize
                 if counted {
                     counts.hits += 1;
                 }
-                entry.touch(clock);
+                entry.touch(e, clock, &mut credits);
             } else {
                 if counted {
                     counts.misses += 1;
@@ -302,7 +373,7 @@ fn replay_layer(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, l: usize
                             .expect("a full cache holds an expert outside the chosen set");
                     cache.remove(&v);
                 }
-                cache.insert(e, Entry::new(clock));
+                cache.insert(e, Entry::new(e, clock, &mut credits));
             }
         }
 

@@ -134,7 +134,7 @@ fn replay_layer(
                     cache.remove(&v);
                     prefetched.remove(&v);
                 }
-                cache.insert(e, Entry::new(clock));
+                cache.insert(e, Entry::prefetched(clock, &mut credits));
                 prefetched.insert(e, counted);
                 entry.prefetched.push(e);
                 if counted {
@@ -157,7 +157,7 @@ fn replay_layer(
                 if counted {
                     counts.hits += 1;
                 }
-                en.touch(clock);
+                en.touch(e, clock, &mut credits);
                 if prefetched.remove(&e) == Some(true) {
                     useful += 1;
                 }
@@ -170,7 +170,7 @@ fn replay_layer(
                     cache.remove(&v);
                     prefetched.remove(&v);
                 }
-                cache.insert(e, Entry::new(clock));
+                cache.insert(e, Entry::new(e, clock, &mut credits));
                 entry.demand.push(e);
             }
         }

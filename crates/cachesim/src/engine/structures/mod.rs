@@ -5,7 +5,7 @@ mod list;
 mod selector;
 mod value_counts;
 
-pub(crate) use groups::Groups;
+pub(crate) use groups::{Groups, NIL};
 pub(crate) use list::List;
 pub(crate) use selector::Selector;
 pub(crate) use value_counts::{ValueCounts, pick_counted};

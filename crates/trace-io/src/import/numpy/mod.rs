@@ -327,9 +327,10 @@ fn convert<const N: usize>(
             ));
         }
         let (elems, _) = buf[..want * row_bytes].as_chunks::<N>();
+        // (layer, token) of the chunk's first row, then advanced row by row (no division).
+        let (mut l, mut t) = at.layer_token(done);
         for (i, row) in elems.chunks_exact(k).enumerate() {
             let r_in = done + i;
-            let (l, t) = at.layer_token(r_in);
             let out = l * tokens + t;
             let dst = &mut ids[out * k..(out + 1) * k];
             let layer_counts = &mut counts[l * num_experts as usize..(l + 1) * num_experts as usize];
@@ -337,11 +338,18 @@ fn convert<const N: usize>(
             let tag = r_in as u64 + 1;
             for (s, (&b, d)) in row.iter().zip(dst.iter_mut()).enumerate() {
                 let v = dec(b);
-                if v == -1 {
+                // One compare for the common case: 0 <= v < E.
+                if (v as u64) < e_max as u64 {
+                    let e = v as usize;
+                    if stamp[e] == tag {
+                        return Err(format!("{}: expert id {v} repeated in the row", at.element(r_in, s, N)));
+                    }
+                    stamp[e] = tag;
+                    layer_counts[e] += 1;
+                    *d = e as u16;
+                } else if v == -1 {
                     pad += 1;
-                    continue;
-                }
-                if !(0..e_max).contains(&v) {
+                } else {
                     return Err(format!(
                         "{}: expert id {v} {}",
                         at.element(r_in, s, N),
@@ -352,13 +360,6 @@ fn convert<const N: usize>(
                         }
                     ));
                 }
-                let e = v as usize;
-                if stamp[e] == tag {
-                    return Err(format!("{}: expert id {v} repeated in the row", at.element(r_in, s, N)));
-                }
-                stamp[e] = tag;
-                layer_counts[e] += 1;
-                *d = e as u16;
             }
             if pad == k {
                 padding_row[out] = true;
@@ -369,6 +370,20 @@ fn convert<const N: usize>(
                     at.element(r_in, 0, N).replace(", 0] (", "] (").replace(", slot 0", ""),
                     k - pad
                 ));
+            }
+            match at.layout {
+                Layout::Ltk => {
+                    t += 1;
+                    if t == tokens {
+                        (l, t) = (l + 1, 0);
+                    }
+                }
+                Layout::Tlk => {
+                    l += 1;
+                    if l == layers {
+                        (l, t) = (0, t + 1);
+                    }
+                }
             }
         }
         done += want;

@@ -266,6 +266,16 @@ pub(crate) fn open_regular(path: &Path) -> Result<File> {
 /// [`open_regular`] with an I/O error whose text is the kind of file found, "not a regular file",
 /// then `why` (what the input must be).
 pub(crate) fn open_regular_io(path: &Path, why: &str) -> std::io::Result<File> {
+    open_regular_inner(path, why, false)
+}
+
+/// [`open_regular_io`] for an input that may be a zip archive (an `.npz`): zip data is not
+/// refused; the other compressed formats still are.
+pub(crate) fn open_regular_archive(path: &Path, why: &str) -> std::io::Result<File> {
+    open_regular_inner(path, why, true)
+}
+
+fn open_regular_inner(path: &Path, why: &str, zip_ok: bool) -> std::io::Result<File> {
     let refuse = |t: std::fs::FileType| -> std::io::Result<File> {
         Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{}, not a regular file: {why}", kind_of(t))))
     };
@@ -290,7 +300,9 @@ pub(crate) fn open_regular_io(path: &Path, why: &str) -> std::io::Result<File> {
         use std::os::unix::fs::FileExt;
         let mut head = [0u8; 10];
         let n = file.read_at(&mut head, 0)?;
-        if let Some((format, tool)) = compression(&head[..n]) {
+        if let Some((format, tool)) = compression(&head[..n])
+            && !(zip_ok && format == "zip")
+        {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(

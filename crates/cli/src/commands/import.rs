@@ -9,6 +9,7 @@ use saliency::{CountsOptions, Stats};
 use trace_io::import::Imported;
 use trace_io::import::esft::{EsftOptions, import_esft_with_report};
 use trace_io::import::mixtral_jsonl::{MixtralJsonlOptions, import_mixtral_jsonl};
+use trace_io::import::numpy::{Layout, NumpyOptions, import_numpy};
 use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog, parse_row_range};
 use trace_io::write_trace;
 
@@ -74,6 +75,41 @@ pub enum ImportCmd {
         #[arg(long, default_value_t = 8)]
         num_experts: u32,
         /// Model name for the metadata.
+        #[arg(long)]
+        model: Option<String>,
+        /// Output trace.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Integer routing arrays in a .npy or .npz file, [layers, tokens, k] or [tokens, layers, k]
+    /// (ids only: no scores); metadata from the npz's `meta` JSON string or the flags.
+    #[command(
+        after_help = "Example:\n  moe-offload import numpy ../shared/data/real/qwen3-30b-a3b-llamacpp/general.npz --chunk 512 --phase prefill -o general.safetensors"
+    )]
+    Numpy {
+        /// The .npy or .npz file.
+        input: PathBuf,
+        /// The array of expert ids in an .npz (default: the only 3-D integer array, else
+        /// `experts` or `topk_ids`).
+        #[arg(long)]
+        array: Option<String>,
+        /// Axis order: ltk = [layers, tokens, k], tlk = [tokens, layers, k] (default: the meta's
+        /// `layout`, else the axis matching the layer count).
+        #[arg(long)]
+        layout: Option<Layout>,
+        /// Routed experts per layer (default: the meta's `num_experts`).
+        #[arg(long)]
+        num_experts: Option<u32>,
+        /// The model's layer ids, comma-separated (default: the meta's `layer_ids`, else 0..L).
+        #[arg(long, value_delimiter = ',')]
+        layers: Vec<u32>,
+        /// Sequences of N tokens (the last may be shorter), for a file without an offsets array.
+        #[arg(long, value_name = "N")]
+        chunk: Option<usize>,
+        /// Phase of the tokens: prefill, decode, mixed, unknown (default: the meta's `phase`).
+        #[arg(long)]
+        phase: Option<trace_io::Phase>,
+        /// Model name for the metadata (default: the meta's `model`).
         #[arg(long)]
         model: Option<String>,
         /// Output trace.
@@ -175,6 +211,13 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
             }
             (import_mixtral_jsonl(&input, &opts)?, output)
         }
+        ImportCmd::Numpy { input, array, layout, num_experts, layers, chunk, phase, model, output } => {
+            super::refuse_trace_output(&output)?;
+            super::refuse_overwrite(&output, [input.as_path()])?;
+            let layer_ids = (!layers.is_empty()).then_some(layers);
+            let opts = NumpyOptions { array, layout, num_experts, layer_ids, chunk, phase, model };
+            (import_numpy(&input, &opts)?, output)
+        }
     };
     reading.finish();
     let Imported { trace, report } = imported;
@@ -210,6 +253,11 @@ fn announce(cmd: &ImportCmd) {
             "import vllm-routelog: {} files, {:.1} MB",
             inputs.len(),
             size(inputs) as f64 / 1e6
+        ),
+        ImportCmd::Numpy { input, .. } => crate::progress::status!(
+            "import numpy: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
         ),
         ImportCmd::MixtralJsonl { input, .. } => crate::progress::status!(
             "import mixtral-jsonl: {}, {:.1} MB",

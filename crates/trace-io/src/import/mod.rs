@@ -4,6 +4,8 @@
 //! - [`vllm_routelog`]: vLLM route-logging JSON Lines (one file per layer, meta line first,
 //!   prefill + batched decode, warm-up batches detected and dropped).
 //! - [`mixtral_jsonl`]: per-(problem, layer, token) JSON Lines of Mixtral decode routing.
+//! - [`numpy`]: integer routing arrays (`[layers, tokens, k]` or `[tokens, layers, k]`) in `.npy` /
+//!   `.npz` files (ids only: no scores).
 //!
 //! Every importer returns an [`Imported`]: the validated trace plus an [`ImportReport`] (records
 //! read, what was dropped and why, warnings) for the caller to show. Importers never print.
@@ -19,6 +21,7 @@ use crate::{TraceData, TraceError};
 
 pub mod esft;
 pub mod mixtral_jsonl;
+pub mod numpy;
 pub mod vllm_routelog;
 
 pub use esft::PROB_FLOOR;
@@ -83,6 +86,8 @@ pub enum DropReason {
     IncompleteToken,
     /// Rows the user asked to skip (`--skip-rows A..B`).
     Skipped,
+    /// Tokens whose every slot is padding (-1) in every layer.
+    Padding,
 }
 
 impl fmt::Display for DropReason {
@@ -91,6 +96,7 @@ impl fmt::Display for DropReason {
             DropReason::WarmUp => "warm-up batches",
             DropReason::IncompleteToken => "tokens missing from some layers",
             DropReason::Skipped => "rows skipped on request (--skip-rows)",
+            DropReason::Padding => "padding (every slot -1 in every layer)",
         })
     }
 }

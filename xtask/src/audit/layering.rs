@@ -8,12 +8,13 @@ use serde_json::{Value, json};
 use super::{Check, check};
 
 /// Internal crates and the internal crates each may depend on (any dependency kind).
-pub const ALLOWED: [(&str, &[&str]); 6] = [
+pub const ALLOWED: [(&str, &[&str]); 7] = [
     ("trace-io", &[]),
     ("saliency", &["trace-io"]),
     ("cachesim", &["trace-io"]),
     ("sweep", &["trace-io", "saliency", "cachesim"]),
-    ("cli", &["trace-io", "saliency", "cachesim", "sweep"]),
+    ("api", &["trace-io", "saliency", "cachesim", "sweep"]),
+    ("cli", &["trace-io", "saliency", "cachesim", "sweep", "api"]),
     ("xtask", &["trace-io", "saliency", "cachesim", "sweep"]),
 ];
 

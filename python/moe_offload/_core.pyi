@@ -233,6 +233,7 @@ def mrc(
     warmup: int = 64,
     semantics: str = "k-way",
     yes: bool = False,
+    pin: Optional[_MapArg] = None,
 ) -> Result:
     """The miss-ratio curve, as ``moe-offload mrc --json`` computes it."""
 

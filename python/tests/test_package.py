@@ -249,20 +249,23 @@ def test_retention_equals_the_cli(cli, maps, tmp_path, heldout_kind):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(policy="fifo", caps=(4, 12)), dict(policy="lru", caps=(6, 20), k_used=2),
-                                dict(policy="belady", caps=(4, 10))])
+                                dict(policy="belady", caps=(4, 10)), dict(policy="lru", caps=(4, 12), pin="pin4.json")])
 def test_mrc_equals_the_cli(cli, maps, tmp_path, kw):
     flags = ["--policy", kw.get("policy", "lru")]
     if "caps" in kw:
         flags += ["--caps", "{}..{}".format(*kw["caps"])]
     if "k_used" in kw:
         flags += ["--k-used", kw["k_used"]]
+    if "pin" in kw:
+        kw = {**kw, "pin": str(maps / kw["pin"])}
+        flags += ["--pin", kw["pin"]]
     expected = json.loads(cli("mrc", maps / "calib.safetensors", *flags, "-o", tmp_path / "m.json", "--json"))
     got = mo.mrc(mo.open_trace(maps / "calib.safetensors"), **kw)
     assert dict(got) == expected
-    # One point of the curve equals a replay at that cap.
+    # One point of the curve equals a replay at that cap (with the same pins).
     cap = got.min_cap + 2
     r = mo.replay(mo.open_trace(maps / "calib.safetensors"), policy=kw.get("policy", "lru"), cap=cap,
-                  k_used=kw.get("k_used"))
+                  k_used=kw.get("k_used"), pin=kw.get("pin"))
     assert got.misses_per_token_at(cap) == pytest.approx(r.misses_per_token, rel=1e-12)
 
 
@@ -408,7 +411,7 @@ def test_replay_and_keep_errors_are_typed(tiny, maps):
         mo.replay(t, policy="lru", cap=2)
     # A curve's caps end at E, as the command line's `mrc --caps` does.
     e = c.num_experts
-    with pytest.raises(mo.SweepError, match=f"caps.*4..={e + 1}.*above E"):
+    with pytest.raises(mo.UsageError, match=f"caps 4..{e + 1}: cap {e + 1} is more than the E = {e} experts"):
         mo.mrc(c, caps=(4, e + 1))
     assert mo.mrc(c, caps=(4, e)).max_cap == e
     with pytest.raises(mo.UsageError, match="policy"):

@@ -9,16 +9,18 @@
 //! own words through [`Spell`] (`--k-used`, `k_used`).
 //!
 //! - [`inspect`]: a trace's shape, metadata and per-layer usage.
+//! - [`mrc`]: miss-ratio curves.
 //! - [`replay`]: one configuration on one trace.
 //! - [`inputs`]: traces, keep maps, plans, pins, per-layer caps.
 //! - [`profile`]: the device profile of a command and its overrides.
 //! - [`kind`]: the `kind` tag of every document.
-//! - [`work`]: work limits (curve steps without `yes`).
+//! - [`work`]: work limits (curve steps without `yes`) and the work of a curve.
 
 pub mod error;
 pub mod inputs;
 pub mod inspect;
 pub mod kind;
+pub mod mrc;
 pub mod profile;
 pub mod replay;
 pub mod work;

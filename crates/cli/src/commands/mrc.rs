@@ -5,13 +5,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use cachesim::mrc::CurveConfig;
-use cachesim::{Keep, Policy, Semantics};
+use api::inputs::{MapSource, TraceSource};
+use api::mrc::MrcRequest;
+use cachesim::{Policy, Semantics};
 use clap::Args;
 
-use crate::args::Spelled;
-use api::inputs::MapSource;
-use trace_io::{TraceFile, TraceView};
+use crate::args::{Flags, Spelled};
 
 #[derive(Debug, Args)]
 pub struct MrcArgs {
@@ -64,87 +63,13 @@ fn parse_caps(s: &str) -> std::result::Result<(usize, usize), String> {
     Ok((a, b))
 }
 
-/// The keep map of `path` (a keep map, or a plan's chosen keep map: `api::inputs::read_keep`)
-/// checked against the trace of `v`; every expert kept for `None`.
-pub(super) fn open_keep(path: Option<&PathBuf>, v: &TraceView<'_>) -> Result<Keep> {
-    Ok(match path {
-        Some(p) => {
-            let src = MapSource::Path(p.clone());
-            let map = api::inputs::read_keep(&src, false).flags()?;
-            api::inputs::check_map_fits(&map, v.meta(), &src.name()).flags()?;
-            Keep::from_layers(&v.shape(), &map.layers).with_context(|| format!("keep map {}", p.display()))?
-        }
-        None => Keep::full(&v.shape()),
-    })
-}
-
-/// A pin map: a keep-map file, or a plan's pins (`api::inputs::read_pins`, as `replay --pin`).
-fn open_pins(path: &std::path::Path, v: &TraceView<'_>) -> Result<Keep> {
-    let layers = api::inputs::read_pins(&MapSource::Path(path.to_path_buf()), v.meta()).flags()?;
-    Keep::from_layers(&v.shape(), &layers).with_context(|| format!("pin map {}", path.display()))
-}
-
-/// The work of the curve of `policy` on `v` over `caps` (default k_used..=E), in steps (one per
-/// pick, plus the E experts of state each replay of a layer sets up), and its description.
-pub(super) fn curve_work(
-    v: &TraceView<'_>,
-    policy: Policy,
-    semantics: Semantics,
-    k_used: Option<usize>,
-    caps: Option<(usize, usize)>,
-) -> (u64, String) {
-    let s = v.shape();
-    let k = k_used.unwrap_or(s.top_k);
-    let (lo, hi) = caps.unwrap_or((k, s.num_experts));
-    let work = cachesim::mrc::curve_work(&s, policy, semantics, k, lo, hi);
-    let (n, per_replay) = (work.caps, work.per_replay);
-    // One pass over every cap from k_used to E, sliced to the caps asked for.
-    if work.one_pass {
-        let order = match policy.facts().curve {
-            cachesim::OnePass::Lru { .. } => "log E",
-            _ => "the depth of the deepest pick",
-        };
-        let what = format!(
-            "{policy} curve of caps {lo}..={hi} in one pass (O(L x T x k x {order})): about {per_replay} steps"
-        );
-        return (per_replay, what);
-    }
-    let steps = work.steps;
-    let what = format!(
-        "{policy} curve of caps {lo}..={hi} by one replay per cap: {n} caps x {} x ({} tokens x k_used {k} + E = {} \
-         experts of state) = {steps} steps",
-        super::layers(s.layers),
-        s.tokens,
-        s.num_experts
-    );
-    (steps, what)
-}
+/// The work of a curve and its description (`api::work::curve_work`; `plan` shares it).
+pub(super) use api::work::curve_work;
 
 /// Refuses `steps` of curve work above the limit without `--yes` (`api::work::bound_curves`).
 /// `narrow`: how the command's own options make the work smaller, with option markers.
 pub(super) fn bound_curves(steps: u64, yes: bool, narrow: &str) -> Result<()> {
     api::work::bound_curves(steps, yes, narrow).flags()
-}
-
-/// Refuses caps of `caps` outside k_used..=E (before any work): below k_used a token cannot
-/// hold its experts (SEMANTICS.md §5; cap 0, no cache, is the deployed replay of §9, `replay
-/// --cap 0`), above E there is nothing more to cache.
-fn check_caps(caps: Option<(usize, usize)>, k_used: usize, e: usize) -> Result<()> {
-    let Some((lo, hi)) = caps else { return Ok(()) };
-    if lo < k_used {
-        bail!(
-            "--caps {lo}..{hi}: cap {lo} is below k_used = {k_used} (a token needs all its experts resident at once, \
-             SEMANTICS.md §5): a curve covers caps k_used..E = {k_used}..{e}; cap 0 (no cache, §9) is \
-             `replay --cap 0`"
-        );
-    }
-    if hi > e {
-        bail!(
-            "--caps {lo}..{hi}: cap {hi} is more than the E = {e} experts per layer (a cache of E holds every \
-             expert): give caps up to {e}"
-        );
-    }
-    Ok(())
 }
 
 /// Runs `mrc`.
@@ -171,50 +96,28 @@ pub fn mrc(a: &MrcArgs) -> Result<()> {
         }
         None => None,
     };
-    let f = TraceFile::open(&a.trace)?;
-    let v = f.view();
-    super::require_tokens(v.shape(), &a.trace)?;
-    let keep = open_keep(a.keep.as_ref(), &v)?;
-    let base = CurveConfig { k_used: a.k_used, warmup: a.warmup, semantics: a.semantics, ..CurveConfig::default() };
-    if a.pin.is_some() && !cachesim::mrc::has_pinned_curve(a.policy) {
-        bail!(
-            "--pin gives the one-pass lru curve of the unpinned stream; for {} replay each cap with `replay --pin`",
-            a.policy
-        );
-    }
-    let k_used = a.k_used.unwrap_or(v.shape().top_k);
-    check_caps(a.caps, k_used, v.shape().num_experts)?;
-    // The replay of the curve's first cap, refused here as the curve would refuse it (k_used above
-    // the candidates, a policy that needs scores on a trace without them), before any work.
-    let first = cachesim::ReplayConfig {
+    let request = MrcRequest {
+        keep: a.keep.clone().map(MapSource::Path),
+        caps: a.caps,
         k_used: a.k_used,
         warmup: a.warmup,
         semantics: a.semantics,
-        ..cachesim::ReplayConfig::new(a.policy, a.caps.map_or(k_used, |(lo, _)| lo))
+        yes: a.yes,
+        pin: a.pin.clone().map(MapSource::Path),
+        ..MrcRequest::new(TraceSource::Path(a.trace.clone()), a.policy)
     };
-    cachesim::validate(&v.shape(), v.parts().scores.is_some(), &first)?;
-    let pins = match &a.pin {
-        Some(p) => Some(open_pins(p, &v).with_context(|| format!("--pin {}", p.display()))?),
-        None => None,
-    };
-    let (steps, what) = curve_work(&v, a.policy, a.semantics, a.k_used, a.caps);
-    // The work line comes first: it is what the refusal of too much work without --yes is about.
-    crate::progress::status!("mrc: {what}");
-    bound_curves(steps, a.yes, "narrow ‹caps›")?;
-    let working = crate::progress::working("mrc");
-    let (c, pins) = match &pins {
-        None => (sweep::plan::miss_curve(&v, &keep, a.policy, &base, a.caps)?, None),
-        Some(pins) => {
-            let full = cachesim::mrc::lru_curve_pinned(&v, &keep, Some(pins), &base)?;
-            let per_layer: Vec<usize> = (0..pins.layers()).map(|l| pins.kept_count(l)).collect();
-            (slice_caps(full, a.caps)?, Some(per_layer))
-        }
-    };
-    working.finish();
-    let mut value = super::json::tagged(super::json::MRC, serde_json::to_value(&c)?);
-    if let (Some(obj), Some(pins)) = (value.as_object_mut(), &pins) {
-        obj.insert("layer_pins".into(), serde_json::json!(pins));
+    // The work line comes first: it is what the refusal of too much work without --yes is about;
+    // the bar runs from then on.
+    let mut working = None;
+    let report = request.run(&mut |work| {
+        crate::progress::status!("{}", work.render(&Flags));
+        working = Some(crate::progress::working("mrc"));
+    });
+    if let Some(w) = working {
+        w.finish();
     }
+    let report = report.flags()?;
+    let (c, value) = (&report.curve, report.document());
     let Some((output, csv_path)) = files else {
         return super::json::print(&value);
     };
@@ -258,10 +161,4 @@ fn table_caps(min: usize, max: usize) -> Vec<usize> {
         caps.push(max);
     }
     caps
-}
-
-fn slice_caps(c: cachesim::mrc::MissCurve, caps: Option<(usize, usize)>) -> Result<cachesim::mrc::MissCurve> {
-    let Some((lo, hi)) = caps else { return Ok(c) };
-    let (min, max) = (c.min_cap, c.max_cap);
-    c.sliced(lo, hi).with_context(|| format!("--caps {lo}..{hi}: the curve covers k_used..E = {min}..{max}"))
 }

@@ -41,7 +41,7 @@ pub struct Imported {
 /// What an importer read and what it did with it. Printed by the CLI through its `Display`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ImportReport {
-    /// The importer (`esft`, `vllm-routelog`, `mixtral-jsonl`).
+    /// The importer (`esft`, `vllm-routelog`, `mixtral-jsonl`, `numpy`, `llama-csv`, `llama-bin`).
     pub format: &'static str,
     /// Input files read.
     pub files: usize,

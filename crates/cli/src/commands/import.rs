@@ -8,6 +8,7 @@ use clap::Subcommand;
 use saliency::{CountsOptions, Stats};
 use trace_io::import::Imported;
 use trace_io::import::esft::{EsftOptions, import_esft_with_report};
+use trace_io::import::llama_dump::{LlamaDumpOptions, import_llama_bin, import_llama_csv};
 use trace_io::import::mixtral_jsonl::{MixtralJsonlOptions, import_mixtral_jsonl};
 use trace_io::import::numpy::{Layout, NumpyOptions, import_numpy};
 use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog, parse_row_range};
@@ -116,6 +117,42 @@ pub enum ImportCmd {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// A llama.cpp fork's routing dump as CSV, rows `pos,layer,id0,...` (header optional;
+    /// negative positions are prompt tokens): ids only; sequences where a prompt restarts.
+    #[command(
+        after_help = "Example:\n  moe-offload import llama-csv routing.csv --num-experts 128 -o routing.safetensors"
+    )]
+    LlamaCsv {
+        /// The CSV file.
+        input: PathBuf,
+        /// Routed experts per layer (the dump does not record it).
+        #[arg(long)]
+        num_experts: u32,
+        /// Model name for the metadata.
+        #[arg(long)]
+        model: Option<String>,
+        /// Output trace.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// A llama.cpp fork's binary routing dump: records `int32 layer, n_tokens, k` then the ids, one
+    /// per MoE layer per ubatch: ids only; ubatches as engine steps.
+    #[command(
+        after_help = "Example:\n  moe-offload import llama-bin routing.bin --num-experts 128 -o routing.safetensors"
+    )]
+    LlamaBin {
+        /// The binary dump.
+        input: PathBuf,
+        /// Routed experts per layer (the dump does not record it).
+        #[arg(long)]
+        num_experts: u32,
+        /// Model name for the metadata.
+        #[arg(long)]
+        model: Option<String>,
+        /// Output trace.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Per-expert count files (JSON, CSV, .npy) or llama.cpp's expert_stats.json: statistics for
     /// `keep --metric frequency` and `retention` (docs/importers.md lists the layouts).
     #[command(
@@ -211,6 +248,16 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
             }
             (import_mixtral_jsonl(&input, &opts)?, output)
         }
+        ImportCmd::LlamaCsv { input, num_experts, model, output } => {
+            super::refuse_trace_output(&output)?;
+            super::refuse_overwrite(&output, [input.as_path()])?;
+            (import_llama_csv(&input, &LlamaDumpOptions { num_experts, model })?, output)
+        }
+        ImportCmd::LlamaBin { input, num_experts, model, output } => {
+            super::refuse_trace_output(&output)?;
+            super::refuse_overwrite(&output, [input.as_path()])?;
+            (import_llama_bin(&input, &LlamaDumpOptions { num_experts, model })?, output)
+        }
         ImportCmd::Numpy { input, array, layout, num_experts, layers, chunk, phase, model, output } => {
             super::refuse_trace_output(&output)?;
             super::refuse_overwrite(&output, [input.as_path()])?;
@@ -256,6 +303,12 @@ fn announce(cmd: &ImportCmd) {
         ),
         ImportCmd::Numpy { input, .. } => crate::progress::status!(
             "import numpy: {}, {:.1} MB",
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
+        ),
+        ImportCmd::LlamaCsv { input, .. } | ImportCmd::LlamaBin { input, .. } => crate::progress::status!(
+            "import {}: {}, {:.1} MB",
+            if matches!(cmd, ImportCmd::LlamaCsv { .. }) { "llama-csv" } else { "llama-bin" },
             input.display(),
             size(std::slice::from_ref(input)) as f64 / 1e6
         ),

@@ -188,7 +188,7 @@ enum Command {
     /// Convert recorded routing into a moe-offload trace (or per-expert counts into statistics).
     #[command(
         subcommand,
-        after_help = "Examples:\n  moe-offload import esft ../shared/data/real/esft-dsv2lite --domains translation -o translation.safetensors\n  moe-offload import vllm-routelog ../shared/data/real/vllm-routelog-qwen15moe/moe_layer*.jsonl --num-experts 60 -o qwen.safetensors\n  moe-offload import mixtral-jsonl ../shared/data/real/mixtral-decode/gsm8k_2_routing.jsonl -o mixtral.safetensors\n  moe-offload import counts counts.json --top-k 6 -o stats.json\nFrom a Hugging Face model: python/capture_routing.py (docs/capture.md)."
+        after_help = "Examples:\n  moe-offload import esft ../shared/data/real/esft-dsv2lite --domains translation -o translation.safetensors\n  moe-offload import vllm-routelog ../shared/data/real/vllm-routelog-qwen15moe/moe_layer*.jsonl --num-experts 60 -o qwen.safetensors\n  moe-offload import mixtral-jsonl ../shared/data/real/mixtral-decode/gsm8k_2_routing.jsonl -o mixtral.safetensors\n  moe-offload import llama-csv routing.csv --num-experts 128 -o routing.safetensors\n  moe-offload import llama-bin routing.bin --num-experts 128 -o routing.safetensors\n  moe-offload import counts counts.json --top-k 6 -o stats.json\nFrom a Hugging Face model: python/capture_routing.py (docs/capture.md)."
     )]
     Import(import::ImportCmd),
     /// Generate a synthetic trace (for fixtures and benchmarks).

@@ -4,6 +4,8 @@
 //! - [`vllm_routelog`]: vLLM route-logging JSON Lines (one file per layer, meta line first,
 //!   prefill + batched decode, warm-up batches detected and dropped).
 //! - [`mixtral_jsonl`]: per-(problem, layer, token) JSON Lines of Mixtral decode routing.
+//! - [`llama_dump`]: routing dumps of llama.cpp forks (`ffn_moe_topk` ids read by an eval
+//!   callback), as CSV rows (`llama-csv`) or a binary record stream (`llama-bin`); ids only.
 //! - [`numpy`]: integer routing arrays (`[layers, tokens, k]` or `[tokens, layers, k]`) in `.npy` /
 //!   `.npz` files (ids only: no scores).
 //!
@@ -20,6 +22,7 @@ use std::path::Path;
 use crate::{TraceData, TraceError};
 
 pub mod esft;
+pub mod llama_dump;
 pub mod mixtral_jsonl;
 pub mod numpy;
 pub mod vllm_routelog;
@@ -38,7 +41,7 @@ pub struct Imported {
 /// What an importer read and what it did with it. Printed by the CLI through its `Display`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ImportReport {
-    /// The importer (`esft`, `vllm-routelog`, `mixtral-jsonl`).
+    /// The importer (`esft`, `vllm-routelog`, `mixtral-jsonl`, `numpy`, `llama-csv`, `llama-bin`).
     pub format: &'static str,
     /// Input files read.
     pub files: usize,
@@ -88,6 +91,8 @@ pub enum DropReason {
     Skipped,
     /// Tokens whose every slot is padding (-1) in every layer.
     Padding,
+    /// Rows repeated byte for byte (same token, layer and ids): the copies after the first.
+    Duplicate,
 }
 
 impl fmt::Display for DropReason {
@@ -97,6 +102,7 @@ impl fmt::Display for DropReason {
             DropReason::IncompleteToken => "tokens missing from some layers",
             DropReason::Skipped => "rows skipped on request (--skip-rows)",
             DropReason::Padding => "padding (every slot -1 in every layer)",
+            DropReason::Duplicate => "duplicate rows",
         })
     }
 }

@@ -40,8 +40,10 @@ pub struct DeviceProfile {
     /// concurrent for kTransformers and HybriMoE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<cachesim::hybrid::Overlap>,
-    /// GPU memory for experts and the KV cache, GB (10^9 bytes); the default budget of
-    /// `plan --exec host`.
+    /// GPU memory left for routed experts and the KV cache, GB (10^9 bytes): the card's memory
+    /// minus the dense weights and the runtime's context. The default budget of
+    /// `plan --exec host`, which fits its pinned experts (Σ n_l · expert_mb / 1000) and `--kv-gb`
+    /// in it (docs/grid-format.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_gb: Option<f64>,
 }

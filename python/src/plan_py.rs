@@ -108,9 +108,6 @@ fn run(a: &Args) -> Result<serde_json::Value> {
     if a.pinned_gb < 0.0 {
         usage!("pinned_gb {}: memory pinned inside the budget cannot be negative", a.pinned_gb);
     }
-    if let Some(mb) = a.expert_mb.filter(|mb| !(mb.is_finite() && *mb > 0.0)) {
-        usage!("expert_mb {mb}: the size of one expert must be a positive number of MB");
-    }
     let cv = a.calib.0.view_for(Reads::EVERYTHING)?;
     let hv = a.held.0.view_for(Reads::EVERYTHING)?;
     let inferred = a.profile.is_none().then(|| sweep::preset_for_model(&cv.meta().model)).flatten();
@@ -119,6 +116,8 @@ fn run(a: &Args) -> Result<serde_json::Value> {
         .ok_or_else(|| Error::Usage(format!("unknown profile {profile_name:?}; see docs/grid-format.md")))?;
     if let Some(mb) = a.expert_mb {
         profile.expert_mb = mb;
+        // The one rule of a profile (sweep's plan checks it too, after reading the traces).
+        profile.check()?;
     }
     let req = PlanRequest {
         in_sample: &cv,

@@ -20,7 +20,7 @@ const FRONT_END_RULES: [&str; 3] = ["json!(", "\"kind\"", "usage!("];
 /// Python front-end files that still hold rules or documents of their own, with how many
 /// (issue #53 moves each command under `crates/api`). A listed file with fewer fails the test,
 /// so the list only shrinks; an unlisted file must hold none.
-const PYTHON_RULES_FOR_NOW: [(&str, usize); 3] = [("plan_py.rs", 8), ("saliency_py.rs", 5), ("sweep_py.rs", 2)];
+const PYTHON_RULES_FOR_NOW: [(&str, usize); 3] = [("plan_py.rs", 7), ("saliency_py.rs", 5), ("sweep_py.rs", 2)];
 
 /// Text that means file, network, process or environment access, or the trace files' own I/O.
 const IO: [&str; 11] = [

@@ -46,14 +46,40 @@ pub struct Overrides {
 }
 
 impl Overrides {
-    /// `p` with every given field replaced.
-    pub fn apply(&self, mut p: DeviceProfile) -> DeviceProfile {
+    /// `p` with every given field replaced, checked by the one rule of a profile
+    /// ([`DeviceProfile::check`]).
+    ///
+    /// # Errors
+    /// A field out of its range, naming the profile, the field and the range.
+    pub fn apply(&self, mut p: DeviceProfile) -> Result<DeviceProfile> {
         p.link_gbps = self.link_gbps.or(p.link_gbps);
         p.compute_ms_per_step = self.compute_ms_per_step.or(p.compute_ms_per_step);
         p.host_gbps = self.host_gbps.or(p.host_gbps);
         p.host_ms_per_row = self.host_ms_per_row.or(p.host_ms_per_row);
         p.host_sync_ms = self.host_sync_ms.or(p.host_sync_ms);
         p.overlap = self.overlap.or(p.overlap);
-        p
+        p.check().map_err(|e| {
+            let given = match &e {
+                sweep::SweepError::Profile { field, .. } => self.given(field),
+                _ => None,
+            };
+            match given {
+                Some(name) => Error::from(e).hint(format!("‹{name}› gives it")),
+                None => Error::from(e),
+            }
+        })?;
+        Ok(p)
+    }
+
+    /// `field` when this request overrides it (the option and the field share the name).
+    fn given(&self, field: &'static str) -> Option<&'static str> {
+        let given = [
+            ("link_gbps", self.link_gbps),
+            ("compute_ms_per_step", self.compute_ms_per_step),
+            ("host_gbps", self.host_gbps),
+            ("host_ms_per_row", self.host_ms_per_row),
+            ("host_sync_ms", self.host_sync_ms),
+        ];
+        given.iter().any(|&(f, v)| f == field && v.is_some()).then_some(field)
     }
 }

@@ -159,3 +159,80 @@ fn refusals_say_why() {
     let plain = ok(&["replay", t, "--policy", "lru", "--cap", "2", "--json"]);
     assert_eq!(ok(&["replay", t, "--policy", "lru", "--cap", "2", "--exec", "transfer", "--json"]), plain);
 }
+
+/// Hostile profile values (issue #55) through every command that reads a profile: refused by the
+/// one rule (`DeviceProfile::check`) with the profile, field, value and range, exit status 1; a
+/// sweep of every hybrid axis never gets to the replays (before the rule: exit 101 after them).
+#[test]
+fn hostile_profiles_are_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (c, h) = (d.join("c.safetensors"), d.join("h.safetensors"));
+    synth(&c, [2, 16, 2, 4, 200], &["--seed", "1"]);
+    synth(&h, [2, 16, 2, 4, 150], &["--seed", "2"]);
+    let valid = r#"{"expert_mb": 2, "compute_ms": 10, "bandwidth_gbps": [3.9], "link_gbps": 8, "host_gbps": 4,
+        "host_ms_per_row": 0.1, "host_sync_ms": 0.2, "gpu_gb": 1}"#;
+    let with = |field: &str, value: &str| {
+        let mut p: serde_json::Value = serde_json::from_str(valid).unwrap();
+        p[field] = serde_json::from_str(value).unwrap();
+        p
+    };
+    let blocks = r#"[{"policies": ["lru"], "cap": [0, 8], "exec": ["transfer", "host"],
+        "overlap": ["sequential", "concurrent"]}, {"policies": ["lru"], "cap": [0], "batch": [8], "exec": ["host:4"]}]"#;
+    let (cs, hs) = (s(&c), s(&h));
+    let hw = d.join("hw.json");
+    let planned = d.join("plan.json");
+    let plan = [
+        "plan",
+        "--exec",
+        "host",
+        "--in-sample",
+        cs,
+        "--out-of-sample",
+        hs,
+        "--profile-file",
+        s(&hw),
+        "-o",
+        s(&planned),
+    ];
+    let replay = ["replay", cs, "--policy", "lru", "--cap", "0", "--exec", "host", "--profile-file", s(&hw)];
+    let (grid, out) = (d.join("grid.json"), d.join("out"));
+    let sweep = ["sweep", s(&grid), "-o", s(&out), "--yes"];
+    let cases: &[(&str, &str, &[&str], &str)] = &[
+        ("host_gbps", "0", &sweep, "profile \"hw\": host_gbps: 0 must be a finite bandwidth of at least 1e-6 GB/s"),
+        ("link_gbps", "0", &sweep, "profile \"hw\": link_gbps: 0 must be"),
+        ("compute_ms", "0", &sweep, "profile \"hw\": compute_ms: 0 must be finite, > 0"),
+        ("expert_mb", "1.7e308", &sweep, "profile \"hw\": expert_mb: 1.7e308 must be"),
+        ("expert_mb", "0", &plan, "profile \"hw\": expert_mb: 0 must be"),
+        ("compute_ms", "0", &plan, "profile \"hw\": compute_ms: 0 must be"),
+        ("host_gbps", "1e-300", &replay, "profile \"hw\": host_gbps: 1e-300 must be"),
+        ("gpu_gb", "-1", &plan, "profile \"hw\": gpu_gb: -1 must be finite and >= 0 GB"),
+    ];
+    for &(field, value, args, expect) in cases {
+        let p = with(field, value);
+        std::fs::write(&hw, p.to_string()).unwrap();
+        let mut named = p.clone();
+        named["name"] = "hw".into();
+        let g = format!(
+            r#"{{"traces": {{"in_sample": {cs:?}, "out_of_sample": {hs:?}}}, "variants": ["full"], "warmup": 0,
+                "profiles": [{named}], "blocks": {blocks}}}"#
+        );
+        std::fs::write(&grid, g).unwrap();
+        let run = common::run(args);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{field} = {value} {args:?}: {err}");
+        assert!(err.contains(expect), "{field} = {value} {args:?}: expected {expect:?} in: {err}");
+    }
+    // A flag that overrides a field is named beside the profile.
+    std::fs::write(&hw, valid).unwrap();
+    let err = fails(&[&replay[..], &["--host-sync-ms", "1e300"]].concat());
+    assert!(err.contains("host_sync_ms: 1e300 must be") && err.contains("--host-sync-ms gives it"), "{err}");
+    // The valid profile runs the same grid.
+    let named = with("name", "\"hw\"");
+    let g = format!(
+        r#"{{"traces": {{"in_sample": {cs:?}, "out_of_sample": {hs:?}}}, "variants": ["full"], "warmup": 0,
+            "profiles": [{named}], "blocks": {blocks}}}"#
+    );
+    std::fs::write(&grid, g).unwrap();
+    ok(&sweep);
+}

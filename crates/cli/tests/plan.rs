@@ -193,7 +193,8 @@ fn mrc_and_a_verified_plan() {
         args.remove(i + 1);
         args[i] = &flag;
         let e = fails(&args);
-        assert!(e.contains("size of one expert must be a positive number"), "{mb}: {e}");
+        let want = format!("--expert-mb {mb}: profile \"reference\": expert_mb: {mb} must be a finite size > 0");
+        assert!(e.contains(&want), "{mb}: {e}");
     }
     let e = fails(&small("0.011"));
     assert!(e.contains("11 slots cannot give every layer k_used = 3 experts (12 needed)"), "{e}");

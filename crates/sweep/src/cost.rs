@@ -40,10 +40,27 @@ pub struct DeviceProfile {
     /// concurrent for kTransformers and HybriMoE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<cachesim::hybrid::Overlap>,
-    /// GPU memory for experts and the KV cache, GB (10^9 bytes); the default budget of
-    /// `plan --exec host`.
+    /// GPU memory left for routed experts and the KV cache, GB (10^9 bytes): the card's memory
+    /// minus the dense weights and the runtime's context. The default budget of
+    /// `plan --exec host`, which fits its pinned experts (Σ n_l · expert_mb / 1000) and `--kv-gb`
+    /// in it (docs/grid-format.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_gb: Option<f64>,
+}
+
+/// The largest `expert_mb` a profile may give, MB: one expert of a terabyte, past any model
+/// (bigger sizes make the times of §6–§14 overflow).
+pub const EXPERT_MB_MAX: f64 = 1e6;
+/// The lowest bandwidth a profile may give, GB/s: a kilobyte per second (slower gives times no
+/// machine has, and 0 infinite ones).
+pub const GBPS_MIN: f64 = 1e-6;
+/// The longest time a profile may give (`compute_ms`, `compute_ms_per_step`, `host_ms_per_row`,
+/// `host_sync_ms`), ms: about 11.6 days.
+pub const MS_MAX: f64 = 1e9;
+
+/// A value as an error message shows it: `1.7e308` and `1e-300` rather than their 300 digits.
+fn show(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
 }
 
 /// A model shape from which [`DeviceProfile::expert_mb`] is derived.
@@ -128,32 +145,62 @@ impl DeviceProfile {
         Ok(p)
     }
 
-    /// Checks every field: sizes and times finite and >= 0, bandwidths finite and > 0.
+    /// THE rule of a device profile: every reader (a grid's `profiles`, [`DeviceProfile::read`]
+    /// for `--profile-file`, a command's field overrides, `plan`, Python) and
+    /// [`DeviceProfile::hybrid`] call it, so no other place checks a field's range. Ranges
+    /// (docs/grid-format.md, "Profiles"):
+    /// - `expert_mb` finite, > 0 and at most [`EXPERT_MB_MAX`];
+    /// - `compute_ms`, and `compute_ms_per_step` when given, finite, > 0 (a token or step of no
+    ///   dense compute has no tok/s) and at most [`MS_MAX`];
+    /// - `host_ms_per_row`, `host_sync_ms` finite, >= 0 and at most [`MS_MAX`];
+    /// - every bandwidth (`bandwidth_gbps`, `link_gbps`, `host_gbps`) finite and at least
+    ///   [`GBPS_MIN`];
+    /// - `gpu_gb` finite and >= 0.
+    ///
+    /// Within these, every time of SEMANTICS.md §6–§14 is finite: one load or host run takes at
+    /// most `EXPERT_MB_MAX / (1000 · GBPS_MIN)` = 10^9 s, a step's compute at most 10^6 s per
+    /// row, so even 2^64 of each stay far below f64's 10^308. Which fields a configuration
+    /// needs (`host_gbps`, `link_gbps`) is its caller's check.
     ///
     /// # Errors
-    /// [`crate::SweepError::Profile`] naming the profile and the field.
+    /// [`crate::SweepError::Profile`] naming the profile, the field, the value and the range.
     pub fn check(&self) -> crate::Result<()> {
-        let bad = |field: &'static str, v: f64, what: &str| {
-            Err(crate::SweepError::Profile { name: self.name.clone(), field, reason: format!("{v} must be {what}") })
+        let bad = |field: &'static str, v: f64, range: &str| {
+            Err(crate::SweepError::Profile {
+                name: self.name.clone(),
+                field,
+                reason: format!("{} must be {range}", show(v)),
+            })
         };
-        let non_negative = [
-            ("expert_mb", Some(self.expert_mb)),
-            ("compute_ms", Some(self.compute_ms)),
-            ("compute_ms_per_step", self.compute_ms_per_step),
-            ("host_ms_per_row", self.host_ms_per_row),
-            ("host_sync_ms", self.host_sync_ms),
-            ("gpu_gb", self.gpu_gb),
+        let e = self.expert_mb;
+        if !(e.is_finite() && e > 0.0 && e <= EXPERT_MB_MAX) {
+            return bad("expert_mb", e, "a finite size > 0 and at most 1e6 MB (one expert of a terabyte)");
+        }
+        let times = [
+            ("compute_ms", Some(self.compute_ms), true),
+            ("compute_ms_per_step", self.compute_ms_per_step, true),
+            ("host_ms_per_row", self.host_ms_per_row, false),
+            ("host_sync_ms", self.host_sync_ms, false),
         ];
-        for (field, v) in non_negative {
-            if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= 0.0)) {
-                return bad(field, v, "finite and >= 0");
+        for (field, v, positive) in times {
+            let ok = |v: f64| v.is_finite() && (v > 0.0 || !positive && v == 0.0) && v <= MS_MAX;
+            if let Some(v) = v.filter(|&v| !ok(v)) {
+                let range = if positive {
+                    "finite, > 0 and at most 1e9 ms: a token or step of no dense compute has no tok/s"
+                } else {
+                    "finite, >= 0 and at most 1e9 ms"
+                };
+                return bad(field, v, range);
             }
         }
-        let positive = [("link_gbps", self.link_gbps), ("host_gbps", self.host_gbps)];
+        if let Some(v) = self.gpu_gb.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+            return bad("gpu_gb", v, "finite and >= 0 GB");
+        }
+        let given = [("link_gbps", self.link_gbps), ("host_gbps", self.host_gbps)];
         let bandwidths = self.bandwidth_gbps.iter().map(|&b| ("bandwidth_gbps", Some(b)));
-        for (field, v) in positive.into_iter().chain(bandwidths) {
-            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
-                return bad(field, v, "a finite bandwidth > 0 GB/s");
+        for (field, v) in given.into_iter().chain(bandwidths) {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= GBPS_MIN)) {
+                return bad(field, v, "a finite bandwidth of at least 1e-6 GB/s (a kilobyte per second)");
             }
         }
         Ok(())
@@ -163,8 +210,10 @@ impl DeviceProfile {
     /// host and link fields, with `overlap` (else the profile's, else sequential).
     ///
     /// # Errors
-    /// [`crate::SweepError::Profile`] (field `host_gbps`) when the profile has no `host_gbps`.
+    /// [`DeviceProfile::check`]'s, and [`crate::SweepError::Profile`] (field `host_gbps`) when the
+    /// profile has no `host_gbps`.
     pub fn hybrid(&self, overlap: Option<cachesim::hybrid::Overlap>) -> crate::Result<cachesim::hybrid::HybridDevice> {
+        self.check()?;
         let host_gbps = self.host_gbps.ok_or_else(|| crate::SweepError::Profile {
             name: self.name.clone(),
             field: "host_gbps",

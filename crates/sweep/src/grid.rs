@@ -418,8 +418,9 @@ impl Grid {
     /// profile may not take a preset's name (its columns would pass for the preset's).
     ///
     /// # Errors
-    /// [`SweepError::Grid`] for an unknown preset, a non-positive size, compute time or bandwidth,
-    /// a name given twice, or a full profile named like a preset.
+    /// [`SweepError::Grid`] for an unknown preset, an empty `bandwidth_gbps`, a name given twice,
+    /// or a full profile named like a preset; [`SweepError::Profile`] for a field out of its
+    /// range ([`DeviceProfile::check`], the one rule).
     pub fn device_profiles(&self) -> Result<Vec<DeviceProfile>> {
         if self.profiles.is_empty() {
             return Err(SweepError::Grid {
@@ -443,22 +444,13 @@ impl Grid {
                     })?,
                     ProfileSpec::Full(p) => p.clone(),
                 };
-                let positive = prof.expert_mb > 0.0
-                    && prof.compute_ms >= 0.0
-                    && !prof.bandwidth_gbps.is_empty()
-                    && prof.bandwidth_gbps.iter().all(|b| *b > 0.0 && b.is_finite());
                 if prof.bandwidth_gbps.is_empty() {
                     return Err(SweepError::Grid {
                         key: format!("profiles: {}: bandwidth_gbps", prof.name),
                         reason: "an empty list gives the profile no cost columns: give at least one bandwidth".into(),
                     });
                 }
-                if !positive {
-                    return Err(SweepError::Grid {
-                        key: format!("profiles: {}", prof.name),
-                        reason: "expert_mb and every bandwidth must be > 0, compute_ms >= 0".into(),
-                    });
-                }
+                prof.check()?;
                 Ok(prof)
             })
             .collect::<Result<_>>()?;

@@ -113,8 +113,11 @@ pub(crate) fn expand_axes(
     Ok(out)
 }
 
-/// Checks that every profile can price a hybrid configuration: `host_gbps` present, and
-/// `link_gbps` when the configuration may load or copy (`host` with a cache, `host:R`).
+/// Checks that every profile can price a hybrid configuration: its fields in range (the one rule,
+/// [`DeviceProfile::check`], through [`DeviceProfile::hybrid`]), `host_gbps` present, and
+/// `link_gbps` when the configuration may load or copy (`host` with a cache, `host:R`). With
+/// these, [`figures`] cannot fail: the cost of §14 refuses only a device out of the rule's
+/// ranges, a missing link, or times that overflow, which the rule's bounds exclude.
 ///
 /// # Errors
 /// [`SweepError::Grid`] naming the configuration and the profile.
@@ -148,7 +151,8 @@ pub(crate) fn replay(
 }
 
 /// The figures of a hybrid row: the counts and, per profile, the §14 cost of `events` with the
-/// key's overlap (else the profile's).
+/// key's overlap (else the profile's). `prepare` ran [`check_profiles`] on the key, which makes
+/// both steps below infallible (see there).
 pub(crate) fn figures(
     profiles: &[DeviceProfile],
     counts: &HybridCounts,
@@ -158,8 +162,8 @@ pub(crate) fn figures(
     let cost = profiles
         .iter()
         .map(|p| {
-            let dev = p.hybrid(h.overlap).expect("checked by prepare");
-            let c = events.cost(&dev).expect("checked by prepare");
+            let dev = p.hybrid(h.overlap).expect("check_profiles: in range, with host_gbps");
+            let c = events.cost(&dev).expect("check_profiles: in range, with a link when moving; finite times");
             HybridCostEntry {
                 profile: p.name.clone(),
                 overlap: dev.overlap,

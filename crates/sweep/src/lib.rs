@@ -26,7 +26,7 @@ mod prefetch_axes;
 mod run;
 mod summary;
 
-pub use cost::{DeviceProfile, ExpertShape, PRESETS, preset_for_model};
+pub use cost::{DeviceProfile, EXPERT_MB_MAX, ExpertShape, GBPS_MIN, MS_MAX, PRESETS, preset_for_model};
 pub use deploy_axes::{DeployFigures, DeployKey, NamedPins};
 pub use deploy_cost::DeployCost;
 pub use grid::{Block, ConfigKey, Grid, GridTraces, NamedCaps, ProfileSpec};

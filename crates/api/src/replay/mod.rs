@@ -282,7 +282,7 @@ impl ReplayRequest {
             exec,
             served: self.is_served(),
             prefetch,
-            profile: self.overrides().apply(base),
+            profile: self.overrides().apply(base)?,
             notes,
         })
     }
@@ -302,19 +302,10 @@ impl ReplayRequest {
             let name = if self.batch == Some(0) { "batch" } else { "k_used" };
             usage!("‹{name}› 0: must be at least 1");
         }
-        let checks = [
-            ("bandwidth", self.bandwidth, true),
-            ("link_gbps", self.link_gbps, true),
-            ("host_gbps", self.host_gbps, true),
-            ("compute_ms_per_step", self.compute_ms_per_step, false),
-            ("host_ms_per_row", self.host_ms_per_row, false),
-            ("host_sync_ms", self.host_sync_ms, false),
-        ];
-        for (name, v, positive) in checks {
-            if let Some(x) = v.filter(|x| !(x.is_finite() && if positive { *x > 0.0 } else { *x >= 0.0 })) {
-                let want = if positive { "> 0" } else { ">= 0" };
-                usage!("‹{name}› {x}: must be a finite number {want}");
-            }
+        // The profile fields a request overrides are checked with the profile, by its one rule
+        // (`profile::Overrides::apply`); the timeline's bandwidth is a bandwidth like them.
+        if let Some(x) = self.bandwidth.filter(|x| !(x.is_finite() && *x >= sweep::GBPS_MIN)) {
+            usage!("‹bandwidth› {x}: must be a finite bandwidth of at least 1e-6 GB/s");
         }
         if !self.exec.is_hybrid() {
             let stray = [

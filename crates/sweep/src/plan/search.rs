@@ -168,8 +168,9 @@ pub fn search(req: &PlanRequest<'_>) -> Result<PlanOutcome> {
         ));
     }
     let profile = req.profile;
+    profile.check()?;
     let usable_mb = (req.budget_gb - req.pinned_gb) * 1000.0;
-    if !(usable_mb > 0.0 && profile.expert_mb > 0.0) {
+    if usable_mb.is_nan() || usable_mb <= 0.0 {
         return bad(format!(
             "budget {} GB minus pinned {} GB leaves no memory for experts",
             req.budget_gb, req.pinned_gb

@@ -110,9 +110,6 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     if a.pinned_gb < 0.0 {
         bail!("--pinned-gb {}: memory pinned inside the budget cannot be negative", a.pinned_gb);
     }
-    if let Some(mb) = a.expert_mb.filter(|mb| !(mb.is_finite() && *mb > 0.0)) {
-        bail!("--expert-mb {mb}: the size of one expert must be a positive number of MB");
-    }
     let floor = quality::read_floor(&a.quality, a.max_kl, a.max_ppl_increase)?;
     let calib = TraceFile::open(&a.in_sample)?;
     let held = TraceFile::open(&a.out_of_sample)?;
@@ -127,6 +124,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         .with_context(|| format!("unknown profile {profile_name:?}; see docs/grid-format.md"))?;
     if let Some(mb) = a.expert_mb {
         profile.expert_mb = mb;
+        profile.check().with_context(|| format!("--expert-mb {mb}"))?;
     }
     let req = PlanRequest {
         in_sample: &cv,

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use saliency::{CountsOptions, Stats};
 use trace_io::import::Imported;
 use trace_io::import::esft::{EsftOptions, import_esft_with_report};
@@ -122,37 +122,13 @@ pub enum ImportCmd {
     #[command(
         after_help = "Example:\n  moe-offload import llama-csv routing.csv --num-experts 128 -o routing.safetensors"
     )]
-    LlamaCsv {
-        /// The CSV file.
-        input: PathBuf,
-        /// Routed experts per layer (the dump does not record it).
-        #[arg(long)]
-        num_experts: u32,
-        /// Model name for the metadata.
-        #[arg(long)]
-        model: Option<String>,
-        /// Output trace.
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    LlamaCsv(LlamaDumpArgs),
     /// A llama.cpp fork's binary routing dump: records `int32 layer, n_tokens, k` then the ids, one
     /// per MoE layer per ubatch: ids only; ubatches as engine steps.
     #[command(
         after_help = "Example:\n  moe-offload import llama-bin routing.bin --num-experts 128 -o routing.safetensors"
     )]
-    LlamaBin {
-        /// The binary dump.
-        input: PathBuf,
-        /// Routed experts per layer (the dump does not record it).
-        #[arg(long)]
-        num_experts: u32,
-        /// Model name for the metadata.
-        #[arg(long)]
-        model: Option<String>,
-        /// Output trace.
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    LlamaBin(LlamaDumpArgs),
     /// Per-expert count files (JSON, CSV, .npy) or llama.cpp's expert_stats.json: statistics for
     /// `keep --metric frequency` and `retention` (docs/importers.md lists the layouts).
     #[command(
@@ -218,6 +194,36 @@ fn counts(input: &Path, opts: &CountsOptions, output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The arguments of both llama.cpp-fork dump formats (`import llama-csv`, `import llama-bin`).
+#[derive(Debug, Args)]
+pub struct LlamaDumpArgs {
+    /// The dump file.
+    input: PathBuf,
+    /// Routed experts per layer (the dump does not record it).
+    #[arg(long)]
+    num_experts: u32,
+    /// Model name for the metadata.
+    #[arg(long)]
+    model: Option<String>,
+    /// Output trace.
+    #[arg(short, long)]
+    output: PathBuf,
+}
+
+impl LlamaDumpArgs {
+    /// The dump imported by `import` (one of trace-io's llama.cpp-fork dump importers), with the output it goes to (refused first when it would
+    /// overwrite the input or is no trace file).
+    fn import(
+        self,
+        import: impl FnOnce(&Path, &LlamaDumpOptions) -> trace_io::Result<Imported>,
+    ) -> Result<(Imported, PathBuf)> {
+        super::refuse_trace_output(&self.output)?;
+        super::refuse_overwrite(&self.output, [self.input.as_path()])?;
+        let LlamaDumpArgs { input, num_experts, model, output } = self;
+        Ok((import(&input, &LlamaDumpOptions { num_experts, model })?, output))
+    }
+}
+
 /// Runs `import`.
 pub fn run(cmd: ImportCmd) -> Result<()> {
     announce(&cmd);
@@ -248,16 +254,8 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
             }
             (import_mixtral_jsonl(&input, &opts)?, output)
         }
-        ImportCmd::LlamaCsv { input, num_experts, model, output } => {
-            super::refuse_trace_output(&output)?;
-            super::refuse_overwrite(&output, [input.as_path()])?;
-            (import_llama_csv(&input, &LlamaDumpOptions { num_experts, model })?, output)
-        }
-        ImportCmd::LlamaBin { input, num_experts, model, output } => {
-            super::refuse_trace_output(&output)?;
-            super::refuse_overwrite(&output, [input.as_path()])?;
-            (import_llama_bin(&input, &LlamaDumpOptions { num_experts, model })?, output)
-        }
+        ImportCmd::LlamaCsv(a) => a.import(|p, o| import_llama_csv(p, o))?,
+        ImportCmd::LlamaBin(a) => a.import(|p, o| import_llama_bin(p, o))?,
         ImportCmd::Numpy { input, array, layout, num_experts, layers, chunk, phase, model, output } => {
             super::refuse_trace_output(&output)?;
             super::refuse_overwrite(&output, [input.as_path()])?;
@@ -306,11 +304,11 @@ fn announce(cmd: &ImportCmd) {
             input.display(),
             size(std::slice::from_ref(input)) as f64 / 1e6
         ),
-        ImportCmd::LlamaCsv { input, .. } | ImportCmd::LlamaBin { input, .. } => crate::progress::status!(
+        ImportCmd::LlamaCsv(a) | ImportCmd::LlamaBin(a) => crate::progress::status!(
             "import {}: {}, {:.1} MB",
-            if matches!(cmd, ImportCmd::LlamaCsv { .. }) { "llama-csv" } else { "llama-bin" },
-            input.display(),
-            size(std::slice::from_ref(input)) as f64 / 1e6
+            if matches!(cmd, ImportCmd::LlamaCsv(_)) { "llama-csv" } else { "llama-bin" },
+            a.input.display(),
+            size(std::slice::from_ref(&a.input)) as f64 / 1e6
         ),
         ImportCmd::MixtralJsonl { input, .. } => crate::progress::status!(
             "import mixtral-jsonl: {}, {:.1} MB",

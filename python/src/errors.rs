@@ -181,7 +181,7 @@ impl From<api::Error> for Error {
             api::ErrorKind::Saliency => Error::Saliency(m),
             api::ErrorKind::Replay => Error::Replay(m),
             api::ErrorKind::Sweep => Error::Sweep(m),
-            api::ErrorKind::Usage | api::ErrorKind::Io => Error::Usage(m),
+            api::ErrorKind::Usage | api::ErrorKind::Io | api::ErrorKind::Capture => Error::Usage(m),
         }
     }
 }

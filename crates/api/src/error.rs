@@ -87,6 +87,8 @@ pub enum ErrorKind {
     Replay,
     /// Grids, profiles, plans, sweep outputs (`sweep`).
     Sweep,
+    /// A capture from llama.cpp: the model, its graph, the run (`capture`).
+    Capture,
     /// Options that do not fit together, or a value out of range.
     Usage,
     /// A file the command reads besides the libraries' own (a plan, a list of caps).
@@ -108,6 +110,9 @@ pub enum Error {
     /// From `sweep`.
     #[error(transparent)]
     Sweep(#[from] sweep::SweepError),
+    /// From `capture` (llama.cpp).
+    #[error(transparent)]
+    Capture(capture::CaptureError),
     /// Options that do not fit together or a value out of range, named neutrally.
     #[error("{0}")]
     Usage(Msg),
@@ -135,6 +140,18 @@ pub enum Error {
         /// What to do.
         hint: Msg,
     },
+}
+
+/// A capture's settings out of range are usage errors (their messages carry option markers), its
+/// trace errors trace errors; the rest stay capture errors.
+impl From<capture::CaptureError> for Error {
+    fn from(e: capture::CaptureError) -> Error {
+        match e {
+            capture::CaptureError::Config(m) => Error::Usage(m.into()),
+            capture::CaptureError::Trace(t) => Error::Trace(t),
+            e => Error::Capture(e),
+        }
+    }
 }
 
 /// The result type of the command layer.
@@ -170,6 +187,7 @@ impl Error {
             Error::Saliency(_) => ErrorKind::Saliency,
             Error::Replay(_) => ErrorKind::Replay,
             Error::Sweep(_) => ErrorKind::Sweep,
+            Error::Capture(_) => ErrorKind::Capture,
             Error::Usage(_) => ErrorKind::Usage,
             Error::Io { .. } => ErrorKind::Io,
             Error::Context { source, .. } | Error::Hint { source, .. } => source.kind(),

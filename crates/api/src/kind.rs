@@ -23,6 +23,8 @@ pub const RETENTION: &str = "moe-offload-retention";
 pub const REPLAY: &str = "moe-offload-replay";
 /// `stats --reap-agg FILE --list-corpora --json`.
 pub const REAP_CORPORA: &str = "moe-offload-reap-corpora";
+/// `capture --json`: the trace written, what was recorded and llama.cpp's timings.
+pub const CAPTURE: &str = "moe-offload-capture";
 /// `keep --json`: the maps written, with their sizes.
 pub const KEEP_MAPS: &str = "moe-offload-keep-maps";
 /// `sweep --json` and `sweep merge --json`: the summary the table prints.
@@ -41,7 +43,8 @@ pub const SWEEP_RESULTS: &str = sweep::RESULTS_KIND;
 pub const TRACE_FORMAT: &str = trace_io::FORMAT_NAME;
 
 /// Every kind, once (a test checks that no two are equal).
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
+    CAPTURE,
     PLAN,
     HYBRID_PLAN,
     MRC,

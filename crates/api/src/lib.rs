@@ -8,6 +8,7 @@
 //! Errors ([`Error`]) name options neutrally (`‹k_used›`); each front end spells them in its
 //! own words through [`Spell`] (`--k-used`, `k_used`).
 //!
+//! - [`capture`]: routing recorded from a GGUF model in llama.cpp, written as a trace.
 //! - [`inspect`]: a trace's shape, metadata and per-layer usage.
 //! - [`mrc`]: miss-ratio curves.
 //! - [`replay`]: one configuration on one trace.
@@ -16,6 +17,7 @@
 //! - [`kind`]: the `kind` tag of every document.
 //! - [`work`]: work limits (curve steps without `yes`) and the work of a curve.
 
+pub mod capture;
 pub mod error;
 pub mod inputs;
 pub mod inspect;

@@ -1,6 +1,6 @@
 //! `moe-offload`: the command-line tool. The only crate of the workspace that prints.
 //!
-//! Subcommands: `import`, `synth`, `inspect`, `stats`, `keep`, `retention`, `replay`, `mrc`,
+//! Subcommands: `import`, `capture`, `synth`, `inspect`, `stats`, `keep`, `retention`, `replay`, `mrc`,
 //! `plan`, `profile`, `sweep` (and `sweep merge`), `report`, `export`, `completions`. Run `moe-offload --help` for the list
 //! and `moe-offload <command> --help` for each, with examples.
 //!

@@ -8,13 +8,14 @@ use serde_json::{Value, json};
 use super::{Check, check};
 
 /// Internal crates and the internal crates each may depend on (any dependency kind).
-pub const ALLOWED: [(&str, &[&str]); 7] = [
+pub const ALLOWED: [(&str, &[&str]); 8] = [
     ("trace-io", &[]),
+    ("capture", &["trace-io"]),
     ("saliency", &["trace-io"]),
     ("cachesim", &["trace-io"]),
     ("sweep", &["trace-io", "saliency", "cachesim"]),
-    ("api", &["trace-io", "saliency", "cachesim", "sweep"]),
-    ("cli", &["trace-io", "saliency", "cachesim", "sweep", "api"]),
+    ("api", &["trace-io", "saliency", "cachesim", "sweep", "capture"]),
+    ("cli", &["trace-io", "saliency", "cachesim", "sweep", "api", "capture"]),
     ("xtask", &["trace-io", "saliency", "cachesim", "sweep"]),
 ];
 

@@ -1,5 +1,6 @@
 //! Argument definitions and dispatch; one module per subcommand.
 
+mod capture;
 mod export;
 mod import;
 mod inspect;
@@ -191,6 +192,11 @@ enum Command {
         after_help = "Examples:\n  moe-offload import esft ../shared/data/real/esft-dsv2lite --domains translation -o translation.safetensors\n  moe-offload import vllm-routelog ../shared/data/real/vllm-routelog-qwen15moe/moe_layer*.jsonl --num-experts 60 -o qwen.safetensors\n  moe-offload import mixtral-jsonl ../shared/data/real/mixtral-decode/gsm8k_2_routing.jsonl -o mixtral.safetensors\n  moe-offload import llama-csv routing.csv --num-experts 128 -o routing.safetensors\n  moe-offload import llama-bin routing.bin --num-experts 128 -o routing.safetensors\n  moe-offload import counts counts.json --top-k 6 -o stats.json\nFrom a Hugging Face model: python/capture_routing.py (docs/capture.md)."
     )]
     Import(import::ImportCmd),
+    /// Record routing from a GGUF model run by llama.cpp itself (needs a build with the capture feature).
+    #[command(
+        after_help = "Examples:\n  moe-offload capture model.gguf --text corpus.txt --ctx 512 -o trace.safetensors\n  moe-offload capture model.gguf --tokens ids.txt --generate 64 --candidates 16 -o decode.safetensors\nBuild: cargo build --release -p cli --features capture (CUDA: capture-cuda; Metal: capture-metal); docs/capture.md."
+    )]
+    Capture(capture::CaptureArgs),
     /// Generate a synthetic trace (for fixtures and benchmarks).
     #[command(
         after_help = "Examples:\n  moe-offload synth --layers 4 --experts 32 --top-k 4 --candidates 8 --tokens 4096 --seed 1 -o calib.safetensors\n  moe-offload synth --preset qwen15-moe --layers 5 --experts 60 --top-k 4 --candidates 4 --tokens 4357 --sequences 25 -o qwen-like.safetensors"
@@ -265,6 +271,7 @@ enum Command {
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Import(cmd) => import::run(cmd),
+        Command::Capture(a) => capture::run(&a),
         Command::Synth(a) => synth::run(&a),
         Command::Inspect(a) => inspect::run(&a),
         Command::Stats(a) => stats::stats(&a),

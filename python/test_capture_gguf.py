@@ -193,3 +193,26 @@ def test_an_interrupt_leaves_no_partial_trace(models, tmp_path):
     assert p.returncode == 130, err
     assert "interrupted" in err
     assert not out.exists() and list(tmp_path.glob("*.safetensors*")) == []
+
+
+def test_profile_measure_writes_a_profile_replay_takes(models, tmp_path):
+    m = models["qwen3_moe"]
+    prof = tmp_path / "hw.json"
+    doc = json.loads(run("profile", "measure", "--gguf", m["gguf"], "--repeats", 3, "-o", prof, "--json").stdout)
+    assert doc["kind"] == "moe-offload-profile-measure"
+    measured, written = doc["measured"], json.loads(prof.read_text())
+    assert written == doc["profile"]
+    # One expert of the f32 model: gate and up 32 x 16, down 16 x 32, 4 bytes each.
+    assert written["expert_mb"] == 3 * 32 * 16 * 4 / 1e6
+    assert [n for n, _ in measured["expert_rows"]] == [1, 2, 4, 8, 16, 32, 64]
+    assert measured["experts_total"] == 16 and measured["arch"] == "qwen3moe"
+    assert all(s["min_ms"] <= s["median_ms"] <= s["max_ms"] for _, s in measured["expert_rows"])
+    assert written["host_gbps"] > 0 and written["host_ms_per_row"] > 0 and written["compute_ms"] > 0
+    token_ids(tmp_path / "ids.txt")
+    trace = tmp_path / "t.safetensors"
+    run("capture", m["gguf"], "--tokens", tmp_path / "ids.txt", "--ctx", 64, "-o", trace)
+    rep = json.loads(run("replay", trace, "--policy", "lru", "--exec", "host", "--cap", 0, "--profile-file", prof,
+                         "--json").stdout)
+    assert rep["cost"]["tok_s"] > 0 and rep["host_runs"] == rep["picks"]
+    p = run("profile", "measure", "--gguf", tmp_path / "ids.txt", check=False)
+    assert p.returncode == 1 and "not a GGUF file" in p.stderr, p.stderr

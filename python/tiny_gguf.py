@@ -107,7 +107,8 @@ def write_gguf(model, arch: str, path: Path, a) -> None:
         w.add_expert_used_count(a.top_k)
     if arch == "qwen3_moe":
         w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
-    ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16}[a.type]
+    ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+             "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[a.type]
     w.add_file_type(ftype)
     tokens, scores, types = vocab(cfg.vocab_size)
     w.add_tokenizer_model("llama")
@@ -125,6 +126,12 @@ def write_gguf(model, arch: str, path: Path, a) -> None:
 
     def put(name: str, arr: np.ndarray) -> None:
         # Norms and other 1-D tensors stay f32, as llama.cpp's converter keeps them.
+        if arr.ndim > 1 and a.type == "q8_0":
+            if arr.shape[-1] % 32:
+                raise SystemExit(f"--type q8_0: {name} has rows of {arr.shape[-1]}, not a multiple of 32")
+            q = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            return
         w.add_tensor(name, np.ascontiguousarray(arr.astype(np.float32 if arr.ndim == 1 else big)))
 
     put("token_embd.weight", sd["model.embed_tokens.weight"])
@@ -185,7 +192,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--expert-ffn", type=int, default=16, help="each expert's intermediate size")
     p.add_argument("--vocab", type=int, default=300)
     p.add_argument("--ctx", type=int, default=512)
-    p.add_argument("--type", choices=("f32", "f16"), default="f32", help="weight type of the matrices")
+    p.add_argument("--type", choices=("f32", "f16", "q8_0"), default="f32", help="weight type of the matrices")
     p.add_argument("--seed", type=int, default=0)
     return p
 

@@ -98,7 +98,7 @@ impl CaptureReport {
                 "decode_ms_per_token": per(t.decode_ms, t.decode_tokens),
                 "threads": t.threads,
                 "batch": t.batch,
-                "with_eval_callback": true,
+                "run": t.timing,
             },
             "notes": self.notes,
         })

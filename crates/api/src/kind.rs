@@ -25,6 +25,8 @@ pub const REPLAY: &str = "moe-offload-replay";
 pub const REAP_CORPORA: &str = "moe-offload-reap-corpora";
 /// `capture --json`: the trace written, what was recorded and llama.cpp's timings.
 pub const CAPTURE: &str = "moe-offload-capture";
+/// `profile measure --json`: the timings and the profile made of them.
+pub const PROFILE_MEASURE: &str = "moe-offload-profile-measure";
 /// `keep --json`: the maps written, with their sizes.
 pub const KEEP_MAPS: &str = "moe-offload-keep-maps";
 /// `sweep --json` and `sweep merge --json`: the summary the table prints.
@@ -43,8 +45,9 @@ pub const SWEEP_RESULTS: &str = sweep::RESULTS_KIND;
 pub const TRACE_FORMAT: &str = trace_io::FORMAT_NAME;
 
 /// Every kind, once (a test checks that no two are equal).
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     CAPTURE,
+    PROFILE_MEASURE,
     PLAN,
     HYBRID_PLAN,
     MRC,

@@ -10,6 +10,7 @@
 //!
 //! - [`capture`]: routing recorded from a GGUF model in llama.cpp, written as a trace.
 //! - [`inspect`]: a trace's shape, metadata and per-layer usage.
+//! - [`measure`]: `profile measure`, this machine's §14 figures from llama.cpp's kernels.
 //! - [`mrc`]: miss-ratio curves.
 //! - [`replay`]: one configuration on one trace.
 //! - [`inputs`]: traces, keep maps, plans, pins, per-layer caps.
@@ -22,6 +23,7 @@ pub mod error;
 pub mod inputs;
 pub mod inspect;
 pub mod kind;
+pub mod measure;
 pub mod mrc;
 pub mod profile;
 pub mod replay;

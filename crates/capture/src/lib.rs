@@ -14,7 +14,10 @@
 mod error;
 pub mod input;
 #[cfg(feature = "llama")]
+mod kernels;
+#[cfg(feature = "llama")]
 mod llama;
+pub mod measure;
 pub mod record;
 pub mod tensor;
 
@@ -63,6 +66,21 @@ pub struct CaptureConfig {
     pub gpu_layers: i32,
     /// Stop after this many input tokens (prefill), `None`: all.
     pub max_tokens: Option<usize>,
+    /// Which run llama.cpp's timings come from.
+    pub timing: Timing,
+}
+
+/// Which run the timings of a capture come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// The capture itself: the eval callback splits the graph at every recorded tensor, so the
+    /// times are those of an instrumented run.
+    EvalCallback,
+    /// A second run of the same sequences without the callback (prefill with the last token's
+    /// logits, decode feeding the same generated tokens): the times of a plain llama.cpp run, for
+    /// comparison with predictions (`scripts/validate.sh`).
+    PlainRun,
 }
 
 impl CaptureConfig {
@@ -79,6 +97,7 @@ impl CaptureConfig {
             candidates: None,
             gpu_layers: 0,
             max_tokens: None,
+            timing: Timing::EvalCallback,
         }
     }
 
@@ -108,8 +127,7 @@ impl CaptureConfig {
     }
 }
 
-/// llama.cpp's own timings of the capture run (`llama_perf_context`), with the eval callback
-/// attached: the graph is split at every recorded tensor, so these are slower than a plain run.
+/// llama.cpp's own timings (`llama_perf_context`) of the run [`CaptureConfig::timing`] names.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Timings {
     /// Model load, ms.
@@ -126,6 +144,8 @@ pub struct Timings {
     pub threads: usize,
     /// Batch size used.
     pub batch: usize,
+    /// Which run these are from.
+    pub timing: Timing,
 }
 
 /// A finished capture: the trace (not yet written) and what was seen.
@@ -159,6 +179,8 @@ pub enum Progress {
     },
     /// Tokens recorded so far (prefill and decode).
     Tokens(usize),
+    /// The recording is done; the plain run for the timings starts.
+    TimingRun,
 }
 
 /// Runs the capture `cfg` describes; `progress` hears of it as it goes.

@@ -15,7 +15,7 @@ use trace_io::{Phase, ScoreKind, TraceMeta};
 use crate::input::{chunk_sequences, read_token_file};
 use crate::record::{Recorder, RecorderConfig, Tensor};
 use crate::tensor::Dtype;
-use crate::{CaptureConfig, CaptureError, Captured, Input, LLAMA_CPP_SYS_VERSION, Progress, Result, Timings};
+use crate::{CaptureConfig, CaptureError, Captured, Input, LLAMA_CPP_SYS_VERSION, Progress, Result, Timing, Timings};
 
 static INIT: Once = Once::new();
 /// The last warning or error llama.cpp logged (its other output is dropped).
@@ -44,7 +44,7 @@ fn last_log() -> String {
     LAST_LOG.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
-fn init() {
+pub(crate) fn init() {
     INIT.call_once(|| {
         // SAFETY: called once, before any other llama.cpp call; the callback is a plain function
         // that lives for the whole program.
@@ -74,6 +74,15 @@ impl Drop for Context {
     }
 }
 
+/// Which tokens of a batch want logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outputs {
+    /// Every token (recording).
+    All,
+    /// The last one (a plain run, as llama.cpp's tools do).
+    Last,
+}
+
 /// Owns a batch.
 struct Batch(sys::llama_batch, usize);
 impl Drop for Batch {
@@ -90,9 +99,10 @@ impl Batch {
         Batch(unsafe { sys::llama_batch_init(n as i32, 0, 1) }, n)
     }
 
-    /// Fills the batch with `tokens` of sequence 0 at positions `pos0..`, every token's logits
-    /// requested (so that llama.cpp routes every token through the last layer too).
-    fn fill(&mut self, tokens: &[i32], pos0: usize) {
+    /// Fills the batch with `tokens` of sequence 0 at positions `pos0..`, the logits of `outputs`
+    /// requested (every token's while recording, so that llama.cpp routes every token through the
+    /// last layer too).
+    fn fill(&mut self, tokens: &[i32], pos0: usize, outputs: Outputs) {
         assert!(tokens.len() <= self.1, "a batch of {} tokens holds at most {}", tokens.len(), self.1);
         let b = &mut self.0;
         b.n_tokens = tokens.len() as i32;
@@ -104,7 +114,7 @@ impl Batch {
                 *b.pos.add(i) = (pos0 + i) as i32;
                 *b.n_seq_id.add(i) = 1;
                 *(*b.seq_id.add(i)) = 0;
-                *b.logits.add(i) = 1;
+                *b.logits.add(i) = i8::from(outputs == Outputs::All || i + 1 == tokens.len());
             }
         }
     }
@@ -321,6 +331,7 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
     progress(Progress::Start { sequences: seqs.len(), tokens: prefill_tokens, generate: cfg.generate });
 
     let mut first = true;
+    let mut generated: Vec<Vec<i32>> = Vec::with_capacity(seqs.len());
     for (si, seq) in seqs.iter().enumerate() {
         // SAFETY: ctx is live; clearing the memory (KV cache) starts a fresh sequence.
         unsafe { sys::llama_memory_clear(sys::llama_get_memory(ctx.0), true) };
@@ -329,7 +340,7 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
         st.rec.begin_sequence();
         let mut pos = 0usize;
         for chunk in seq.chunks(n_batch) {
-            batch.fill(chunk, pos);
+            batch.fill(chunk, pos, Outputs::All);
             decode(&ctx, sp, &batch, si)?;
             // SAFETY: between decodes.
             let st = unsafe { &mut *sp };
@@ -342,12 +353,14 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
             progress(Progress::Tokens(st.rec.tokens()));
         }
         let mut next = argmax_last(&ctx, n_vocab as usize);
+        let mut fed = Vec::new();
         for _ in 0..cfg.generate {
             // SAFETY: vocab belongs to the loaded model.
             if unsafe { sys::llama_vocab_is_eog(vocab, next) } {
                 break;
             }
-            batch.fill(&[next], pos);
+            batch.fill(&[next], pos, Outputs::All);
+            fed.push(next);
             decode(&ctx, sp, &batch, si)?;
             // SAFETY: between decodes.
             let st = unsafe { &mut *sp };
@@ -356,7 +369,16 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
             next = argmax_last(&ctx, n_vocab as usize);
             progress(Progress::Tokens(st.rec.tokens()));
         }
+        generated.push(fed);
     }
+    let ctx = match cfg.timing {
+        Timing::EvalCallback => ctx,
+        Timing::PlainRun => {
+            drop(ctx);
+            progress(Progress::TimingRun);
+            plain_run(&model, cp, &seqs, &generated, &mut batch, path)?
+        }
+    };
     // SAFETY: ctx is live.
     let perf = unsafe { sys::llama_perf_context(ctx.0) };
     let timings = Timings {
@@ -367,6 +389,7 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
         decode_tokens: perf.n_eval.max(0) as u64,
         threads,
         batch: n_batch,
+        timing: cfg.timing,
     };
     let devices = devices();
     drop(batch);
@@ -387,7 +410,7 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
         ("llama_prompt_ms_per_token", per_token(timings.prompt_ms, timings.prompt_tokens)),
         ("llama_decode_ms_per_token", per_token(timings.decode_ms, timings.decode_tokens)),
         ("llama_load_ms", format!("{:.1}", timings.load_ms)),
-        ("llama_timed_with_eval_callback", "true".into()),
+        ("llama_timed_with_eval_callback", (cfg.timing == Timing::EvalCallback).to_string()),
         ("generate", cfg.generate.to_string()),
     ] {
         extra.insert(k.to_string(), v);
@@ -414,10 +437,65 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
     Ok(Captured { trace, recorded, timings, arch, sequences: seqs.len(), notes })
 }
 
+/// The same sequences again in a context without the eval callback, prefill with the last token's
+/// logits only and decode feeding the tokens the capture generated, for llama.cpp's timings of a
+/// plain run. Returns that context (its `llama_perf_context` holds the timings).
+fn plain_run(
+    model: &Model,
+    mut cp: sys::llama_context_params,
+    seqs: &[Vec<i32>],
+    generated: &[Vec<i32>],
+    batch: &mut Batch,
+    path: &Path,
+) -> Result<Context> {
+    cp.cb_eval = None;
+    cp.cb_eval_user_data = std::ptr::null_mut();
+    // SAFETY: the model is loaded; the parameters are the capture's without the callback.
+    let raw = unsafe { sys::llama_init_from_model(model.0, cp) };
+    if raw.is_null() {
+        return Err(CaptureError::Model { path: path.into(), reason: format!("a second context: {}", last_log()) });
+    }
+    let ctx = Context(raw);
+    let run = |batch: &Batch, sequence: usize| -> Result<()> {
+        // SAFETY: ctx and batch are live; the batch holds n_tokens valid slots. Synchronizing
+        // after each decode is what adds its time to llama.cpp's prompt or decode counters.
+        let rc = unsafe {
+            let rc = sys::llama_decode(ctx.0, batch.0);
+            sys::llama_synchronize(ctx.0);
+            rc
+        };
+        if rc != 0 {
+            return Err(CaptureError::Decode { sequence, code: rc, detail: last_log() });
+        }
+        Ok(())
+    };
+    for (si, (seq, fed)) in seqs.iter().zip(generated).enumerate() {
+        // SAFETY: ctx is live.
+        unsafe { sys::llama_memory_clear(sys::llama_get_memory(ctx.0), true) };
+        let mut pos = 0usize;
+        for chunk in seq.chunks(batch.1) {
+            batch.fill(chunk, pos, Outputs::Last);
+            run(batch, si)?;
+            pos += chunk.len();
+        }
+        for &t in fed {
+            batch.fill(&[t], pos, Outputs::Last);
+            run(batch, si)?;
+            pos += 1;
+        }
+    }
+    Ok(ctx)
+}
+
 /// Runs one `llama_decode` of `batch`, then hands back the error the eval callback met, if any.
 fn decode(ctx: &Context, sp: *mut State, batch: &Batch, sequence: usize) -> Result<()> {
-    // SAFETY: ctx and batch are live; the batch was filled with n_tokens valid slots.
-    let rc = unsafe { sys::llama_decode(ctx.0, batch.0) };
+    // SAFETY: ctx and batch are live; the batch was filled with n_tokens valid slots. Synchronizing
+    // after each decode is what adds its time to llama.cpp's prompt or decode counters.
+    let rc = unsafe {
+        let rc = sys::llama_decode(ctx.0, batch.0);
+        sys::llama_synchronize(ctx.0);
+        rc
+    };
     // SAFETY: no decode is running: the callback cannot touch the State now.
     let st = unsafe { &mut *sp };
     if let Some(e) = st.error.take() {

@@ -68,6 +68,8 @@ pub struct Recorder {
     prefill: usize,
     decode: usize,
     seq_offsets: Vec<u64>,
+    /// Where each `llama_decode` (an engine step of one sequence) starts.
+    step_offsets: Vec<u64>,
     /// Rows whose used ids are not the top k of the logits, in order (selection bias, group
     /// masking, or ties of the probabilities).
     disordered: usize,
@@ -113,6 +115,7 @@ impl Recorder {
             prefill: 0,
             decode: 0,
             seq_offsets: Vec::new(),
+            step_offsets: Vec::new(),
             disordered: 0,
             logits: None,
             selection: false,
@@ -284,6 +287,7 @@ impl Recorder {
                 }
             }
         }
+        self.step_offsets.push(self.tokens as u64);
         self.tokens += n_tokens;
         if phase == Phase::Decode {
             self.decode += n_tokens;
@@ -342,7 +346,7 @@ impl Recorder {
             gates: Some(gates),
             out_norms: None,
             seq_offsets: Some(self.seq_offsets),
-            step_offsets: None,
+            step_offsets: Some(self.step_offsets),
         };
         let seen = Recorded {
             candidates: m,

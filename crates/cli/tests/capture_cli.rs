@@ -33,6 +33,11 @@ fn capture_settings_are_refused_by_flag_and_a_default_build_says_how_to_build() 
             "no llama.cpp: build it with the capture feature (`cargo build --release -p cli --features capture`",
         );
     }
+    let msg = fails(&["profile", "measure", "--gguf", "model.gguf", "--repeats", "0"]);
+    assert!(msg.contains("--repeats must be at least 1"), "{msg}");
+    let msg = fails(&["profile", "measure", "--gguf", "model.gguf"]);
+    let expect = if cfg!(feature = "capture") { "model.gguf: no such file" } else { "no llama.cpp: build it" };
+    assert!(msg.contains(expect), "{msg}");
     // Neither input, or both.
     let msg = fails(&["capture", "model.gguf", "-o", s(&out)]);
     assert!(msg.contains("--text <FILE>") && msg.contains("--tokens <FILE>"), "{msg}");

@@ -150,6 +150,8 @@ fn sequences_and_phases_are_counted() {
     let v = trace.view();
     assert_eq!(v.meta().phase, Phase::Mixed);
     assert_eq!(v.seq_offsets().unwrap(), &[0, 5]);
+    // Each llama_decode is an engine step: the prefill batch, then one per decode token.
+    assert_eq!(v.step_offsets().unwrap(), &[0, 3, 4, 5, 8, 9]);
     assert_eq!(v.meta().extra["decode_tokens"], "4");
 }
 

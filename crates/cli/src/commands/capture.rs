@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use api::capture::CaptureRequest;
-use capture::{CaptureConfig, Input, Progress};
+use capture::{CaptureConfig, Input, Progress, Timing};
 use clap::Args;
 
 use crate::args::Spelled;
@@ -43,6 +43,10 @@ pub struct CaptureArgs {
     /// Stop after this many input tokens.
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<usize>,
+    /// Time a second, plain run of the same sequences (no eval callback) for llama.cpp's timings
+    /// in the trace, as predictions are checked against (docs/validation.md).
+    #[arg(long)]
+    pub timing_run: bool,
     /// The trace to write.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -62,6 +66,7 @@ pub fn run(a: &CaptureArgs) -> Result<()> {
         candidates: a.candidates,
         gpu_layers: a.gpu_layers,
         max_tokens: a.max_tokens,
+        timing: if a.timing_run { Timing::PlainRun } else { Timing::EvalCallback },
         ..CaptureConfig::new(a.model.clone(), input)
     };
     let request = CaptureRequest { config, output: a.output.clone() };
@@ -75,6 +80,7 @@ pub fn run(a: &CaptureArgs) -> Result<()> {
             let total = tokens + sequences * generate;
             bar = Some((crate::progress::Progress::new("capture", total as u64, "tokens"), 0));
         }
+        Progress::TimingRun => crate::progress::status!("recorded; timing a plain run of the same tokens"),
         Progress::Tokens(n) => {
             if let Some((b, done)) = &mut bar {
                 b.inc(n.saturating_sub(*done) as u64);
@@ -110,12 +116,16 @@ pub fn run(a: &CaptureArgs) -> Result<()> {
     let per = |ms: f64, n: u64| if n == 0 { "-".to_string() } else { format!("{:.3} ms/token", ms / n as f64) };
     writeln!(
         out,
-        "llama.cpp ({}, {} threads, batch {}): prompt {}, decode {} (timed with the eval callback)",
+        "llama.cpp ({}, {} threads, batch {}): prompt {}, decode {} ({})",
         r.arch,
         t.threads,
         t.batch,
         per(t.prompt_ms, t.prompt_tokens),
-        per(t.decode_ms, t.decode_tokens)
+        per(t.decode_ms, t.decode_tokens),
+        match t.timing {
+            Timing::EvalCallback => "timed with the eval callback",
+            Timing::PlainRun => "timed in a plain run of the same tokens",
+        }
     )?;
     for n in &r.notes {
         writeln!(out, "note: {n}")?;

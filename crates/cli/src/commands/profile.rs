@@ -19,6 +19,32 @@ pub enum ProfileCmd {
         after_help = "Examples:\n  moe-offload profile show dsv2-lite-bf16\n  moe-offload profile show --file data/profiles/laptop-16gb-ddr5.json --json"
     )]
     Show(ShowArgs),
+    /// Measure this machine with llama.cpp's CPU kernels on a GGUF model's tensors and write a profile
+    /// (host expert runs of 1..64 rows, dense compute per token; needs a build with the capture feature).
+    #[command(
+        after_help = "Examples:\n  moe-offload profile measure --gguf model.gguf -o hw.json\n  moe-offload profile measure --gguf model.gguf --threads 8 --repeats 9 --json\nThen: moe-offload replay trace.safetensors --exec host --cap 0 --profile-file hw.json (docs/validation.md)."
+    )]
+    Measure(MeasureArgs),
+}
+
+/// `moe-offload profile measure --gguf MODEL [--threads N] [--repeats R] [-o FILE] [--json]`.
+#[derive(Debug, Args)]
+pub struct MeasureArgs {
+    /// The GGUF model whose expert and dense tensor types and shapes are timed.
+    #[arg(long)]
+    gguf: PathBuf,
+    /// CPU threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Repeats of each timing; the median is used.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// The profile to write (a device profile for --profile-file).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Print one JSON document (kind moe-offload-profile-measure) instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `moe-offload profile show [NAME | --file FILE] [--json]`.
@@ -85,6 +111,7 @@ fn derived(p: &DeviceProfile) -> Vec<(&'static str, Option<f64>, &'static str)> 
 pub fn run(cmd: &ProfileCmd) -> Result<()> {
     match cmd {
         ProfileCmd::Show(a) => show(a),
+        ProfileCmd::Measure(a) => measure(a),
     }
 }
 
@@ -142,4 +169,59 @@ fn show(a: &ShowArgs) -> Result<()> {
     writeln!(out, "profile {} ({source})", p.name)?;
     writeln!(out, "{t}")?;
     Ok(out.flush()?)
+}
+
+fn measure(a: &MeasureArgs) -> Result<()> {
+    use std::io::Write as _;
+
+    use crate::args::Spelled;
+    let config = capture::measure::MeasureConfig { model: a.gguf.clone(), threads: a.threads, repeats: a.repeats };
+    let request = api::measure::MeasureRequest { config, output: a.output.clone() };
+    let r = request.run(&mut |line| crate::progress::status!("measuring {line}")).flags()?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&r.document())?)?;
+        return Ok(());
+    }
+    let m = &r.measured;
+    writeln!(
+        out,
+        "{} ({}): one expert {:.3} MB of {}, {} experts, {} copies timed; {} threads",
+        m.model.display(),
+        m.arch,
+        m.expert_mb,
+        m.expert_type,
+        m.experts_total,
+        m.expert_copies,
+        m.threads
+    )?;
+    let mut t = comfy_table::Table::new();
+    t.set_header(["rows", "median ms", "min ms", "max ms", "GB/s", "ms per row"]);
+    for (n, s) in &m.expert_rows {
+        t.add_row([
+            n.to_string(),
+            format!("{:.4}", s.median_ms),
+            format!("{:.4}", s.min_ms),
+            format!("{:.4}", s.max_ms),
+            format!("{:.2}", m.expert_mb / s.median_ms),
+            format!("{:.5}", s.median_ms / *n as f64),
+        ]);
+    }
+    align_numbers(&mut t);
+    writeln!(out, "{t}")?;
+    writeln!(
+        out,
+        "dense weights of one token: {:.1} MB in {:.4} ms (min {:.4}, max {:.4})",
+        m.dense_mb, m.dense.median_ms, m.dense.min_ms, m.dense.max_ms
+    )?;
+    writeln!(
+        out,
+        "profile: expert_mb {:.6}, compute_ms {:.4}, host_gbps {:.3}, host_ms_per_row {:.5}{}",
+        r.profile.expert_mb,
+        r.profile.compute_ms,
+        m.host_gbps,
+        m.host_ms_per_row,
+        a.output.as_ref().map_or(String::new(), |o| format!(" -> {}", o.display()))
+    )?;
+    Ok(())
 }

@@ -1,0 +1,105 @@
+//! `profile measure`: this machine's figures for SEMANTICS §14, measured with llama.cpp's own CPU
+//! kernels (ggml's `mul_mat`) on the tensor types and shapes of a GGUF model.
+//!
+//! - Host expert runs: one routed expert (its gate, up and down matrices, of the model's type and
+//!   shape) multiplied by n = 1, 2, 4, ..., 64 rows. Each repeat uses another copy of the expert, as
+//!   many copies as the model has experts (at most 2 GB of them), so that the weights come from
+//!   memory as in a decode step, not from the CPU's caches. `host_gbps` = the expert's bytes over the
+//!   1-row time; `host_ms_per_row` = the 64-row time / 64, so that §14's max(bytes / host_gbps,
+//!   n · host_ms_per_row) equals both ends.
+//! - Dense compute per token (`compute_ms`): one graph holding a matrix-vector product with every
+//!   2-D weight of the model that is not a routed expert (attention, router, shared experts, dense
+//!   FFN blocks, the output head), each of its own type and shape: the weight traffic of one decode
+//!   token outside the routed experts. Attention over the KV cache, norms and the sampler are left out.
+//!
+//! Every figure is the median of the repeats, with its minimum and maximum.
+
+use std::path::PathBuf;
+
+use crate::Result;
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MeasureConfig {
+    /// The GGUF model whose tensor types and shapes are measured.
+    pub model: PathBuf,
+    /// CPU threads (`None`: every core).
+    pub threads: Option<usize>,
+    /// Repeats of each timing (the median is reported).
+    pub repeats: usize,
+}
+
+/// A timing: median, minimum and maximum over the repeats, ms.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Spread {
+    /// Median, ms.
+    pub median_ms: f64,
+    /// Fastest repeat, ms.
+    pub min_ms: f64,
+    /// Slowest repeat, ms.
+    pub max_ms: f64,
+}
+
+impl Spread {
+    /// The spread of `v` (not empty).
+    pub(crate) fn of(mut v: Vec<f64>) -> Spread {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        Spread { median_ms: median, min_ms: v[0], max_ms: v[n - 1] }
+    }
+}
+
+/// What was measured.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Measured {
+    /// The model file.
+    pub model: PathBuf,
+    /// `general.architecture`.
+    pub arch: String,
+    /// ggml type name of the routed experts (`q4_K`, `f16`, ...).
+    pub expert_type: String,
+    /// Bytes of one routed expert (gate, up and down) as stored, MB (10^6 bytes).
+    pub expert_mb: f64,
+    /// Routed experts in the model (all layers).
+    pub experts_total: usize,
+    /// Copies of the expert cycled through while timing.
+    pub expert_copies: usize,
+    /// Per row count n: the time of one expert on n rows.
+    pub expert_rows: Vec<(usize, Spread)>,
+    /// The dense weights' matrix-vector products of one token.
+    pub dense: Spread,
+    /// Bytes of those dense weights, MB.
+    pub dense_mb: f64,
+    /// Threads used.
+    pub threads: usize,
+    /// `expert_mb / (1000 · t(1 row) / 1000)`: GB/s.
+    pub host_gbps: f64,
+    /// `t(64 rows) / 64`, ms.
+    pub host_ms_per_row: f64,
+}
+
+/// Rows of the expert timings.
+pub const ROWS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// Measures the machine on `cfg.model`'s tensors; `progress` hears of each step.
+///
+/// # Errors
+/// [`crate::CaptureError::NotBuilt`] without the `llama` feature; [`crate::CaptureError::Model`] for a
+/// file that is not a GGUF, or one without routed-expert tensors (`blk.N.ffn_{gate,up,down}_exps.weight`);
+/// [`crate::CaptureError::Config`] for 0 repeats, or when ggml cannot allocate or make weights of the
+/// model's type.
+pub fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    if cfg.repeats == 0 {
+        return Err(crate::CaptureError::Config("‹repeats› must be at least 1".into()));
+    }
+    #[cfg(feature = "llama")]
+    {
+        crate::kernels::measure(cfg, progress)
+    }
+    #[cfg(not(feature = "llama"))]
+    {
+        let _ = progress;
+        Err(crate::CaptureError::NotBuilt)
+    }
+}

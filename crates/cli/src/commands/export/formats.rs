@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use saliency::{KeepMap, Metric, MetricConfig, Stats, metric_scores};
+use sweep::plan::llama::{self, LlamaFlags};
 
 /// Every expert of every layer, best first by `metric` (ties: lower id first); experts never
 /// routed (no score) follow in ascending id. So the first K of a layer are exactly the experts
@@ -114,18 +115,20 @@ pub fn keep_set(map: &KeepMap, version: &str) -> Result<Vec<u8>> {
 
 /// What llama.cpp's flags are made of, read from a plan JSON of `moe-offload plan`.
 ///
-/// `--moe-hot-count` (llama.cpp pull request "MoE expert stats persistence + per-layer
-/// hot-count") is the number of experts of each layer kept resident in fast memory, the layer's
-/// most used ones: a static hot set. A plan made with `--pin-counts` plans exactly that
-/// (SEMANTICS.md §9), so its hot counts are its pinned counts, the list `plan` prints. A plan
-/// without pins planned an LRU cache per layer; llama.cpp has none, so its hot counts are the
-/// cache sizes: the same fast memory per layer, held as a hot set (whose misses the plan did not
-/// compute).
+/// Stock llama.cpp places experts by whole blocks only (`-ot`, `--cpu-moe`, `--n-cpu-moe`): a
+/// block's experts are one tensor per projection. A cache plan's layers whose fast memory holds
+/// every kept expert are kept whole in fast memory, every other expert on the CPU
+/// ([`sweep::plan::llama::whole_layer_flags`]). Its per-layer hot counts (experts kept resident,
+/// the layer's most used ones: a static hot set) are the `--moe-hot-count` of unmerged llama.cpp
+/// patches (pull request "MoE expert stats persistence + per-layer hot-count", closed), written
+/// only on request: a plan made with `--pin-counts` (SEMANTICS.md §9) gives its pinned counts, a
+/// plan without pins its cache sizes (the same fast memory per layer, held as a hot set, whose
+/// misses the plan did not compute).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LlamaPlan {
     /// The model's id of each traced layer.
     pub layer_ids: Vec<u32>,
-    /// `--moe-hot-count` per traced layer: pinned experts (a plan with pins), else the cache size.
+    /// Hot counts per traced layer: pinned experts (a plan with pins), else the cache size.
     pub hot: Vec<usize>,
     /// Experts in fast memory per traced layer: pins + cache (a plan with pins), else the cache.
     pub resident: Vec<usize>,
@@ -133,6 +136,46 @@ pub struct LlamaPlan {
     pub kept: Vec<usize>,
     /// Whether `hot` are pinned counts.
     pub pinned: bool,
+}
+
+/// A plan of either kind, as `export llama-cpp` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnyPlan {
+    /// A cache plan (`moe-offload plan`).
+    Cache(LlamaPlan),
+    /// The per-layer part of a hybrid plan (`moe-offload plan --exec host`): the traced layers,
+    /// those whose experts go to the CPU, and the `--moe-layers` the plan was made with.
+    Hybrid {
+        /// The model's id of each traced layer.
+        layer_ids: Vec<u32>,
+        /// The layers on the CPU (`per_layer.counts` 0).
+        cpu: Vec<u32>,
+        /// The model's MoE blocks given to `plan`, if any.
+        moe_layers: Option<Vec<u32>>,
+    },
+}
+
+impl AnyPlan {
+    /// A hybrid plan (kind `moe-offload-hybrid-plan`: `layer_ids`, `per_layer.counts`) or a
+    /// cache plan ([`LlamaPlan::of`]).
+    ///
+    /// # Errors
+    /// A document that is neither, or whose lists do not fit its layers.
+    pub fn of(v: &serde_json::Value) -> Result<AnyPlan> {
+        if v["kind"] != crate::commands::json::HYBRID_PLAN {
+            return LlamaPlan::of(v).map(AnyPlan::Cache);
+        }
+        let layer_ids: Vec<u32> =
+            serde_json::from_value(v["layer_ids"].clone()).context("layer_ids is not a list of layer ids")?;
+        let counts: Vec<usize> = serde_json::from_value(v["per_layer"]["counts"].clone())
+            .context("per_layer.counts is not a list of expert counts")?;
+        if counts.len() != layer_ids.len() {
+            bail!("per_layer.counts: {} counts for {} layers", counts.len(), layer_ids.len());
+        }
+        let moe_layers = serde_json::from_value(v["moe_layers"].clone()).context("moe_layers is not a list")?;
+        let cpu = layer_ids.iter().zip(&counts).filter(|(_, n)| **n == 0).map(|(&id, _)| id).collect();
+        Ok(AnyPlan::Hybrid { layer_ids, cpu, moe_layers })
+    }
 }
 
 impl LlamaPlan {
@@ -145,7 +188,11 @@ impl LlamaPlan {
     pub fn of(v: &serde_json::Value) -> Result<LlamaPlan> {
         let chosen = &v["chosen"];
         let (Some(map), Some(caps)) = (chosen.get("keep_map"), chosen["plan"].get("caps")) else {
-            bail!("not a plan (from `moe-offload plan`): no chosen.keep_map and chosen.plan.caps");
+            bail!(
+                "not a plan (from `moe-offload plan`): no chosen.keep_map and chosen.plan.caps, and not a hybrid plan \
+                 (kind {})",
+                crate::commands::json::HYBRID_PLAN
+            );
         };
         let counts = |x: &serde_json::Value, what: &str| -> Result<Vec<usize>> {
             serde_json::from_value(x.clone()).with_context(|| format!("{what} is not a list of expert counts"))
@@ -194,19 +241,43 @@ impl LlamaPlan {
     }
 }
 
-/// llama.cpp flags from a plan ([`LlamaPlan`]): `--moe-hot-count N0,N1,...` (one value per model
-/// layer 0..=max layer id, layers without routed experts 0: [`sweep::plan::hot_count_list`], the
-/// list `plan --pin-counts` prints) and, for the layers whose fast
-/// memory holds every kept expert, `-ot "blk\.(i|j)\.ffn_(gate|up|down)_exps\.=<device>"` (the
-/// expert tensors of those layers in fast memory). Returns the two lines, the `-ot` line absent
-/// when no layer is whole.
-pub fn llama_cpp_flags(p: &LlamaPlan, device: &str) -> String {
-    let mut s = format!("--moe-hot-count {}\n", sweep::plan::hot_count_list(&p.layer_ids, &p.hot));
-    let whole: Vec<String> = p.whole_layers().iter().map(u32::to_string).collect();
-    if !whole.is_empty() {
-        s += &format!("-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.={device}\"\n", whole.join("|"));
+/// The llama.cpp flags of a plan, one argument per line: for a cache plan
+/// `-ot PATTERN=<device>` for its whole layers then `--cpu-moe`
+/// ([`sweep::plan::llama::whole_layer_flags`]), preceded when `hot_counts` by `--moe-hot-count`
+/// and its list (unmerged llama.cpp patches only; stock llama.cpp refuses the flag); for a hybrid
+/// plan `-ot PATTERN=CPU` for its CPU layers ([`sweep::plan::llama::cpu_layer_flags`]).
+/// `moe_layers` overrides a hybrid plan's own.
+///
+/// # Errors
+/// [`sweep::plan::llama::FlagsError`]; `hot_counts` with a hybrid plan.
+pub fn llama_cpp_flags(
+    p: &AnyPlan,
+    device: &str,
+    moe_layers: Option<&[u32]>,
+    hot_counts: bool,
+) -> Result<(LlamaFlags, Vec<String>)> {
+    let spell = |e: llama::FlagsError| anyhow::anyhow!(crate::commands::plan::spell_moe_layers(&e));
+    match p {
+        AnyPlan::Cache(c) => {
+            let f = llama::whole_layer_flags(&c.layer_ids, &c.whole_layers(), device, moe_layers).map_err(spell)?;
+            let hot = if hot_counts {
+                vec!["--moe-hot-count".into(), sweep::plan::hot_count_list(&c.layer_ids, &c.hot)]
+            } else {
+                Vec::new()
+            };
+            Ok((f, hot))
+        }
+        AnyPlan::Hybrid { layer_ids, cpu, moe_layers: own } => {
+            if hot_counts {
+                bail!(
+                    "--unmerged-hot-count: a hybrid plan's per-expert counts are its `unmerged_moe_hot_count`; its \
+                     llama.cpp flags place whole layers"
+                );
+            }
+            let f = llama::cpu_layer_flags(layer_ids, cpu, moe_layers.or(own.as_deref())).map_err(spell)?;
+            Ok((f, Vec::new()))
+        }
     }
-    s
 }
 
 #[cfg(test)]
@@ -352,42 +423,6 @@ mod tests {
         assert!(err.contains("layer 3 keeps 3 experts, not K = 2"), "{err}");
     }
 
-    /// Parses the flags as llama.cpp does: `--moe-hot-count` a comma list of integers, `-ot`
-    /// `<regex>=<buffer type>` split at the last `=`.
-    #[test]
-    fn llama_cpp_flags_parse_and_match_the_whole_layers() {
-        let plan = |hot: Vec<usize>, resident: Vec<usize>, kept: Vec<usize>| LlamaPlan {
-            layer_ids: vec![1, 3][..hot.len()].to_vec(),
-            hot,
-            resident,
-            kept,
-            pinned: false,
-        };
-        let s = llama_cpp_flags(&plan(vec![2, 4], vec![2, 4], vec![4, 4]), "CUDA0");
-        let lines: Vec<&str> = s.lines().collect();
-        let hot: Vec<usize> =
-            lines[0].strip_prefix("--moe-hot-count ").unwrap().split(',').map(|n| n.parse().unwrap()).collect();
-        assert_eq!(hot, [0, 2, 0, 4]);
-        let ot = lines[1].strip_prefix("-ot \"").unwrap().strip_suffix('"').unwrap();
-        let (pattern, device) = ot.rsplit_once('=').unwrap();
-        assert_eq!(device, "CUDA0");
-        let re = regex::Regex::new(pattern).unwrap();
-        for (name, hit) in [
-            ("blk.3.ffn_up_exps.weight", true),
-            ("blk.3.ffn_gate_exps.weight", true),
-            ("blk.3.ffn_down_exps.weight", true),
-            ("blk.1.ffn_up_exps.weight", false),
-            ("blk.13.ffn_up_exps.weight", false),
-            ("blk.3.attn_q.weight", false),
-            ("blk.3.ffn_gate_inp.weight", false),
-        ] {
-            assert_eq!(re.is_match(name), hit, "{name}");
-        }
-        // No whole layer: no -ot line.
-        let one = LlamaPlan { layer_ids: vec![0], ..plan(vec![1], vec![1], vec![4]) };
-        assert_eq!(llama_cpp_flags(&one, "CUDA0"), "--moe-hot-count 1\n");
-    }
-
     /// A plan of 2 layers (ids 1, 2) of E = 4, the keep map keeping 3 and 4 experts.
     fn plan_json(pinned: Option<serde_json::Value>) -> serde_json::Value {
         let map = serde_json::json!({"metric": "frequency", "k": 4, "num_experts": 4, "layer_ids": [1, 2],
@@ -408,9 +443,15 @@ mod tests {
             (p.hot.clone(), p.resident.clone(), p.kept.clone(), p.pinned),
             (vec![3, 2], vec![3, 2], vec![3, 4], false)
         );
+        let flags = |p: &LlamaPlan, dev: &str, hot: bool| {
+            let (f, h) = llama_cpp_flags(&AnyPlan::Cache(p.clone()), dev, Some(&[1, 2]), hot).unwrap();
+            h.iter().map(|x| format!("{x}\n")).collect::<String>() + &f.lines()
+        };
+        let exps = llama::EXPS_REGEX;
+        assert_eq!(flags(&p, "CUDA0", false), format!("-ot\nblk\\.(1){exps}=CUDA0\n--cpu-moe\n"));
         assert_eq!(
-            llama_cpp_flags(&p, "CUDA0"),
-            "--moe-hot-count 0,3,2\n-ot \"blk\\.(1)\\.ffn_(gate|up|down)_exps\\.=CUDA0\"\n"
+            flags(&p, "CUDA0", true),
+            format!("--moe-hot-count\n0,3,2\n-ot\nblk\\.(1){exps}=CUDA0\n--cpu-moe\n")
         );
         // Pins 1 and 2 with caps 1 and 2: hot counts 1,2 (what `plan` prints); layer 2 holds
         // 2 + 2 = 4 of its 4 kept experts, layer 1 only 2 of 3.
@@ -418,10 +459,7 @@ mod tests {
             "moe_hot_count": "1,2"});
         let p = LlamaPlan::of(&plan_json(Some(pinned.clone()))).unwrap();
         assert_eq!((p.hot.clone(), p.resident.clone(), p.pinned), (vec![1, 2], vec![2, 4], true));
-        assert_eq!(
-            llama_cpp_flags(&p, "CPU"),
-            "--moe-hot-count 0,1,2\n-ot \"blk\\.(2)\\.ffn_(gate|up|down)_exps\\.=CPU\"\n"
-        );
+        assert_eq!(flags(&p, "CPU", true), format!("--moe-hot-count\n0,1,2\n-ot\nblk\\.(2){exps}=CPU\n--cpu-moe\n"));
         // The pinned plan of another variant needs its own keep map.
         let mut other = pinned;
         other["plan"]["variant"] = "full".into();

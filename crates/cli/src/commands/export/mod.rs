@@ -68,9 +68,9 @@ pub struct StatsOut {
 pub struct LlamaArgs {
     /// Plan JSON written by `moe-offload plan` (a cache plan, or a hybrid plan of `--exec host`).
     pub plan: PathBuf,
-    /// llama.cpp buffer type of the fast memory, for a cache plan's `-ot`.
-    #[arg(long, default_value = "CUDA0")]
-    pub device: String,
+    /// llama.cpp buffer type of the fast memory, for a cache plan's `-ot` [default: CUDA0].
+    #[arg(long)]
+    pub device: Option<String>,
     /// The model's blocks with routed experts (`1-26`, `0,8,12-18`); a hybrid plan's own by
     /// default. Without it they are the plan's layers, and a plan that lacks a block below its
     /// last layer gets no flags.
@@ -132,23 +132,20 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
             let text = std::fs::read_to_string(&a.plan).with_context(|| format!("reading {}", a.plan.display()))?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).with_context(|| format!("{}: not JSON", a.plan.display()))?;
-            let p = formats::AnyPlan::of(&v).with_context(|| format!("{}", a.plan.display()))?;
-            let (f, hot) = formats::llama_cpp_flags(
-                &p,
-                &a.device,
-                a.moe_layers.as_ref().map(|b| b.0.as_slice()),
-                a.unmerged_hot_count,
-            )
-            .with_context(|| format!("{}", a.plan.display()))?;
-            let lines: String = hot.iter().map(|x| format!("{x}\n")).collect::<String>() + &f.lines();
-            super::write_output(&a.output, lines.as_bytes())?;
+            let p = api::llama::AnyPlan::of(&v).flags().with_context(|| format!("{}", a.plan.display()))?;
+            let moe_layers = a.moe_layers.as_ref().map(|b| b.0.as_slice());
+            let (f, hot) = api::llama::flags(&p, a.device.as_deref(), moe_layers, a.unmerged_hot_count)
+                .map_err(|e| anyhow::anyhow!(super::plan::spell_moe_layers(&e.render(&crate::args::Flags))))
+                .with_context(|| format!("{}", a.plan.display()))?;
+            let hot = hot.map(|h| format!("--moe-hot-count\n{h}\n")).unwrap_or_default();
+            super::write_output(&a.output, (hot + &f.lines()).as_bytes())?;
             let moe = sweep::plan::llama::ranges(&f.moe_blocks);
             let cpu = sweep::plan::llama::ranges(&f.cpu_blocks);
             let what = match &p {
-                formats::AnyPlan::Cache(c) => format!(
+                api::llama::AnyPlan::Cache(c) => format!(
                     "{} whole in {}, the experts of MoE blocks {} on the CPU (--cpu-moe){}",
                     super::layers(c.whole_layers().len()),
-                    a.device,
+                    a.device.as_deref().unwrap_or("CUDA0"),
                     if cpu.is_empty() { "-".into() } else { cpu },
                     if a.unmerged_hot_count {
                         "; --moe-hot-count first: unmerged llama.cpp patches only, stock llama.cpp refuses it"
@@ -156,7 +153,7 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
                         ""
                     }
                 ),
-                formats::AnyPlan::Hybrid { .. } => match f.n_cpu_moe {
+                api::llama::AnyPlan::Hybrid { .. } => match f.n_cpu_moe {
                     _ if f.cpu_blocks.is_empty() => "every MoE block on the GPU: no arguments".into(),
                     Some(n) => format!("the experts of blocks {cpu} on the CPU (the same as --n-cpu-moe {n})"),
                     None => format!("the experts of blocks {cpu} on the CPU (no --n-cpu-moe places exactly these)"),

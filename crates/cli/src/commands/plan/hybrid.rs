@@ -159,7 +159,9 @@ pub fn run(a: &super::PlanArgs) -> Result<()> {
     )?;
     writeln!(out, "per layer: {}", line(&per_layer))?;
     match &flags {
-        Err(e) => writeln!(out, "  llama.cpp flags: none: {}", crate::commands::plan::spell_moe_layers(e))?,
+        Err(e) => {
+            writeln!(out, "  llama.cpp flags: none: {}", crate::commands::plan::spell_moe_layers(&e.to_string()))?
+        }
         Ok(f) if f.args.is_empty() => writeln!(out, "  every layer's experts on the GPU (no llama.cpp flags)")?,
         Ok(f) => {
             writeln!(out, "  llama.cpp {}", f.shell_line())?;

@@ -264,7 +264,8 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
     Ok(())
 }
 
-/// A flags refusal as the command line says it: `moe_layers` is `--moe-layers`.
-pub(crate) fn spell_moe_layers(e: &sweep::plan::llama::FlagsError) -> String {
-    e.to_string().replace("moe_layers", "--moe-layers")
+/// A flags refusal ([`sweep::plan::llama::FlagsError`]) as the command line says it:
+/// `moe_layers` is `--moe-layers`.
+pub(crate) fn spell_moe_layers(e: &str) -> String {
+    e.replace("moe_layers", "--moe-layers")
 }

@@ -14,6 +14,7 @@
 //! - [`mrc`]: miss-ratio curves.
 //! - [`replay`]: one configuration on one trace.
 //! - [`inputs`]: traces, keep maps, plans, pins, per-layer caps.
+//! - [`llama`]: the llama.cpp flags of a cache plan or a hybrid plan.
 //! - [`profile`]: the device profile of a command and its overrides.
 //! - [`kind`]: the `kind` tag of every document.
 //! - [`work`]: work limits (curve steps without `yes`) and the work of a curve.
@@ -23,6 +24,7 @@ pub mod error;
 pub mod inputs;
 pub mod inspect;
 pub mod kind;
+pub mod llama;
 pub mod measure;
 pub mod mrc;
 pub mod profile;

@@ -192,6 +192,18 @@ impl<T> Spelled<T> for api::Result<T> {
     }
 }
 
+/// A list of model blocks, `1-26` or `0,8,12-18` (`--moe-layers`): one value for clap, read by
+/// [`sweep::plan::llama::parse_blocks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocks(pub Vec<u32>);
+
+impl std::str::FromStr for Blocks {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Blocks, String> {
+        sweep::plan::llama::parse_blocks(s).map(Blocks)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

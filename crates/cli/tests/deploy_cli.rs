@@ -163,12 +163,12 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
     assert!(p["in_sample_misses_per_token"].as_f64().unwrap() <= plain);
     let list = counts.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     assert_eq!(v["pinned"]["moe_hot_count"], list.as_str());
-    assert!(out.contains(&format!("--moe-hot-count {list}")), "{out}");
-    // llama.cpp's flags from this plan carry the same hot counts (the synthetic layers are 0..3,
-    // so the list of model layers is the plan's); `-ot` names the layers whose pins + cache hold
-    // every kept expert.
-    let flags = ok(&["export", "llama-cpp", s(&plan), "-o", "-"]);
-    assert_eq!(flags.lines().next(), Some(format!("--moe-hot-count {list}").as_str()), "{flags}");
+    assert!(out.contains(&format!("hot counts per model layer: {list} (`--moe-hot-count` of unmerged")), "{out}");
+    // llama.cpp's flags from this plan carry the same hot counts on request (the synthetic layers
+    // are 0..3, so the list of model layers is the plan's); `-ot` names the layers whose pins +
+    // cache hold every kept expert.
+    let flags = ok(&["export", "llama-cpp", s(&plan), "-o", "-", "--unmerged-hot-count"]);
+    assert_eq!(flags.lines().take(2).collect::<Vec<_>>(), ["--moe-hot-count", list.as_str()], "{flags}");
     let kept: Vec<usize> =
         v["pinned"]["keep_map"]["layers"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().len()).collect();
     let whole: Vec<String> = (0..3)
@@ -176,9 +176,8 @@ fn plan_with_pin_counts_chooses_pins_and_caps_under_one_budget() {
         .map(|l| v["pinned"]["keep_map"]["layer_ids"][l].to_string())
         .collect();
     assert_eq!(
-        flags.lines().nth(1).map(str::to_string),
-        (!whole.is_empty())
-            .then(|| { format!("-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.=CUDA0\"", whole.join("|")) })
+        flags.lines().nth(3).map(str::to_string),
+        (!whole.is_empty()).then(|| format!("blk\\.({}){}=CUDA0", whole.join("|"), sweep::plan::llama::EXPS_REGEX))
     );
     // The plan replayed as its pinned plan (its pins, its caps, its keep map) gives its figure on
     // the held-out trace; the pins are the plan's, not its keep map.

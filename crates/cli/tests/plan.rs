@@ -80,13 +80,14 @@ fn mrc_and_a_verified_plan() {
     assert_eq!((p["k_used"].as_u64(), p["warmup"].as_u64()), (Some(3), Some(64)));
     assert_eq!(p["chosen"]["keep_map"]["layers"].as_array().unwrap().len(), 4);
     assert_eq!(p["kind"], "moe-offload-plan");
-    // llama.cpp flags from the plan: one hot count per model layer, `-ot` for the layers whose
-    // cache holds every kept expert.
-    let flags = ok(&["export", "llama-cpp", s(&plan), "-o", "-"]);
+    // llama.cpp flags from the plan, one argument per line: `-ot` for the layers whose cache
+    // holds every kept expert, then `--cpu-moe`; the hot counts of unmerged patches on request,
+    // one per model layer.
+    let flags = ok(&["export", "llama-cpp", s(&plan), "-o", "-", "--unmerged-hot-count"]);
     let lines: Vec<&str> = flags.lines().collect();
     let ids: Vec<usize> = serde_json::from_value(p["chosen"]["keep_map"]["layer_ids"].clone()).unwrap();
-    let hot: Vec<u64> =
-        lines[0].strip_prefix("--moe-hot-count ").unwrap().split(',').map(|n| n.parse().unwrap()).collect();
+    assert_eq!(lines[0], "--moe-hot-count");
+    let hot: Vec<u64> = lines[1].split(',').map(|n| n.parse().unwrap()).collect();
     assert_eq!(hot.len(), ids.iter().max().unwrap() + 1);
     for (l, &id) in ids.iter().enumerate() {
         assert_eq!(hot[id], caps[l]);
@@ -98,10 +99,13 @@ fn mrc_and_a_verified_plan() {
         .filter(|((_, c), kept)| **c as usize >= kept.as_array().unwrap().len())
         .map(|((id, _), _)| id.to_string())
         .collect();
-    assert_eq!(lines.len(), if whole.is_empty() { 1 } else { 2 }, "{flags}");
+    let mut want = vec!["--moe-hot-count".to_string(), lines[1].to_string()];
     if !whole.is_empty() {
-        assert_eq!(lines[1], format!("-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.=CUDA0\"", whole.join("|")));
+        want.extend(["-ot".into(), format!("blk\\.({}){}=CUDA0", whole.join("|"), sweep::plan::llama::EXPS_REGEX)]);
     }
+    want.push("--cpu-moe".into());
+    assert_eq!(lines, want, "{flags}");
+    assert_eq!(ok(&["export", "llama-cpp", s(&plan), "-o", "-"]).lines().collect::<Vec<_>>(), want[2..], "{flags}");
     // The plan replays through `replay --keep plan.json --layer-caps plan.json` to the figure it
     // printed (with or without a --cap, which the caps override).
     let replay = |extra: &[&str]| -> serde_json::Value {

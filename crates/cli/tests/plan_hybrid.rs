@@ -38,7 +38,20 @@ fn plan_exec_host_writes_both_granularities() {
         for (l, n) in counts("per_expert").iter().enumerate() {
             assert_eq!(pins[l].as_array().unwrap().len() as u64, *n);
         }
-        assert!(v["llama_cpp"]["moe_hot_count"].as_str().unwrap().split(',').count() >= 3);
+        assert!(v["unmerged_moe_hot_count"].as_str().unwrap().split(',').count() >= 3);
+        // Layers 0..2, all traced: flags for the CPU layers, one argument each, and the
+        // `--n-cpu-moe` only when the CPU layers are the first ones.
+        let f = &v["llama_cpp"]["flags"];
+        let cpu: Vec<u64> =
+            counts("per_layer").iter().enumerate().filter(|(_, n)| **n == 0).map(|(l, _)| l as u64).collect();
+        assert_eq!(f["cpu_blocks"], serde_json::json!(cpu));
+        assert_eq!(f["args"].as_array().unwrap().len(), if cpu.is_empty() { 0 } else { 2 }, "{f}");
+        let first = cpu.iter().enumerate().all(|(i, &b)| i as u64 == b);
+        assert_eq!(f["n_cpu_moe"].as_u64(), (first && !cpu.is_empty()).then_some(cpu.len() as u64), "{f}");
+        // The plan exports as it prints.
+        let flags = ok(&["export", "llama-cpp", s(&out), "-o", "-"]);
+        let args: Vec<&str> = f["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert_eq!(flags.lines().collect::<Vec<_>>(), args);
     }
     // A preset has no host_gbps; a budget below the KV cache; exec transfer
     let base = ["plan", "--in-sample", s(&c), "--out-of-sample", s(&h), "-o", s(&out)];

@@ -117,6 +117,9 @@ pub enum SweepError {
         /// Why.
         reason: String,
     },
+    /// llama.cpp flags cannot say a plan exactly.
+    #[error("llama.cpp flags: {0}")]
+    LlamaFlags(#[from] plan::llama::FlagsError),
     /// Shard outputs cannot be merged.
     #[error("cannot merge: {reason}")]
     Merge {

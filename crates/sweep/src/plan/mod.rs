@@ -13,6 +13,7 @@
 //! the uniform baseline, the choice and its verification by replay, behind a [`PlanRequest`].
 
 pub mod hybrid;
+pub mod llama;
 mod pins;
 mod quality;
 mod search;

@@ -20,7 +20,7 @@ use crate::{Result, SweepError};
 pub struct PinnedPlan {
     /// The keep map's label.
     pub variant: String,
-    /// Pinned experts per layer (llama.cpp's `--moe-hot-count` list).
+    /// Pinned experts per layer (the hot counts of [`hot_count_list`]).
     pub pin_counts: Vec<usize>,
     /// The pinned expert ids per layer.
     pub pins: Vec<Vec<u16>>,
@@ -39,15 +39,17 @@ pub struct PinnedPlan {
 }
 
 impl PinnedPlan {
-    /// The pinned counts as llama.cpp's `--moe-hot-count` takes them ([`hot_count_list`]);
+    /// The pinned counts as a per-layer hot-count list ([`hot_count_list`]);
     /// `layer_ids` are the model's ids of the trace's layers (the keep map's `layer_ids`).
     pub fn hot_count_list(&self, layer_ids: &[u32]) -> String {
         hot_count_list(layer_ids, &self.pin_counts)
     }
 }
 
-/// `N0,N1,...`: llama.cpp's `--moe-hot-count` list (experts kept resident in fast memory per
-/// layer), one value per model layer from 0 to the largest of `layer_ids`: `counts[i]` at
+/// `N0,N1,...`: the experts kept resident in fast memory per layer, as the `--moe-hot-count` of
+/// unmerged llama.cpp patches takes them (pull requests "MoE expert stats persistence + per-layer
+/// hot-count", closed; not a flag of llama.cpp itself, so never among [`super::llama`]'s flags),
+/// one value per model layer from 0 to the largest of `layer_ids`: `counts[i]` at
 /// `layer_ids[i]`, 0 at a layer the trace does not have (a dense layer). Empty for no layers.
 pub fn hot_count_list(layer_ids: &[u32], counts: &[usize]) -> String {
     let Some(&max) = layer_ids.iter().max() else { return String::new() };

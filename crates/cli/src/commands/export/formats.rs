@@ -1,7 +1,7 @@
 //! The bytes of each export, as the consuming tool reads them (`docs/report.md`, "Exports").
 //! Pure functions of their inputs: deterministic, layers in file order.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use saliency::{KeepMap, Metric, MetricConfig, Stats, metric_scores};
 
 /// Every expert of every layer, best first by `metric` (ties: lower id first); experts never
@@ -110,103 +110,6 @@ pub fn keep_set(map: &KeepMap, version: &str) -> Result<Vec<u8>> {
     let mut v = serde_json::to_vec_pretty(&v).expect("JSON values serialize");
     v.push(b'\n');
     Ok(v)
-}
-
-/// What llama.cpp's flags are made of, read from a plan JSON of `moe-offload plan`.
-///
-/// `--moe-hot-count` (llama.cpp pull request "MoE expert stats persistence + per-layer
-/// hot-count") is the number of experts of each layer kept resident in fast memory, the layer's
-/// most used ones: a static hot set. A plan made with `--pin-counts` plans exactly that
-/// (SEMANTICS.md §9), so its hot counts are its pinned counts, the list `plan` prints. A plan
-/// without pins planned an LRU cache per layer; llama.cpp has none, so its hot counts are the
-/// cache sizes: the same fast memory per layer, held as a hot set (whose misses the plan did not
-/// compute).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LlamaPlan {
-    /// The model's id of each traced layer.
-    pub layer_ids: Vec<u32>,
-    /// `--moe-hot-count` per traced layer: pinned experts (a plan with pins), else the cache size.
-    pub hot: Vec<usize>,
-    /// Experts in fast memory per traced layer: pins + cache (a plan with pins), else the cache.
-    pub resident: Vec<usize>,
-    /// Experts the plan's keep map keeps per traced layer.
-    pub kept: Vec<usize>,
-    /// Whether `hot` are pinned counts.
-    pub pinned: bool,
-}
-
-impl LlamaPlan {
-    /// The flags' inputs from a plan: its `pinned` part when present (`pinned.plan.pin_counts`,
-    /// `pinned.plan.caps`, `pinned.keep_map`), else `chosen` (`chosen.plan.caps`,
-    /// `chosen.keep_map`).
-    ///
-    /// # Errors
-    /// A document that is not a plan, or whose lists do not fit its keep map.
-    pub fn of(v: &serde_json::Value) -> Result<LlamaPlan> {
-        let chosen = &v["chosen"];
-        let (Some(map), Some(caps)) = (chosen.get("keep_map"), chosen["plan"].get("caps")) else {
-            bail!("not a plan (from `moe-offload plan`): no chosen.keep_map and chosen.plan.caps");
-        };
-        let counts = |x: &serde_json::Value, what: &str| -> Result<Vec<usize>> {
-            serde_json::from_value(x.clone()).with_context(|| format!("{what} is not a list of expert counts"))
-        };
-        let chosen_map: KeepMap = serde_json::from_value(map.clone()).context("chosen.keep_map is not a keep map")?;
-        let (map, hot, resident, pinned) = match v.get("pinned").filter(|p| !p.is_null()) {
-            None => {
-                let caps = counts(caps, "chosen.plan.caps")?;
-                (chosen_map, caps.clone(), caps, false)
-            }
-            Some(p) => {
-                let pins = counts(&p["plan"]["pin_counts"], "pinned.plan.pin_counts")?;
-                let caps = counts(&p["plan"]["caps"], "pinned.plan.caps")?;
-                let map = match p.get("keep_map") {
-                    Some(m) => serde_json::from_value(m.clone()).context("pinned.keep_map is not a keep map")?,
-                    None if p["plan"]["variant"] == chosen["variant"] => chosen_map,
-                    None => bail!(
-                        "pinned.plan.variant {} is not chosen.variant {} and the plan has no pinned.keep_map (an \
-                         older moe-offload wrote it): run `moe-offload plan ... --pin-counts` again",
-                        p["plan"]["variant"],
-                        chosen["variant"]
-                    ),
-                };
-                if caps.len() != pins.len() {
-                    bail!("pinned.plan: {} pinned counts but {} caps", pins.len(), caps.len());
-                }
-                let resident: Vec<usize> = pins.iter().zip(&caps).map(|(p, c)| p + c).collect();
-                (map, pins, resident, true)
-            }
-        };
-        if hot.len() != map.layer_ids.len() {
-            bail!("{} per-layer counts for a keep map of {} layers", hot.len(), map.layer_ids.len());
-        }
-        let kept = map.layers.iter().map(Vec::len).collect();
-        Ok(LlamaPlan { layer_ids: map.layer_ids, hot, resident, kept, pinned })
-    }
-
-    /// The ids of the layers whose fast memory holds every kept expert (resident >= kept).
-    pub fn whole_layers(&self) -> Vec<u32> {
-        self.layer_ids
-            .iter()
-            .zip(self.resident.iter().zip(&self.kept))
-            .filter(|(_, (r, k))| r >= k)
-            .map(|(id, _)| *id)
-            .collect()
-    }
-}
-
-/// llama.cpp flags from a plan ([`LlamaPlan`]): `--moe-hot-count N0,N1,...` (one value per model
-/// layer 0..=max layer id, layers without routed experts 0: [`sweep::plan::hot_count_list`], the
-/// list `plan --pin-counts` prints) and, for the layers whose fast
-/// memory holds every kept expert, `-ot "blk\.(i|j)\.ffn_(gate|up|down)_exps\.=<device>"` (the
-/// expert tensors of those layers in fast memory). Returns the two lines, the `-ot` line absent
-/// when no layer is whole.
-pub fn llama_cpp_flags(p: &LlamaPlan, device: &str) -> String {
-    let mut s = format!("--moe-hot-count {}\n", sweep::plan::hot_count_list(&p.layer_ids, &p.hot));
-    let whole: Vec<String> = p.whole_layers().iter().map(u32::to_string).collect();
-    if !whole.is_empty() {
-        s += &format!("-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.={device}\"\n", whole.join("|"));
-    }
-    s
 }
 
 #[cfg(test)]
@@ -350,93 +253,5 @@ mod tests {
         m.layers[1] = vec![0, 1, 2];
         let err = keep_set(&m, "v").unwrap_err().to_string();
         assert!(err.contains("layer 3 keeps 3 experts, not K = 2"), "{err}");
-    }
-
-    /// Parses the flags as llama.cpp does: `--moe-hot-count` a comma list of integers, `-ot`
-    /// `<regex>=<buffer type>` split at the last `=`.
-    #[test]
-    fn llama_cpp_flags_parse_and_match_the_whole_layers() {
-        let plan = |hot: Vec<usize>, resident: Vec<usize>, kept: Vec<usize>| LlamaPlan {
-            layer_ids: vec![1, 3][..hot.len()].to_vec(),
-            hot,
-            resident,
-            kept,
-            pinned: false,
-        };
-        let s = llama_cpp_flags(&plan(vec![2, 4], vec![2, 4], vec![4, 4]), "CUDA0");
-        let lines: Vec<&str> = s.lines().collect();
-        let hot: Vec<usize> =
-            lines[0].strip_prefix("--moe-hot-count ").unwrap().split(',').map(|n| n.parse().unwrap()).collect();
-        assert_eq!(hot, [0, 2, 0, 4]);
-        let ot = lines[1].strip_prefix("-ot \"").unwrap().strip_suffix('"').unwrap();
-        let (pattern, device) = ot.rsplit_once('=').unwrap();
-        assert_eq!(device, "CUDA0");
-        let re = regex::Regex::new(pattern).unwrap();
-        for (name, hit) in [
-            ("blk.3.ffn_up_exps.weight", true),
-            ("blk.3.ffn_gate_exps.weight", true),
-            ("blk.3.ffn_down_exps.weight", true),
-            ("blk.1.ffn_up_exps.weight", false),
-            ("blk.13.ffn_up_exps.weight", false),
-            ("blk.3.attn_q.weight", false),
-            ("blk.3.ffn_gate_inp.weight", false),
-        ] {
-            assert_eq!(re.is_match(name), hit, "{name}");
-        }
-        // No whole layer: no -ot line.
-        let one = LlamaPlan { layer_ids: vec![0], ..plan(vec![1], vec![1], vec![4]) };
-        assert_eq!(llama_cpp_flags(&one, "CUDA0"), "--moe-hot-count 1\n");
-    }
-
-    /// A plan of 2 layers (ids 1, 2) of E = 4, the keep map keeping 3 and 4 experts.
-    fn plan_json(pinned: Option<serde_json::Value>) -> serde_json::Value {
-        let map = serde_json::json!({"metric": "frequency", "k": 4, "num_experts": 4, "layer_ids": [1, 2],
-            "layers": [[0, 1, 2], [0, 1, 2, 3]], "stats_sha256": "", "short_layers": []});
-        let mut v =
-            serde_json::json!({"chosen": {"variant": "frequency@4", "keep_map": map, "plan": {"caps": [3, 2]}}});
-        if let Some(p) = pinned {
-            v["pinned"] = p;
-        }
-        v
-    }
-
-    #[test]
-    fn llama_hot_counts_are_the_pins_of_a_pinned_plan_else_the_caches() {
-        // No pins: the cache sizes; layer 1 (cap 3 of 3 kept) is whole.
-        let p = LlamaPlan::of(&plan_json(None)).unwrap();
-        assert_eq!(
-            (p.hot.clone(), p.resident.clone(), p.kept.clone(), p.pinned),
-            (vec![3, 2], vec![3, 2], vec![3, 4], false)
-        );
-        assert_eq!(
-            llama_cpp_flags(&p, "CUDA0"),
-            "--moe-hot-count 0,3,2\n-ot \"blk\\.(1)\\.ffn_(gate|up|down)_exps\\.=CUDA0\"\n"
-        );
-        // Pins 1 and 2 with caps 1 and 2: hot counts 1,2 (what `plan` prints); layer 2 holds
-        // 2 + 2 = 4 of its 4 kept experts, layer 1 only 2 of 3.
-        let pinned = serde_json::json!({"plan": {"variant": "frequency@4", "pin_counts": [1, 2], "caps": [1, 2]},
-            "moe_hot_count": "1,2"});
-        let p = LlamaPlan::of(&plan_json(Some(pinned.clone()))).unwrap();
-        assert_eq!((p.hot.clone(), p.resident.clone(), p.pinned), (vec![1, 2], vec![2, 4], true));
-        assert_eq!(
-            llama_cpp_flags(&p, "CPU"),
-            "--moe-hot-count 0,1,2\n-ot \"blk\\.(2)\\.ffn_(gate|up|down)_exps\\.=CPU\"\n"
-        );
-        // The pinned plan of another variant needs its own keep map.
-        let mut other = pinned;
-        other["plan"]["variant"] = "full".into();
-        let err = LlamaPlan::of(&plan_json(Some(other.clone()))).unwrap_err().to_string();
-        assert!(err.contains("no pinned.keep_map"), "{err}");
-        other["keep_map"] = serde_json::json!({"metric": "full", "k": 4, "num_experts": 4, "layer_ids": [1, 2],
-            "layers": [[0, 1, 2, 3], [0, 1, 2, 3]], "stats_sha256": "", "short_layers": []});
-        let p = LlamaPlan::of(&plan_json(Some(other))).unwrap();
-        assert_eq!((p.kept.clone(), p.whole_layers()), (vec![4, 4], vec![2]));
-        // Not a plan, or lists that do not fit the map.
-        assert!(LlamaPlan::of(&serde_json::json!({"k": 4})).unwrap_err().to_string().contains("not a plan"));
-        let mut short = plan_json(None);
-        short["chosen"]["plan"]["caps"] = serde_json::json!([3]);
-        assert!(
-            LlamaPlan::of(&short).unwrap_err().to_string().contains("1 per-layer counts for a keep map of 2 layers")
-        );
     }
 }

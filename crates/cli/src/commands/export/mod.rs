@@ -24,9 +24,9 @@ pub enum ExportCmd {
         after_help = "Example:\n  moe-offload export gguf-prune stats.json -o expert_stats.json\n  python tools/moe-pruning/gguf_prune.py --input model.gguf --stats expert_stats.json --output pruned.gguf --keep_n 32"
     )]
     GgufPrune(StatsOut),
-    /// llama.cpp flags from a plan: `--moe-hot-count N0,N1,...` and `-ot` for the layers kept whole.
+    /// llama.cpp flags from a plan, one argument per line: `-ot` for the layers it places whole.
     #[command(
-        after_help = "Example:\n  moe-offload export llama-cpp plan.json -o llama-flags.txt\n  llama-server -m model.gguf $(cat llama-flags.txt) --cpu-moe"
+        after_help = "Example:\n  moe-offload export llama-cpp plan.json -o flags.txt\n  mapfile -t flags < flags.txt; llama-server -m model.gguf -ngl 99 \"${flags[@]}\"\n  xargs -d '\\n' -a flags.txt llama-server -m model.gguf -ngl 99"
     )]
     LlamaCpp(LlamaArgs),
     /// A keep map as a generic keep-set JSON: `k`, `layers` with each layer's `keep` list.
@@ -66,12 +66,21 @@ pub struct StatsOut {
 /// Arguments of `export llama-cpp`.
 #[derive(Debug, Args)]
 pub struct LlamaArgs {
-    /// Plan JSON written by `moe-offload plan`.
+    /// Plan JSON written by `moe-offload plan` (a cache plan, or a hybrid plan of `--exec host`).
     pub plan: PathBuf,
-    /// llama.cpp buffer type of the fast memory, for `-ot`.
-    #[arg(long, default_value = "CUDA0")]
-    pub device: String,
-    /// Output text file, the flags one per line (`-` for stdout).
+    /// llama.cpp buffer type of the fast memory, for a cache plan's `-ot` [default: CUDA0].
+    #[arg(long)]
+    pub device: Option<String>,
+    /// The model's blocks with routed experts (`1-26`, `0,8,12-18`); a hybrid plan's own by
+    /// default. Without it they are the plan's layers, and a plan that lacks a block below its
+    /// last layer gets no flags.
+    #[arg(long)]
+    pub moe_layers: Option<crate::args::Blocks>,
+    /// Also write `--moe-hot-count` and the plan's hot counts first: a flag of unmerged llama.cpp
+    /// patches only, which stock llama.cpp refuses. Cache plans.
+    #[arg(long)]
+    pub unmerged_hot_count: bool,
+    /// Output text file, one argument per line (`-` for stdout).
     #[arg(short, long)]
     pub output: PathBuf,
 }
@@ -123,21 +132,36 @@ pub fn run(cmd: &ExportCmd) -> Result<()> {
             let text = std::fs::read_to_string(&a.plan).with_context(|| format!("reading {}", a.plan.display()))?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).with_context(|| format!("{}: not JSON", a.plan.display()))?;
-            let p = formats::LlamaPlan::of(&v).with_context(|| format!("{}", a.plan.display()))?;
-            let flags = formats::llama_cpp_flags(&p, &a.device);
-            super::write_output(&a.output, flags.as_bytes())?;
-            let whole = p.whole_layers().len();
+            let p = api::llama::AnyPlan::of(&v).flags().with_context(|| format!("{}", a.plan.display()))?;
+            let moe_layers = a.moe_layers.as_ref().map(|b| b.0.as_slice());
+            let (f, hot) = api::llama::flags(&p, a.device.as_deref(), moe_layers, a.unmerged_hot_count)
+                .map_err(|e| anyhow::anyhow!(super::plan::spell_moe_layers(&e.render(&crate::args::Flags))))
+                .with_context(|| format!("{}", a.plan.display()))?;
+            let hot = hot.map(|h| format!("--moe-hot-count\n{h}\n")).unwrap_or_default();
+            super::write_output(&a.output, (hot + &f.lines()).as_bytes())?;
+            let moe = sweep::plan::llama::ranges(&f.moe_blocks);
+            let cpu = sweep::plan::llama::ranges(&f.cpu_blocks);
+            let what = match &p {
+                api::llama::AnyPlan::Cache(c) => format!(
+                    "{} whole in {}, the experts of MoE blocks {} on the CPU (--cpu-moe){}",
+                    super::layers(c.whole_layers().len()),
+                    a.device.as_deref().unwrap_or("CUDA0"),
+                    if cpu.is_empty() { "-".into() } else { cpu },
+                    if a.unmerged_hot_count {
+                        "; --moe-hot-count first: unmerged llama.cpp patches only, stock llama.cpp refuses it"
+                    } else {
+                        ""
+                    }
+                ),
+                api::llama::AnyPlan::Hybrid { .. } => match f.n_cpu_moe {
+                    _ if f.cpu_blocks.is_empty() => "every MoE block on the GPU: no arguments".into(),
+                    Some(n) => format!("the experts of blocks {cpu} on the CPU (the same as --n-cpu-moe {n})"),
+                    None => format!("the experts of blocks {cpu} on the CPU (no --n-cpu-moe places exactly these)"),
+                },
+            };
             super::status(format_args!(
-                "wrote {} (llama.cpp flags): --moe-hot-count for {}, {whole} kept whole in {}; {}",
+                "wrote {} (llama.cpp flags, one argument per line, MoE blocks {moe}): {what}",
                 super::shown(&a.output),
-                super::layers(p.layer_ids.len()),
-                a.device,
-                if p.pinned {
-                    "hot counts = the plan's pinned experts per layer (its caches are an LRU cache llama.cpp does not keep)"
-                } else {
-                    "the plan has no pins: hot counts = its cache size per layer, held by llama.cpp as a static hot \
-                     set (plan with --pin-counts for the figures of a hot set)"
-                }
             ));
         }
         ExportCmd::KeepSet(a) => {

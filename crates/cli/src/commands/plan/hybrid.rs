@@ -1,7 +1,8 @@
 //! `moe-offload plan --exec host --gpu-budget-gb X`: pinned experts per layer chosen by the
 //! out-of-sample tok/s of hybrid execution (SEMANTICS.md §14; [`sweep::plan::hybrid`]), at both
-//! granularities: per expert (kTransformers-style counts and lists, llama.cpp forks'
-//! `--moe-hot-count`) and per layer (llama.cpp's `-ot ...=CPU` and `--n-cpu-moe N`).
+//! granularities: per expert (kTransformers-style counts and lists; the `--moe-hot-count` list of
+//! unmerged llama.cpp patches) and per layer (llama.cpp's `-ot ...=CPU`, and `--n-cpu-moe N` when
+//! exactly the same: [`sweep::plan::llama`]).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use clap::Args;
 use serde_json::json;
 use sweep::DeviceProfile;
 use sweep::plan::hybrid::{Granularity, HybridPlan, HybridPlanRequest, plan_hybrid};
+use sweep::plan::llama;
 use trace_io::TraceFile;
 
 /// The flags of `plan --exec host`.
@@ -32,19 +34,11 @@ pub struct HybridFlags {
     /// A profile file (docs/grid-format.md, "Profiles"); instead of `--profile NAME`.
     #[arg(long, conflicts_with = "profile")]
     pub profile_file: Option<PathBuf>,
-}
-
-/// The llama.cpp flags of a per-layer plan: `-ot` for the CPU layers, and `--n-cpu-moe N` when
-/// they are exactly the model's first N layers that have experts.
-fn llama_layer_flags(layer_ids: &[u32], counts: &[usize]) -> (Option<String>, Option<usize>) {
-    let cpu: Vec<u32> = layer_ids.iter().zip(counts).filter(|(_, n)| **n == 0).map(|(&id, _)| id).collect();
-    let Some(&last) = cpu.iter().max() else { return (None, Some(0)) };
-    let ot = format!(
-        "-ot \"blk\\.({})\\.ffn_(gate|up|down)_exps\\.=CPU\"",
-        cpu.iter().map(ToString::to_string).collect::<Vec<_>>().join("|")
-    );
-    let first_n = layer_ids.iter().filter(|&&id| id <= last).all(|id| cpu.contains(id));
-    (Some(ot), first_n.then_some(last as usize + 1))
+    /// The model's blocks with routed experts (`1-26`, `0,8,12-18`), for the llama.cpp flags:
+    /// without it they are the traced layers, and a trace that lacks a block below its last layer
+    /// gets no flags (the block may be an MoE layer it did not record).
+    #[arg(long)]
+    pub moe_layers: Option<crate::args::Blocks>,
 }
 
 /// Runs `plan --exec host`.
@@ -105,7 +99,8 @@ pub fn run(a: &super::PlanArgs) -> Result<()> {
     let per_expert = plan_hybrid(&req)?;
     let per_layer = plan_hybrid(&HybridPlanRequest { granularity: Granularity::Layer, ..req })?;
     let ids = &cv.meta().layer_ids;
-    let (ot, n_cpu_moe) = llama_layer_flags(ids, &per_layer.counts);
+    let cpu: Vec<u32> = ids.iter().zip(&per_layer.counts).filter(|(_, n)| **n == 0).map(|(&id, _)| id).collect();
+    let flags = llama::cpu_layer_flags(ids, &cpu, h.moe_layers.as_ref().map(|b| b.0.as_slice()));
     let hot = sweep::plan::hot_count_list(ids, &per_expert.counts);
     let doc = json!({
         "kind": crate::commands::json::HYBRID_PLAN,
@@ -122,7 +117,12 @@ pub fn run(a: &super::PlanArgs) -> Result<()> {
         "layer_ids": ids,
         "per_expert": per_expert,
         "per_layer": per_layer,
-        "llama_cpp": { "moe_hot_count": hot, "ot": ot, "n_cpu_moe": n_cpu_moe },
+        "moe_layers": h.moe_layers.as_ref().map(|b| &b.0),
+        "llama_cpp": match &flags {
+            Ok(f) => json!({ "flags": f, "refused": null }),
+            Err(e) => json!({ "flags": null, "refused": e.to_string() }),
+        },
+        "unmerged_moe_hot_count": hot,
     });
     let bytes = serde_json::to_vec_pretty(&doc)?;
     let bytes = [bytes, b"\n".to_vec()].concat();
@@ -152,12 +152,28 @@ pub fn run(a: &super::PlanArgs) -> Result<()> {
         "  pinned per layer: {}",
         per_expert.counts.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
     )?;
-    writeln!(out, "  llama.cpp --moe-hot-count {hot}")?;
+    writeln!(
+        out,
+        "  hot counts per model layer: {hot} (kTransformers-style placement; stock llama.cpp places whole \
+         layers only, and `--moe-hot-count` is from unmerged llama.cpp patches, not a llama.cpp flag)"
+    )?;
     writeln!(out, "per layer: {}", line(&per_layer))?;
-    match (&ot, n_cpu_moe) {
-        (None, _) => writeln!(out, "  every layer's experts on the GPU")?,
-        (Some(ot), Some(n)) => writeln!(out, "  llama.cpp {ot}  (or --n-cpu-moe {n})")?,
-        (Some(ot), None) => writeln!(out, "  llama.cpp {ot}")?,
+    match &flags {
+        Err(e) => {
+            writeln!(out, "  llama.cpp flags: none: {}", crate::commands::plan::spell_moe_layers(&e.to_string()))?
+        }
+        Ok(f) if f.args.is_empty() => writeln!(out, "  every layer's experts on the GPU (no llama.cpp flags)")?,
+        Ok(f) => {
+            writeln!(out, "  llama.cpp {}", f.shell_line())?;
+            if let Some(n) = f.n_cpu_moe {
+                writeln!(out, "    the same placement: --n-cpu-moe {n}")?;
+            }
+            writeln!(
+                out,
+                "    one argument per line: moe-offload export llama-cpp {} -o flags.txt",
+                crate::commands::shown(a.output())
+            )?;
+        }
     }
     writeln!(out, "wrote {}", crate::commands::shown(a.output()))?;
     Ok(())

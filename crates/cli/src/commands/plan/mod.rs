@@ -71,8 +71,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub yes: bool,
     /// Also plan pinned experts (SEMANTICS.md §9): per layer one of these pinned counts (0 is
-    /// always tried) plus a cache, within the same slots; printed as llama.cpp's
-    /// `--moe-hot-count` list. lru only.
+    /// always tried) plus a cache, within the same slots; printed as a per-layer hot-count list
+    /// (the `--moe-hot-count` of unmerged llama.cpp patches, not a llama.cpp flag). lru only.
     #[arg(long, value_delimiter = ',')]
     pub pin_counts: Option<Vec<usize>>,
     /// Output plan JSON (`-` for stdout; the table then goes to stderr). Required unless --json.
@@ -98,6 +98,9 @@ impl PlanArgs {
 pub fn plan(a: &PlanArgs) -> Result<()> {
     if a.hybrid.exec.is_some() {
         return hybrid::run(a);
+    }
+    if a.hybrid.moe_layers.is_some() {
+        bail!("--moe-layers is read by plan --exec host; for the flags of this plan give it to `export llama-cpp`");
     }
     let budget_gb = a.budget_gb.context("--budget-gb is required without --exec")?;
     super::refuse_overwrite(a.output(), [a.in_sample.as_path(), a.out_of_sample.as_path()])?;
@@ -252,7 +255,17 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
             "with pins: {} pinned {:?} + caps {:?} in {} slots: {:.4} misses/token in sample, {:.4} out of sample (verified by replay)",
             p.variant, p.pin_counts, p.caps, p.slots, p.in_sample_misses_per_token, p.out_of_sample_misses_per_token
         )?;
-        writeln!(out, "llama.cpp: --moe-hot-count {}", p.hot_count_list(&p.keep_map.layer_ids))?;
+        writeln!(
+            out,
+            "hot counts per model layer: {} (`--moe-hot-count` of unmerged llama.cpp patches, not a llama.cpp flag)",
+            p.hot_count_list(&p.keep_map.layer_ids)
+        )?;
     }
     Ok(())
+}
+
+/// A flags refusal ([`sweep::plan::llama::FlagsError`]) as the command line says it:
+/// `moe_layers` is `--moe-layers`.
+pub(crate) fn spell_moe_layers(e: &str) -> String {
+    e.replace("moe_layers", "--moe-layers")
 }

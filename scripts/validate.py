@@ -10,7 +10,8 @@ python/tiny_gguf.py, then:
    llama.cpp's CPU kernels on the model's tensor types and shapes;
 3. `moe-offload replay TRACE --exec host --cap 0 --profile-file PROFILE`: every pick a host run
    (SEMANTICS §14's all-CPU baseline), per token for decode; `--served` on a prefill-only capture
-   (each llama_decode one engine step) for prefill: predicted.
+   (each llama_decode one engine step), with the dense time of a step of that many rows as
+   `--compute-ms-per-step`, for prefill: predicted.
 
 It prints one Markdown row per case and phase (and writes them as JSON with --json). Run:
 
@@ -82,7 +83,10 @@ def case(bin_, name, work: Path, a):
                "--json")
     common = ["--policy", "lru", "--exec", "host", "--cap", 0, "--warmup", 0, "--profile-file", d / "hw.json", "--json"]
     p_dec = run(bin_, "replay", d / "decode.safetensors", *common)["cost"]["tok_s"]
-    p_pre = run(bin_, "replay", d / "prefill.safetensors", "--served", *common)["cost"]["tok_s"]
+    # A prefill step's dense compute: the dense weights' products on `prompt` rows at once.
+    step_ms = dict(prof["measured"]["dense_rows"])[a.prompt]["median_ms"]
+    p_pre = run(bin_, "replay", d / "prefill.safetensors", "--served", "--compute-ms-per-step", step_ms,
+                *common)["cost"]["tok_s"]
     m_dec = 1000.0 / dec["timings"]["decode_ms_per_token"]
     m_pre = 1000.0 / pre["timings"]["prompt_ms_per_token"]
     arch, e, k, layers, hidden, ffn, ty = shape
@@ -100,7 +104,8 @@ def main():
     p.add_argument("--work", required=True, type=Path, help="where the models and traces go (reused)")
     p.add_argument("--cases", default=",".join(c for c in CASES if c != "tiny"), help="comma-separated case names")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence")
+    p.add_argument("--prompt", type=int, default=128, choices=(16, 64, 128, 512),
+                   help="prompt tokens per sequence (one prefill step; profile measure times these row counts)")
     p.add_argument("--generate", type=int, default=32, help="decode tokens per sequence")
     p.add_argument("--sequences", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)

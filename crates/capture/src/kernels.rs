@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use llama_cpp_sys_2 as sys;
 
-use crate::measure::{MeasureConfig, Measured, ROWS, Spread};
+use crate::measure::{DENSE_ROWS, MeasureConfig, Measured, ROWS, Spread};
 use crate::{CaptureError, Result};
 
 /// The most memory the expert copies may take, bytes.
@@ -273,27 +273,31 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
         dense_w.push((dctx.weight(t.ty, t.ne[0], t.ne[1], p), t.ne[0]));
     }
     drop(patterns);
-    let mut times = Vec::with_capacity(cfg.repeats);
-    for r in 0..=cfg.repeats {
-        let scratch = Ctx::new(
-            dense.len() * (2 * overhead + 64)
-                + dense.iter().map(|t| (t.ne[0] + t.ne[1]) as usize * 4 + 64).sum::<usize>()
-                + (16 << 20),
-        )?;
-        let outs: Vec<_> = dense_w
-            .iter()
-            .map(|&(w, ne0)| {
-                let x = scratch.input(ne0, 1);
-                // SAFETY: live tensors of matching inner extents.
-                unsafe { sys::ggml_mul_mat(scratch.0, w, x) }
-            })
-            .collect();
-        let ms = scratch.time(&outs, &pool);
-        if r > 0 {
-            times.push(ms);
+    let mut dense_rows = Vec::new();
+    for &n in &DENSE_ROWS {
+        let mut times = Vec::with_capacity(cfg.repeats);
+        for r in 0..=cfg.repeats {
+            let scratch = Ctx::new(
+                dense.len() * (2 * overhead + 64)
+                    + dense.iter().map(|t| (t.ne[0] + t.ne[1]) as usize * 4 * n + 64).sum::<usize>()
+                    + (64 << 20),
+            )?;
+            let outs: Vec<_> = dense_w
+                .iter()
+                .map(|&(w, ne0)| {
+                    let x = scratch.input(ne0, n as i64);
+                    // SAFETY: live tensors of matching inner extents.
+                    unsafe { sys::ggml_mul_mat(scratch.0, w, x) }
+                })
+                .collect();
+            let ms = scratch.time(&outs, &pool);
+            if r > 0 {
+                times.push(ms);
+            }
         }
+        dense_rows.push((n, Spread::of(times)));
     }
-    let dense_spread = Spread::of(times);
+    let dense_spread = dense_rows[0].1;
     let t1 = expert_rows[0].1.median_ms;
     let t64 = expert_rows.last().map_or(t1, |r| r.1.median_ms);
     let expert_mb = expert_bytes as f64 / 1e6;
@@ -306,6 +310,7 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
         expert_copies: copies,
         expert_rows,
         dense: dense_spread,
+        dense_rows,
         dense_mb: dense_bytes as f64 / 1e6,
         threads,
         host_gbps: expert_mb / t1,

@@ -384,9 +384,11 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
     let timings = Timings {
         load_ms: perf.t_load_ms,
         prompt_ms: perf.t_p_eval_ms,
-        prompt_tokens: perf.n_p_eval.max(0) as u64,
+        // The tokens fed, not llama.cpp's counters: llama_perf_context reports at least 1 decode
+        // token even when none ran.
+        prompt_tokens: prefill_tokens as u64,
         decode_ms: perf.t_eval_ms,
-        decode_tokens: perf.n_eval.max(0) as u64,
+        decode_tokens: generated.iter().map(Vec::len).sum::<usize>() as u64,
         threads,
         batch: n_batch,
         timing: cfg.timing,

@@ -12,6 +12,9 @@
 //!   FFN blocks, the output head), each of its own type and shape: the weight traffic of one decode
 //!   token outside the routed experts. Attention over the KV cache, norms and the sampler are left out.
 //!
+//! - Dense compute of a step of n rows (n = 16, 64, 128, 512): the same graph on n rows at once, a
+//!   measured `compute_ms_per_step` for prefill batches (SEMANTICS §11).
+//!
 //! Every figure is the median of the repeats, with its minimum and maximum.
 
 use std::path::PathBuf;
@@ -67,8 +70,11 @@ pub struct Measured {
     pub expert_copies: usize,
     /// Per row count n: the time of one expert on n rows.
     pub expert_rows: Vec<(usize, Spread)>,
-    /// The dense weights' matrix-vector products of one token.
+    /// The dense weights' matrix-vector products of one token (`dense_rows`' first entry).
     pub dense: Spread,
+    /// The dense weights' products with n rows at once (a prefill batch of n tokens), per n of
+    /// [`DENSE_ROWS`]: a measured `compute_ms_per_step` for steps of n rows (SEMANTICS §11).
+    pub dense_rows: Vec<(usize, Spread)>,
     /// Bytes of those dense weights, MB.
     pub dense_mb: f64,
     /// Threads used.
@@ -81,6 +87,8 @@ pub struct Measured {
 
 /// Rows of the expert timings.
 pub const ROWS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// Rows of the dense timings.
+pub const DENSE_ROWS: [usize; 5] = [1, 16, 64, 128, 512];
 
 /// Measures the machine on `cfg.model`'s tensors; `progress` hears of each step.
 ///

@@ -214,6 +214,9 @@ fn measure(a: &MeasureArgs) -> Result<()> {
         "dense weights of one token: {:.1} MB in {:.4} ms (min {:.4}, max {:.4})",
         m.dense_mb, m.dense.median_ms, m.dense.min_ms, m.dense.max_ms
     )?;
+    let steps: Vec<String> =
+        m.dense_rows.iter().skip(1).map(|(n, s)| format!("{n} rows {:.4} ms", s.median_ms)).collect();
+    writeln!(out, "dense weights of a step (compute_ms_per_step): {}", steps.join(", "))?;
     writeln!(
         out,
         "profile: expert_mb {:.6}, compute_ms {:.4}, host_gbps {:.3}, host_ms_per_row {:.5}{}",

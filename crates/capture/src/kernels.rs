@@ -21,8 +21,17 @@ struct Info {
     ne: [i64; 4],
 }
 
-/// `general.architecture` and the tensors of a GGUF file (no data read).
-fn tensors(path: &Path) -> Result<(String, Vec<Info>)> {
+/// Attention heads of the model: query heads, key/value heads, head size.
+#[derive(Debug, Clone, Copy)]
+struct Heads {
+    q: i64,
+    kv: i64,
+    dim: i64,
+}
+
+/// `general.architecture`, the attention heads (when the metadata gives them) and the tensors of a
+/// GGUF file (no data read).
+fn tensors(path: &Path) -> Result<(String, Option<Heads>, Vec<Info>)> {
     let err = |reason: String| CaptureError::Model { path: path.into(), reason };
     let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| err("a NUL in the path".into()))?;
     let mut meta: *mut sys::ggml_context = std::ptr::null_mut();
@@ -36,6 +45,23 @@ fn tensors(path: &Path) -> Result<(String, Vec<Info>)> {
     let arch = unsafe {
         let id = sys::gguf_find_key(g, c"general.architecture".as_ptr());
         if id < 0 { String::new() } else { CStr::from_ptr(sys::gguf_get_val_str(g, id)).to_string_lossy().into_owned() }
+    };
+    let u32_of = |key: String| -> Option<i64> {
+        let key = CString::new(key).ok()?;
+        // SAFETY: g is live; the key is NUL-terminated; the value is read only when it is a u32.
+        unsafe {
+            let id = sys::gguf_find_key(g, key.as_ptr());
+            (id >= 0 && sys::gguf_get_kv_type(g, id) == sys::GGUF_TYPE_UINT32)
+                .then(|| i64::from(sys::gguf_get_val_u32(g, id)))
+        }
+    };
+    let q = u32_of(format!("{arch}.attention.head_count"));
+    let kv = u32_of(format!("{arch}.attention.head_count_kv")).or(q);
+    let dim = u32_of(format!("{arch}.attention.key_length"))
+        .or_else(|| u32_of(format!("{arch}.embedding_length")).zip(q).map(|(e, q)| e / q.max(1)));
+    let heads = match (q, kv, dim) {
+        (Some(q), Some(kv), Some(dim)) if q > 0 && kv > 0 && dim > 0 => Some(Heads { q, kv, dim }),
+        _ => None,
     };
     let mut out = Vec::new();
     // SAFETY: meta is the context gguf_init_from_file made; the tensors it lists live until ggml_free.
@@ -54,7 +80,7 @@ fn tensors(path: &Path) -> Result<(String, Vec<Info>)> {
         sys::gguf_free(g);
         sys::ggml_free(meta);
     }
-    Ok((arch, out))
+    Ok((arch, heads, out))
 }
 
 fn type_name(ty: sys::ggml_type) -> String {
@@ -99,6 +125,18 @@ impl Ctx {
         let t = unsafe { sys::ggml_new_tensor_2d(self.0, sys::GGML_TYPE_F32, ne0, ne1) };
         // SAFETY: an f32 tensor of ne0 · ne1 elements.
         let data = unsafe { std::slice::from_raw_parts_mut((*t).data.cast::<f32>(), (ne0 * ne1) as usize) };
+        for (i, x) in data.iter_mut().enumerate() {
+            *x = ((i * 7919 % 1000) as f32 - 500.0) / 5000.0;
+        }
+        t
+    }
+
+    /// An f32 `[ne0, ne1, ne2]` input filled with small values.
+    fn input3(&self, ne0: i64, ne1: i64, ne2: i64) -> *mut sys::ggml_tensor {
+        // SAFETY: as in `weight`.
+        let t = unsafe { sys::ggml_new_tensor_3d(self.0, sys::GGML_TYPE_F32, ne0, ne1, ne2) };
+        // SAFETY: an f32 tensor of ne0 · ne1 · ne2 elements.
+        let data = unsafe { std::slice::from_raw_parts_mut((*t).data.cast::<f32>(), (ne0 * ne1 * ne2) as usize) };
         for (i, x) in data.iter_mut().enumerate() {
             *x = ((i * 7919 % 1000) as f32 - 500.0) / 5000.0;
         }
@@ -179,7 +217,8 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
     if !path.is_file() {
         return Err(CaptureError::Model { path: path.clone(), reason: "no such file".into() });
     }
-    let (arch, all) = tensors(path)?;
+    let (arch, heads, all) = tensors(path)?;
+    let attn_layers = all.iter().filter(|t| t.name.ends_with(".attn_q.weight")).count();
     let find = |part: &str| all.iter().find(|t| t.name.ends_with(&format!(".ffn_{part}_exps.weight")));
     let (Some(gate), Some(up), Some(down)) = (find("gate"), find("up"), find("down")) else {
         return Err(CaptureError::Model {
@@ -232,14 +271,20 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
             let scratch = Ctx::new(scratch_bytes)?;
             let [g, u, d] = mats[next % copies];
             next += 1;
-            let x = scratch.input(hidden, n as i64);
-            let y = scratch.input(inter, n as i64);
-            // SAFETY: the weights and inputs are live tensors of matching inner extents.
+            // MUL_MAT_ID, the op llama.cpp's MoE block runs: each weight as a set of one expert,
+            // n rows choosing it.
+            let x = scratch.input3(hidden, 1, n as i64);
+            let y = scratch.input3(inter, 1, n as i64);
+            // SAFETY: the weights and inputs are live tensors of matching extents; ids is an i32
+            // [1, n] tensor of zeros (expert 0 of each one-expert set).
             let outs = unsafe {
+                let ids = sys::ggml_new_tensor_2d(scratch.0, sys::GGML_TYPE_I32, 1, n as i64);
+                std::ptr::write_bytes((*ids).data.cast::<u8>(), 0, sys::ggml_nbytes(ids));
+                let set = |w: *mut sys::ggml_tensor| sys::ggml_reshape_3d(scratch.0, w, (*w).ne[0], (*w).ne[1], 1);
                 [
-                    sys::ggml_mul_mat(scratch.0, g, x),
-                    sys::ggml_mul_mat(scratch.0, u, x),
-                    sys::ggml_mul_mat(scratch.0, d, y),
+                    sys::ggml_mul_mat_id(scratch.0, set(g), x, ids),
+                    sys::ggml_mul_mat_id(scratch.0, set(u), x, ids),
+                    sys::ggml_mul_mat_id(scratch.0, set(d), y, ids),
                 ]
             };
             let ms = scratch.time(&outs, &pool);
@@ -277,12 +322,16 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
     for &n in &DENSE_ROWS {
         let mut times = Vec::with_capacity(cfg.repeats);
         for r in 0..=cfg.repeats {
+            let attn = heads.map_or(0, |h| {
+                attn_layers * (4 * overhead + (h.dim * n as i64 * (2 * h.q + 2 * h.kv)) as usize * 4 + 256)
+            });
             let scratch = Ctx::new(
                 dense.len() * (2 * overhead + 64)
                     + dense.iter().map(|t| (t.ne[0] + t.ne[1]) as usize * 4 * n + 64).sum::<usize>()
+                    + attn
                     + (64 << 20),
             )?;
-            let outs: Vec<_> = dense_w
+            let mut outs: Vec<_> = dense_w
                 .iter()
                 .map(|&(w, ne0)| {
                     let x = scratch.input(ne0, n as i64);
@@ -290,6 +339,22 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
                     unsafe { sys::ggml_mul_mat(scratch.0, w, x) }
                 })
                 .collect();
+            // Attention of n rows over n positions in every attention layer, as llama.cpp's CPU
+            // backend computes it (flash attention, f16 K and V).
+            if let Some(h) = heads {
+                for _ in 0..attn_layers {
+                    // SAFETY: tensors of the context, of the extents flash_attn_ext takes.
+                    outs.push(unsafe {
+                        let q = scratch.input3(h.dim, n as i64, h.q);
+                        let k = sys::ggml_new_tensor_3d(scratch.0, sys::GGML_TYPE_F16, h.dim, n as i64, h.kv);
+                        let v = sys::ggml_new_tensor_3d(scratch.0, sys::GGML_TYPE_F16, h.dim, n as i64, h.kv);
+                        std::ptr::write_bytes((*k).data.cast::<u8>(), 0, sys::ggml_nbytes(k));
+                        std::ptr::write_bytes((*v).data.cast::<u8>(), 0, sys::ggml_nbytes(v));
+                        let scale = 1.0 / (h.dim as f32).sqrt();
+                        sys::ggml_flash_attn_ext(scratch.0, q, k, v, std::ptr::null_mut(), scale, 0.0, 0.0)
+                    });
+                }
+            }
             let ms = scratch.time(&outs, &pool);
             if r > 0 {
                 times.push(ms);

@@ -1,8 +1,9 @@
 //! `profile measure`: this machine's figures for SEMANTICS §14, measured with llama.cpp's own CPU
-//! kernels (ggml's `mul_mat`) on the tensor types and shapes of a GGUF model.
+//! kernels (ggml's `mul_mat_id`, `mul_mat` and `flash_attn_ext`) on the tensor types and shapes of
+//! a GGUF model.
 //!
 //! - Host expert runs: one routed expert (its gate, up and down matrices, of the model's type and
-//!   shape) multiplied by n = 1, 2, 4, ..., 64 rows. Each repeat uses another copy of the expert, as
+//!   shape) applied to n = 1, 2, 4, ..., 64 rows with `mul_mat_id`, the op llama.cpp's MoE block runs. Each repeat uses another copy of the expert, as
 //!   many copies as the model has experts (at most 2 GB of them), so that the weights come from
 //!   memory as in a decode step, not from the CPU's caches. `host_gbps` = the expert's bytes over the
 //!   1-row time; `host_ms_per_row` = the 64-row time / 64, so that §14's max(bytes / host_gbps,
@@ -12,8 +13,10 @@
 //!   FFN blocks, the output head), each of its own type and shape: the weight traffic of one decode
 //!   token outside the routed experts. Attention over the KV cache, norms and the sampler are left out.
 //!
-//! - Dense compute of a step of n rows (n = 16, 64, 128, 512): the same graph on n rows at once, a
-//!   measured `compute_ms_per_step` for prefill batches (SEMANTICS §11).
+//! - Dense compute of a step of n rows (n = 16, 64, 128, 512): the same graph on n rows at once,
+//!   plus each attention layer's flash attention of the n rows over n positions (f16 K and V, as
+//!   llama.cpp's CPU backend keeps them): a measured `compute_ms_per_step` for a prefill batch of n
+//!   tokens that starts a sequence (SEMANTICS §11). For one row the attention is over one position.
 //!
 //! Every figure is the median of the repeats, with its minimum and maximum.
 

@@ -152,8 +152,7 @@ const SMALL: Synth = Synth { layers: 3, tokens: 120, num_experts: 10, top_k: 2, 
 /// sequence starts, pins and a warmup.
 #[test]
 fn shared_differential() {
-    let shared_policies: Vec<Policy> =
-        Policy::ALL.iter().copied().filter(|&p| p.as_str() != "lfu_fifo").collect();
+    let shared_policies: Vec<Policy> = Policy::ALL.iter().copied().filter(|&p| p.as_str() != "lfu_fifo").collect();
     for (seed, shape) in [(1, SMALL), (2, DEPLOY_SMALL)] {
         let trace = synth(seed, shape);
         let view = trace.view();

@@ -62,7 +62,8 @@ pub fn replay(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, shared: &S
     let k_used = cfg.k_used_or(shape.top_k);
     let starts = sequence_starts(trace, cfg);
     let pinned = |l: usize, e: u16| shared.pins.as_ref().is_some_and(|p| p.is_kept(l, usize::from(e)));
-    let next_uses = if cfg.policy == Policy::Belady { next_uses(trace, keep, k_used, &starts) } else { BTreeMap::new() };
+    let next_uses =
+        if cfg.policy == Policy::Belady { next_uses(trace, keep, k_used, &starts) } else { BTreeMap::new() };
 
     let mut counts = vec![LayerCounts::default(); big_l];
     let mut pinned_hits = 0;
@@ -209,11 +210,9 @@ fn priority(policy: Policy, (l, e): (usize, u16), slot: &Slot, state: &[LayerSta
         },
         Policy::NearPick => Key::Pair(st.near_last.get(&e).map_or(-1.0, |&t| t as f64), last),
         Policy::NearPickEma | Policy::InvRouter => Key::Pair(st.score[usize::from(e)] / st.multiplier, last),
-        Policy::Lfru => Key::Ratio {
-            num: slot.accesses,
-            den: st.lfru_clock - slot.lfru_last + 1,
-            inserted: slot.inserted_at,
-        },
+        Policy::Lfru => {
+            Key::Ratio { num: slot.accesses, den: st.lfru_clock - slot.lfru_last + 1, inserted: slot.inserted_at }
+        }
         #[cfg(feature = "experimental-policy")]
         Policy::LfuFifo => unreachable!("validate refuses lfu_fifo with a shared cache"),
     }

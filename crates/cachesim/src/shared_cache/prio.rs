@@ -50,7 +50,13 @@ pub(crate) fn with_prio(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, 
         }
         Policy::Belady => {
             let next = next_uses(trace, keep, &params);
-            run_shared(&params, trace, keep, pins, Belady { k: params.k_used, tokens: params.tokens, next, key: vec![0; pairs] })
+            run_shared(
+                &params,
+                trace,
+                keep,
+                pins,
+                Belady { k: params.k_used, tokens: params.tokens, next, key: vec![0; pairs] },
+            )
         }
         Policy::NearPick => run_shared(
             &params,
@@ -87,15 +93,7 @@ pub(crate) fn with_prio(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, 
         #[cfg(feature = "experimental-policy")]
         Policy::LfuFifo => unreachable!("validate refuses a policy without a shared priority"),
     };
-    SharedCounts::assemble(
-        &trace.shape(),
-        cfg,
-        shared,
-        &out.layers,
-        out.pinned_hits,
-        out.slots_end,
-        out.slot_tokens,
-    )
+    SharedCounts::assemble(&trace.shape(), cfg, shared, &out.layers, out.pinned_hits, out.slots_end, out.slot_tokens)
 }
 
 /// `lru`: the time of the last access.

@@ -35,8 +35,9 @@ pub struct CountsReport {
     pub costs: Vec<DeployCost>,
     /// Hybrid execution's counts, device and cost (§14).
     pub hybrid: Option<Hybrid>,
-    /// One cache shared by every layer (§15.1): its slots and what each layer held.
-    pub shared: Option<Shared>,
+    /// One cache shared by every layer (§15.1): its slots and what each layer held (boxed: most
+    /// replays have none).
+    pub shared: Option<Box<Shared>>,
     /// What the user should know about the result.
     pub notes: Vec<Msg>,
 }
@@ -87,7 +88,7 @@ pub(super) fn shared_counts(
         profile: profile.clone(),
         costs,
         hybrid: None,
-        shared: Some(info),
+        shared: Some(Box::new(info)),
         notes: Vec::new(),
     }
 }

@@ -9,6 +9,8 @@
 //! slots (C of them): the keys of a credit policy move with its layer's multiplier (§15.1:
 //! S_l[e] / M_l), so no order kept between misses would hold for every policy.
 
+use std::cmp::Ordering;
+
 use trace_io::TraceView;
 
 use super::step_loop::{extend_f, select_cache_aware};
@@ -249,7 +251,11 @@ fn victim<P: SharedPrio>(prio: &P, cached: &[u32], marks: &[u64], stamp: u64, e_
         let key = prio.key(s, s / e_count);
         let better = match best {
             None => true,
-            Some((b, bs)) => key < b || (!(b < key) && s < bs),
+            Some((b, bs)) => match key.partial_cmp(&b) {
+                Some(Ordering::Less) => true,
+                Some(Ordering::Equal) => s < bs,
+                _ => false,
+            },
         };
         if better {
             best = Some((key, s));

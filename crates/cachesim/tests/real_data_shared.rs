@@ -12,6 +12,7 @@ use trace_io::TraceData;
 
 /// Replays `trace` with per-layer caps of `cap` and one shared cache of L · cap (fast and
 /// reference, which must agree), for each policy; prints misses per token and the occupancy.
+#[expect(clippy::print_stdout, reason = "the figures of docs/policies.md, shown with --nocapture")]
 fn compare(name: &str, trace: &TraceData, cap: usize, policies: &[Policy], pins: bool) {
     let view = trace.view();
     let shape = view.shape();
@@ -19,7 +20,7 @@ fn compare(name: &str, trace: &TraceData, cap: usize, policies: &[Policy], pins:
     let pins = pins.then(|| Keep::from_layers(&shape, &top_frequency(trace, 4)).expect("pins"));
     for &policy in policies {
         let cfg = ReplayConfig::new(policy, cap);
-        let shared = SharedCache { cap: shape.layers * cap, pins: pins.clone() };
+        let shared = SharedCache { cap: shape.layers * cap, pins: pins.clone(), ..SharedCache::default() };
         let fast = shared_cache::replay(&view, &keep, &cfg, &shared).expect("valid");
         let slow = reference::shared::replay(&view, &keep, &cfg, &shared).expect("valid");
         assert_eq!(fast, slow, "{name} {policy} cap {cap}");

@@ -1,10 +1,11 @@
 //! One cache shared by every layer (SEMANTICS.md §15.1): hand-computed cases on both replayers,
 //! the fast replayer against the plain reference on synthetic traces, the shared cache against
-//! per-layer caches of the same memory, and one layer's shared cache against §5's cache.
+//! per-layer caches of the same memory, and one layer's shared cache against §5's and §9–§11's
+//! caches (per token, pinned, served, re-batched).
 
 mod common;
 
-use cachesim::deploy::Deployment;
+use cachesim::deploy::{Deployment, Schedule};
 use cachesim::shared_cache::{self, SharedCache, SharedCounts};
 use cachesim::{CacheSimError, Keep, Policy, ReplayConfig, Semantics, reference};
 use common::spec::{Spec, check_expect, list, n};
@@ -17,7 +18,9 @@ fn both(view: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, shared: &SharedCa
     let slow = reference::shared::replay(view, keep, cfg, shared).expect("a valid shared replay");
     assert_eq!(fast, slow, "fast and reference disagree on {cfg:?}, C = {}", shared.cap);
     let c = &fast.deploy.counts;
-    assert_eq!(c.hits + c.misses, c.picks, "{cfg:?}");
+    if shared.schedule == Schedule::PerToken {
+        assert_eq!(c.hits + c.misses, c.picks, "{cfg:?}");
+    }
     assert!(fast.layer_slots_end.iter().sum::<usize>() <= shared.cap);
     assert!(fast.layer_slot_tokens.iter().all(|&s| s <= shared.cap as u64 * c.tokens));
     fast
@@ -36,7 +39,8 @@ fn pin_pairs(text: &str, layers: usize) -> Vec<Vec<u16>> {
 /// Replays the trace of `spec` through one shared cache with every policy named in `expect`.
 ///
 /// `spec`: settings `E=`, `k=`, `C=` (the shared slots), optionally `W=` (default 0), `seq`
-/// (sequential semantics), `pins=l.e,...`; rows of every layer (` / ` between layers).
+/// (sequential semantics), `pins=l.e,...`, `steps=` (served: the first row of each step); rows
+/// of every layer (` / ` between layers).
 /// `expect`: `policy misses` pairs, and figures every named policy must give: layer_misses,
 /// hits, pinned_hits, slots_end (per layer), slot_tokens (per layer, Σ over counted tokens).
 fn check_shared(spec: &str, expect: &str) {
@@ -48,13 +52,16 @@ fn check_shared(spec: &str, expect: &str) {
     }
     let layers = s.layers.len();
     let pins = s.take("pins").map(|v| pin_pairs(&v, layers));
+    let steps: Option<Vec<u64>> = s.take("steps").map(|v| common::spec::ids(&v).into_iter().map(u64::from).collect());
+    let schedule = if steps.is_some() { Schedule::Served } else { Schedule::PerToken };
     s.finish();
     let (row_ids, tokens, m) = s.ids();
-    let parts = OwnedParts { ids: row_ids, ..Default::default() };
+    let parts = OwnedParts { ids: row_ids, step_offsets: steps, ..Default::default() };
     let trace = TraceData::new(common::meta(experts, k, layers), tokens, m, parts).expect("a valid hand-built trace");
     let view = trace.view();
     let shape = view.shape();
-    let shared = SharedCache { cap, pins: pins.map(|p| Keep::from_layers(&shape, &p).expect("valid pins")) };
+    let pins = pins.map(|p| Keep::from_layers(&shape, &p).expect("valid pins"));
+    let shared = SharedCache { cap, pins, schedule };
     let (pairs, figures): (Vec<&str>, Vec<&str>) = expect.split_whitespace().partition(|w| !w.contains('='));
     let figures = figures.join(" ");
     for pair in pairs.chunks(2) {
@@ -106,6 +113,14 @@ fn check_shared(spec: &str, expect: &str) {
 /// C = 0: nothing is cached; every unpinned pick misses. E = 4, k = 1; layer 0 asks 0 0 1, layer 1
 /// asks 2 2 2; pin (0, 0): layer 0 two pinned hits and a miss, layer 1 three misses.
 ///
+/// served steps (§11 with one cache): E = 4, k = 1, C = 2, lru, steps {t0, t1} and {t2}; layer 0
+/// asks 0 1 0, layer 1 asks 2 2 3. Step 0 l0: U = [0, 1]: (0,0)@1, (0,1)@2; l1: U = [2] (two
+/// rows, one load): evicts (0,0)@1. Step 1 l0: (0,0) evicts (0,1)@2; l1: (1,3) evicts (1,2)@3.
+/// Misses per (step, pair): l0 3, l1 2 = 5.
+/// |U| > C: one step of three rows, layer 0 asks 0 1 2, layer 1 asks 3 3 3, C = 2. l0: (0,0)@1,
+/// (0,1)@2; (0,2) finds every cached pair in U: the victim is the lowest already processed,
+/// (0,0)@1. l1: U = [3]: evicts (0,1)@2. Misses 3, 1; slots 1, 1 after the step of 3 rows: Σ 3, 3.
+///
 /// C > E: E = 2, C = 5 (above E and above L · E = 4): no eviction ever; misses are the 4 distinct
 /// pairs, and every pair stays (slots 1, 1 after t0, then 2, 2: Σ 7, 7).
 #[test]
@@ -122,6 +137,9 @@ fn hand_computed_shared() {
     check_shared(zero, "lru 4 fifo 4 belady 4 layer_misses=1,3 hits=2 pinned_hits=2 slots_end=0,0 slot_tokens=0,0");
     check_shared("E=4 k=1 C=0 | 0 0 1 / 2 2 2", "lru 6 lfu 6 hits=0");
 
+    check_shared("E=4 k=1 C=2 steps=0,2 | 0 1 0 / 2 2 3", "lru 5 layer_misses=3,2 slots_end=1,1");
+    check_shared("E=4 k=1 C=2 steps=0 | 0 1 2 / 3 3 3", "lru 4 fifo 4 layer_misses=3,1 slots_end=1,1 slot_tokens=3,3");
+
     let above = "E=2 k=1 C=5 | 0 1 0 1 / 1 0 1 0";
     check_shared(above, "lru 4 fifo 4 lfu 4 perfect_lfu 4 belady 4 lfru 4 slots_end=2,2 slot_tokens=7,7");
 }
@@ -134,14 +152,19 @@ fn shared_refusals() {
     let shape = view.shape();
     let keep = Keep::full(&shape);
     let cfg = cfg0(Policy::Lru, 3);
-    let err = shared_cache::replay(&view, &keep, &cfg, &SharedCache { cap: 2, pins: None }).unwrap_err();
+    let err = shared_cache::replay(&view, &keep, &cfg, &SharedCache { cap: 2, pins: None, ..SharedCache::default() })
+        .unwrap_err();
     assert!(matches!(err, CacheSimError::CapBelowKUsed { cap: 2, k_used: 3 }), "{err}");
     let per_layer = ReplayConfig { layer_caps: Some(vec![3, 3]), ..cfg.clone() };
-    let err = shared_cache::replay(&view, &keep, &per_layer, &SharedCache { cap: 6, pins: None }).unwrap_err();
+    let err =
+        shared_cache::replay(&view, &keep, &per_layer, &SharedCache { cap: 6, pins: None, ..SharedCache::default() })
+            .unwrap_err();
     assert!(matches!(err, CacheSimError::SharedUnsupported { what: "layer_caps", .. }), "{err}");
     let pruned = Keep::from_layers(&shape, &[vec![0, 1, 2, 3], (0..12).collect()]).expect("keep");
     let pins = Keep::from_layers(&shape, &[vec![5], vec![]]).expect("pins");
-    let err = shared_cache::replay(&view, &pruned, &cfg, &SharedCache { cap: 6, pins: Some(pins) }).unwrap_err();
+    let err =
+        shared_cache::replay(&view, &pruned, &cfg, &SharedCache { cap: 6, pins: Some(pins), ..SharedCache::default() })
+            .unwrap_err();
     assert!(matches!(err, CacheSimError::PinNotKept { layer: 0, expert: 5 }), "{err}");
 }
 
@@ -154,7 +177,7 @@ const SMALL: Synth = Synth { layers: 3, tokens: 120, num_experts: 10, top_k: 2, 
 fn shared_differential() {
     let shared_policies: Vec<Policy> = Policy::ALL.iter().copied().filter(|&p| p.as_str() != "lfu_fifo").collect();
     for (seed, shape) in [(1, SMALL), (2, DEPLOY_SMALL)] {
-        let trace = synth(seed, shape);
+        let trace = common::with_steps(synth(seed, shape), common::random_steps(seed, shape.tokens, 5));
         let view = trace.view();
         let s = view.shape();
         let k = s.top_k;
@@ -163,10 +186,10 @@ fn shared_differential() {
         let pins = Keep::from_layers(&s, &pins).expect("pins");
         for &policy in &shared_policies {
             for cap in [0, k, k + 1, 7, 2 * s.num_experts, s.layers * s.num_experts + 3] {
-                for variant in 0..6 {
+                for variant in 0..9 {
                     let mut cfg = ReplayConfig { warmup: 10, ..cfg0(policy, cap.max(k)) };
                     let mut keep = Keep::full(&s);
-                    let mut shared = SharedCache { cap, pins: None };
+                    let mut shared = SharedCache { cap, pins: None, ..SharedCache::default() };
                     match variant {
                         0 => {}
                         1 => keep = pruned.clone(),
@@ -176,6 +199,11 @@ fn shared_differential() {
                         5 => {
                             keep = if pruned.is_kept(0, 0) && pruned.is_kept(2, 0) { pruned.clone() } else { keep };
                             shared.pins = Some(pins.clone());
+                        }
+                        6 => shared.schedule = Schedule::Rebatch(3),
+                        7 => shared.schedule = Schedule::Served,
+                        8 if policy.facts().allows_lambda() => {
+                            (shared.schedule, shared.pins, cfg.lambda) = (Schedule::Served, Some(pins.clone()), 0.1);
                         }
                         _ => continue,
                     }
@@ -190,22 +218,29 @@ fn shared_differential() {
 /// equal the plain and deployed replayers', for every policy.
 #[test]
 fn one_layer_shared_is_the_per_layer_cache() {
-    let one = Synth { layers: 1, tokens: 300, ..SMALL };
-    let trace = synth(7, one);
+    let one = Synth { layers: 1, tokens: 300, sequences: 9, ..SMALL };
+    let trace = common::with_steps(synth(7, one), common::random_steps(7, 300, 6));
     let view = trace.view();
     let s = view.shape();
     let keep = Keep::full(&s);
     for &policy in Policy::ALL.iter().filter(|p| p.as_str() != "lfu_fifo") {
         for cap in [2, 3, 6] {
             let cfg = ReplayConfig { warmup: 5, ..cfg0(policy, cap) };
-            let shared = both(&view, &keep, &cfg, &SharedCache { cap, pins: None });
+            let shared = both(&view, &keep, &cfg, &SharedCache { cap, pins: None, ..SharedCache::default() });
             let plain = cachesim::replay(&view, &keep, &cfg).expect("plain");
             assert_eq!(shared.deploy.counts, plain, "{policy} cap {cap}");
             let pins = Keep::from_layers(&s, &[vec![1]]).expect("pins");
             let dep = Deployment { pins: Some(pins.clone()), ..Deployment::default() };
             let deployed = cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("deployed");
-            let shared = both(&view, &keep, &cfg, &SharedCache { cap, pins: Some(pins) });
+            let shared =
+                both(&view, &keep, &cfg, &SharedCache { cap, pins: Some(pins.clone()), ..SharedCache::default() });
             assert_eq!(shared.deploy, deployed, "{policy} cap {cap} pinned");
+            for schedule in [Schedule::Served, Schedule::Rebatch(4)] {
+                let dep = Deployment { pins: Some(pins.clone()), schedule, ..Deployment::default() };
+                let deployed = cachesim::deploy::replay(&view, &keep, &cfg, &dep).expect("deployed");
+                let shared = both(&view, &keep, &cfg, &SharedCache { cap, pins: Some(pins.clone()), schedule });
+                assert_eq!(shared.deploy, deployed, "{policy} cap {cap} {schedule:?}");
+            }
         }
     }
 }
@@ -224,7 +259,7 @@ fn per_layer_and_shared(trace: &TraceData, policy: Policy, cap: usize) -> (u64, 
     let keep = Keep::full(&view.shape());
     let cfg = cfg0(policy, cap);
     let per_layer = cachesim::replay(&view, &keep, &cfg).expect("per layer").misses;
-    let shared = SharedCache { cap: view.shape().layers * cap, pins: None };
+    let shared = SharedCache { cap: view.shape().layers * cap, pins: None, ..SharedCache::default() };
     (per_layer, both(&view, &keep, &cfg, &shared).deploy.counts.misses)
 }
 

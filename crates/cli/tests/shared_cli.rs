@@ -9,7 +9,7 @@ use common::{fails, json, ok, s, synth};
 fn shared_cap_replays_one_cache_for_every_layer() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.safetensors");
-    synth(&trace, [3, 16, 2, 4, 300], &[]);
+    synth(&trace, [3, 16, 2, 4, 300], &["--sequences", "6"]);
     let t = s(&trace);
     let doc = json(&["replay", t, "--policy", "lru", "--shared-cap", "12", "--warmup", "0", "--json"]);
     assert_eq!(doc["shared_cap"], 12);
@@ -35,6 +35,11 @@ fn shared_cap_replays_one_cache_for_every_layer() {
     // The table shows each layer's slots.
     let table = ok(&["replay", t, "--policy", "belady", "--shared-cap", "12"]);
     assert!(table.contains("shared cache of 12 slots") && table.contains("mean slots"), "{table}");
+    // Re-batched steps through the one cache (§11 with §15.1); B = 1 is the per-token replay.
+    let b1 = json(&["replay", t, "--policy", "lru", "--shared-cap", "12", "--warmup", "0", "--batch", "1", "--json"]);
+    for key in ["hits", "misses", "layer_misses", "layer_slots_end", "layer_slots_mean"] {
+        assert_eq!(b1[key], doc[key], "{key}");
+    }
 }
 
 #[test]
@@ -49,7 +54,7 @@ fn shared_cap_refusals_name_the_flags() {
         (&["--layer-caps", "4,4"], "--shared-cap and --layer-caps exclude each other"),
         (&["--tier2", "lru:4"], "--tier2 with --shared-cap"),
         (&["--prefetch", "prev_token:2"], "--prefetch with --shared-cap"),
-        (&["--batch", "2"], "--batch with --shared-cap"),
+        (&["--exec", "host"], "--exec host with --shared-cap"),
     ] {
         let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
         let err = fails(&args);

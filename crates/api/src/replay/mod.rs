@@ -264,7 +264,7 @@ impl ReplayRequest {
             )));
         }
         let dep = self.deployment(&meta, &shape)?;
-        let shared = self.shared_cap.map(|cap| SharedCache { cap, pins: dep.pins.clone() });
+        let shared = self.shared_cap.map(|cap| SharedCache { cap, pins: dep.pins.clone(), schedule: dep.schedule });
         let exec = self.exec;
         let plain = shared.is_none()
             && cachesim::Replay { keep: &keep, config: &cfg, deployment: &dep, exec }.path()
@@ -364,9 +364,9 @@ impl ReplayRequest {
         Ok(())
     }
 
-    /// What one cache shared by every layer (SEMANTICS.md §15.1) may go with: pins, and the
-    /// options of a per-token replay; not the per-layer caps it replaces, not a second tier or
-    /// prefetch (errors by §15.1), and not yet served or re-batched steps or hybrid execution.
+    /// What one cache shared by every layer (SEMANTICS.md §15.1) may go with: pins, served and
+    /// re-batched steps; not the per-layer caps it replaces, not a second tier or prefetch
+    /// (errors by §15.1), and not yet hybrid execution.
     fn check_shared(&self) -> Result<()> {
         let caps = [(self.cap.is_some(), "cap"), (self.layer_caps.is_some(), "layer_caps")];
         if let Some((_, name)) = caps.into_iter().find(|c| c.0) {
@@ -380,13 +380,6 @@ impl ReplayRequest {
         }
         if let Some(option) = self.prefetch_options().next() {
             usage!("‹{option}› with ‹shared_cap›: prefetch into one shared cache is an error (SEMANTICS.md §15.1)");
-        }
-        if let Some(name) =
-            [(self.served, "served"), (self.batch.is_some(), "batch")].into_iter().find(|c| c.0).map(|c| c.1)
-        {
-            usage!(
-                "‹{name}› with ‹shared_cap›: served and re-batched steps through one shared cache are not replayed yet"
-            );
         }
         if self.exec.is_hybrid() {
             let exec = self.exec;
@@ -450,7 +443,7 @@ impl Resolved {
             let reads = cachesim::deploy::deploy_reads(&self.file.shape(), &self.keep, &self.cfg);
             let view = self.file.view_for(reads)?;
             let counts = shared_cache::replay(&view, &self.keep, &self.cfg, shared).map_err(hint)?;
-            return Ok(ReplayReport::Counts(report::shared_counts(counts, &self.dep, &self.profile)));
+            return Ok(ReplayReport::Counts(report::shared_counts(counts, &self.dep, self.served, &self.profile)));
         }
         let request = cachesim::Replay { keep: &self.keep, config: &self.cfg, deployment: &self.dep, exec: self.exec };
         let view = self.file.view_for(request.reads(&self.file.shape()))?;

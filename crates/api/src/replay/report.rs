@@ -71,10 +71,11 @@ pub struct Shared {
 pub(super) fn shared_counts(
     shared: cachesim::shared_cache::SharedCounts,
     dep: &Deployment,
+    served: bool,
     profile: &DeviceProfile,
 ) -> CountsReport {
     let costs =
-        profile.bandwidth_gbps.iter().map(|&bw| DeployCost::of(profile, &shared.deploy, false, false, bw)).collect();
+        profile.bandwidth_gbps.iter().map(|&bw| DeployCost::of(profile, &shared.deploy, false, served, bw)).collect();
     let info = Shared {
         cap: shared.cap,
         layer_slots_mean: shared.layer_slots_mean(),
@@ -84,7 +85,7 @@ pub(super) fn shared_counts(
         counts: shared.deploy,
         deployment: dep.clone(),
         plain: false,
-        served: false,
+        served,
         profile: profile.clone(),
         costs,
         hybrid: None,

@@ -2,10 +2,11 @@
 //! MoE-Infinity's expert cache, a GPU expert pool with one slot budget for all layers.
 //!
 //! Instead of a cache per layer (§5), one cache of C slots, each holding one (layer, expert)
-//! pair. A token visits the traced layers in increasing layer id; at each (t, l) §5 steps 1–3
-//! run as for layer l and step 4 goes through the one cache, whose victim is the cached pair of
-//! lowest priority outside (t, l)'s chosen set (ties: lowest layer, then lowest expert). Pins
-//! (§9) stay per layer, outside the shared cache.
+//! pair. A token (or a step of §11, [`SharedCache::schedule`]) visits the traced layers in
+//! increasing layer id; at each (t, l) §5 steps 1–3 run as for layer l and step 4 (§11 step 3)
+//! goes through the one cache, whose victim is the cached pair of lowest priority outside
+//! (t, l)'s chosen set (ties: lowest layer, then lowest expert). Pins (§9) stay per layer,
+//! outside the shared cache.
 //!
 //! Map:
 //! - [`SharedCache`]: the shared capacity and the pins; [`validate`] refuses what this path does
@@ -23,22 +24,29 @@
 //! - `belady`: the next use of a pair is the position p = t · L + i of the next (t, l) whose
 //!   chosen set (the λ = 0 selection, F[0..n]) holds it; never again sorts first. With resets at
 //!   sequence starts it never looks past the current sequence.
-//! - The slots a layer holds "over counted tokens" are sampled after each counted token has
-//!   visited every layer; the mean is their sum over counted tokens / tokens counted.
+//! - The slots a layer holds "over counted tokens" are sampled after each counted token (step)
+//!   has visited every layer, a step weighing as many tokens as its rows; the mean is their sum
+//!   / tokens (rows) counted.
+//! - Served and re-batched (§11 with §15.1): per step, each layer in order runs §11 steps 1–3;
+//!   step 3's set U of (step, layer) is protected, and when every cached pair is in it the
+//!   victim is the lowest of U's pairs already processed, else the lowest of all. Belady's next
+//!   use is the next position s · L + i whose set holds the pair; λ > 0 sees the cache as it
+//!   stands at the start of the (step, layer); credits once per (step, layer), every row's own.
 //! - `cap` = C = 0 is allowed with or without pins (§9's cap 0): every unpinned pick misses and
 //!   nothing stays; otherwise C >= k_used. C may exceed E (and L · E: nothing is then evicted).
 //! - `reset_at_sequence` empties the shared cache and forgets every layer's policy state at each
 //!   recorded sequence start, as §5's readings say for per-layer caches.
-//! - Not replayed here: per-layer caps (`layer_caps`: the shared cache replaces them), served
-//!   and re-batched steps (§11) and hybrid execution (§14); a second tier (§10) and prefetch (§12)
-//!   are errors by §15.1. The command layer refuses those combinations before coming here.
+//! - Not replayed here: per-layer caps (`layer_caps`: the shared cache replaces them), hybrid
+//!   execution (§14), and, with served or re-batched steps, sequential semantics and resets (as
+//!   the deployed path); a second tier (§10) and prefetch (§12) are errors by §15.1. The command
+//!   layer refuses those combinations before coming here.
 
 pub(crate) mod prio;
 
 use serde::{Deserialize, Serialize};
 use trace_io::{Shape, TraceView};
 
-use crate::deploy::DeployCounts;
+use crate::deploy::{DeployCounts, Schedule};
 use crate::{CacheSimError, Keep, ReplayConfig, ReplayCounts, Result};
 
 /// What a shared-cache replay adds to a [`ReplayConfig`] (SEMANTICS.md §15.1). The config's
@@ -50,6 +58,9 @@ pub struct SharedCache {
     pub cap: usize,
     /// §9: experts pinned per layer, outside the shared cache (a subset of the keep set).
     pub pins: Option<Keep>,
+    /// §11: the unit of time (per token, the recorded engine steps, or re-batching); in steps,
+    /// §11 step 3 runs per (step, layer) in layer order with the one cache.
+    pub schedule: Schedule,
 }
 
 /// The counts of a shared-cache replay: §5's per layer (`deploy.counts.layer_misses`), §9's
@@ -101,7 +112,9 @@ impl SharedCounts {
 ///   C = 0).
 /// - [`CacheSimError::CapBelowKUsed`]: 0 < C < `k_used`.
 /// - [`CacheSimError::SharedUnsupported`]: `layer_caps` given; a policy without a shared
-///   priority (the test-only `lfu_fifo`); more than 2^32 (layer, expert) pairs.
+///   priority (the test-only `lfu_fifo`); more than 2^32 (layer, expert) pairs; served or
+///   re-batched steps with sequential semantics or resets, or on a trace without the offsets
+///   they need. [`CacheSimError::InvalidParameter`]: re-batching with B = 0.
 /// - [`CacheSimError::KeepMismatch`]: the keep set or the pins do not have the trace's shape;
 ///   [`CacheSimError::PinNotKept`]: a pin the keep set drops.
 /// - [`CacheSimError::NotValidated`]: the view was not validated for whole rows (and scores where
@@ -132,6 +145,29 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, shared: 
             }
         }
     }
+    match shared.schedule {
+        Schedule::PerToken => {}
+        _ if cfg.semantics == crate::Semantics::Sequential => {
+            return Err(unsupported("semantics sequential", "served and re-batched replay are k-way only"));
+        }
+        _ if cfg.reset_at_sequence => {
+            return Err(unsupported("reset_at_sequence", "served and re-batched replay do not reset the cache"));
+        }
+        Schedule::Served if trace.step_offsets().is_none() => {
+            return Err(unsupported("served replay", "the trace records no step_offsets (engine steps)"));
+        }
+        Schedule::Rebatch(0) => {
+            return Err(CacheSimError::InvalidParameter {
+                name: "batch",
+                value: "0".into(),
+                reason: "must be at least 1",
+            });
+        }
+        Schedule::Rebatch(_) if trace.seq_offsets().is_none() => {
+            return Err(unsupported("re-batching", "the trace records no seq_offsets (sequence starts)"));
+        }
+        Schedule::Served | Schedule::Rebatch(_) => {}
+    }
     crate::require(trace, crate::deploy::deploy_reads(&shape, keep, cfg))
 }
 
@@ -139,11 +175,13 @@ fn unsupported(what: &'static str, reason: &'static str) -> CacheSimError {
     CacheSimError::SharedUnsupported { what, reason }
 }
 
-/// Replays `trace` through one cache shared by every layer (SEMANTICS.md §15.1), on one thread
+/// Replays `trace` through one cache shared by every layer (SEMANTICS.md §15.1), per token or in
+/// the engine steps of `shared.schedule` (§11), on one thread
 /// (the layers of a token interact, so they cannot run apart).
 ///
 /// Memory: a few arrays of L · E entries (positions, stamps, the policy's keys), the cache's C
-/// slots, and for `belady` the next use of every pick (8 bytes × T · L · k_used).
+/// slots, a step's set (rows · k_used), and for `belady` the next use of every entry of every
+/// step's set (at most 8 bytes × T · L · k_used).
 ///
 /// # Errors
 /// As [`validate`].

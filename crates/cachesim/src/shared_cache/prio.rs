@@ -5,7 +5,7 @@
 //! - `lru`, `fifo`, `lfu`, `perfect_lfu`: the pick clock counts the picks that reach the cache
 //!   over every layer in visiting order.
 //! - `belady`: the next position p = t · L + i at which the pair is chosen again.
-//! - `near_pick`: the last token at which the pair stood in its layer's F at rank < N, then lru.
+//! - `near_pick`: the last token (step, §11) at which the pair stood in its layer's F at rank < N, then lru.
 //! - `near_pick_ema`, `inv_router`: one score per pair with §5's lazy update per layer; the
 //!   priority of (l, e) is S_l[e] / M_l, then lru.
 //! - `lfru`: one clock per layer (§15.3); freq / (clock_l − last + 1), compared exactly, ties:
@@ -16,7 +16,8 @@ use std::cmp::Ordering;
 use trace_io::TraceView;
 
 use super::{SharedCache, SharedCounts};
-use crate::engine::shared_cache::{SharedParams, SharedPick, SharedPrio, run_shared};
+use crate::deploy::StepPlan;
+use crate::engine::shared_cache::{SetBuilder, SharedParams, SharedPick, SharedPrio, run_shared};
 use crate::{Keep, Policy, ReplayConfig};
 
 /// Whether `policy` has a priority of §15.1 here.
@@ -39,30 +40,30 @@ pub(crate) fn supported(policy: Policy) -> bool {
 /// Builds the policy's priority for every pair and runs the shared loop with it (validated).
 pub(crate) fn with_prio(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, shared: &SharedCache) -> SharedCounts {
     let params = SharedParams::new(trace, cfg, shared.cap);
+    let plan = StepPlan::new(trace, shared.schedule);
+    let plan = &plan;
     let pairs = params.layers * params.num_experts;
     let pins = shared.pins.as_ref();
     let out = match cfg.policy {
-        Policy::Lru => run_shared(&params, trace, keep, pins, Lru { last: vec![0; pairs] }),
-        Policy::Fifo => run_shared(&params, trace, keep, pins, Fifo { inserted: vec![0; pairs] }),
-        Policy::Lfu => run_shared(&params, trace, keep, pins, Lfu { last: vec![0; pairs], count: vec![0; pairs] }),
+        Policy::Lru => run_shared(&params, trace, keep, pins, plan, Lru { last: vec![0; pairs] }),
+        Policy::Fifo => run_shared(&params, trace, keep, pins, plan, Fifo { inserted: vec![0; pairs] }),
+        Policy::Lfu => {
+            run_shared(&params, trace, keep, pins, plan, Lfu { last: vec![0; pairs], count: vec![0; pairs] })
+        }
         Policy::PerfectLfu => {
-            run_shared(&params, trace, keep, pins, PerfectLfu { last: vec![0; pairs], total: vec![0; pairs] })
+            run_shared(&params, trace, keep, pins, plan, PerfectLfu { last: vec![0; pairs], total: vec![0; pairs] })
         }
         Policy::Belady => {
-            let next = next_uses(trace, keep, &params);
-            run_shared(
-                &params,
-                trace,
-                keep,
-                pins,
-                Belady { k: params.k_used, tokens: params.tokens, next, key: vec![0; pairs] },
-            )
+            let (next, off) = next_uses(trace, keep, &params, plan);
+            let steps = plan.steps() + 1;
+            run_shared(&params, trace, keep, pins, plan, Belady { steps, off, next, key: vec![0; pairs] })
         }
         Policy::NearPick => run_shared(
             &params,
             trace,
             keep,
             pins,
+            plan,
             NearPick { e: params.num_experts, n: cfg.near_pick_n, near: vec![0; pairs], last: vec![0; pairs] },
         ),
         Policy::NearPickEma | Policy::InvRouter => {
@@ -76,13 +77,14 @@ pub(crate) fn with_prio(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, 
                 last: vec![0; pairs],
                 probs: vec![0.0; params.m],
             };
-            run_shared(&params, trace, keep, pins, decayed)
+            run_shared(&params, trace, keep, pins, plan, decayed)
         }
         Policy::Lfru => run_shared(
             &params,
             trace,
             keep,
             pins,
+            plan,
             Lfru {
                 clock: vec![0; params.layers],
                 freq: vec![0; pairs],
@@ -93,7 +95,18 @@ pub(crate) fn with_prio(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, 
         #[cfg(feature = "experimental-policy")]
         Policy::LfuFifo => unreachable!("validate refuses a policy without a shared priority"),
     };
-    SharedCounts::assemble(&trace.shape(), cfg, shared, &out.layers, out.pinned_hits, out.slots_end, out.slot_tokens)
+    let mut counts = SharedCounts::assemble(
+        &trace.shape(),
+        cfg,
+        shared,
+        &out.layers,
+        out.pinned_hits,
+        out.slots_end,
+        out.slot_tokens,
+    );
+    let (steps, rows) = plan.counted(cfg.warmup);
+    (counts.deploy.counts.tokens, counts.deploy.steps, counts.deploy.rows) = (rows, steps, rows);
+    counts
 }
 
 /// `lru`: the time of the last access.
@@ -181,43 +194,64 @@ impl SharedPrio for PerfectLfu {
 /// Never chosen again (before the next reset).
 const NEVER: u64 = u64::MAX;
 
-/// For every pick of the λ = 0 selection, `[L, T, k_used]` (only the first n of each row are
-/// set), the next position p = t · L + l at which its pair is chosen again, or [`NEVER`]; with
-/// resets, never past the current sequence.
-fn next_uses(trace: &TraceView<'_>, keep: &Keep, params: &SharedParams<'_>) -> Vec<u64> {
-    let (big_l, tokens, k, m) = (params.layers, params.tokens, params.k_used, params.m);
-    let mut next = vec![NEVER; big_l * tokens * k];
-    let mut upcoming = vec![NEVER; params.num_experts];
+/// For every entry of every (step, layer)'s set U of the λ = 0 selection (§11 step 2; per token
+/// the chosen experts), the next position p = s · L + l at which its pair is in a set again, or
+/// [`NEVER`]; with resets (per token), never past the current sequence. Returns the next uses,
+/// layer after layer and step after step, and the offset of each (layer, step)'s set,
+/// `[L · (steps + 1)]`.
+fn next_uses(trace: &TraceView<'_>, keep: &Keep, params: &SharedParams<'_>, plan: &StepPlan) -> (Vec<u64>, Vec<usize>) {
+    let (big_l, k, m, steps) = (params.layers, params.k_used, params.m, plan.steps());
+    let widest = (0..steps).map(|s| plan.starts[s + 1] - plan.starts[s]).max().unwrap_or(0);
+    let mut u = SetBuilder::new(params.num_experts, widest * k);
+    let (mut sets, mut off) = (Vec::new(), Vec::with_capacity(big_l * (steps + 1)));
     let mut chosen = Vec::with_capacity(k);
     for l in 0..big_l {
-        upcoming.fill(NEVER);
         let (ids, mask) = (trace.layer_ids(l), keep.layer_mask(l));
+        for s in 0..steps {
+            off.push(sets.len());
+            u.begin();
+            for p in plan.starts[s]..plan.starts[s + 1] {
+                let t = plan.token(p);
+                chosen.clear();
+                chosen.extend(ids[t * m..(t + 1) * m].iter().copied().filter(|&e| mask[usize::from(e)]).take(k));
+                u.add(&chosen);
+            }
+            u.finish(plan.starts[s + 1] - plan.starts[s] == 1);
+            sets.extend_from_slice(&u.set);
+        }
+        off.push(sets.len());
+    }
+    let mut next = vec![NEVER; sets.len()];
+    let mut upcoming = vec![NEVER; params.num_experts];
+    for l in 0..big_l {
+        upcoming.fill(NEVER);
         let mut ri = params.resets.len();
-        for t in (0..tokens).rev() {
-            chosen.clear();
-            chosen.extend(ids[t * m..(t + 1) * m].iter().copied().filter(|&e| mask[usize::from(e)]).take(k));
-            for (i, &e) in chosen.iter().enumerate() {
-                next[(l * tokens + t) * k + i] = upcoming[usize::from(e)];
+        for s in (0..steps).rev() {
+            let (a, b) = (off[l * (steps + 1) + s], off[l * (steps + 1) + s + 1]);
+            for i in a..b {
+                next[i] = upcoming[usize::from(sets[i])];
             }
-            for &e in &chosen {
-                upcoming[usize::from(e)] = (t * big_l + l) as u64;
+            for &e in &sets[a..b] {
+                upcoming[usize::from(e)] = (s * big_l + l) as u64;
             }
-            while ri > 0 && params.resets[ri - 1] >= t as u64 {
-                if params.resets[ri - 1] == t as u64 {
+            let t = plan.token(plan.starts[s]) as u64;
+            while ri > 0 && params.resets[ri - 1] >= t {
+                if params.resets[ri - 1] == t {
                     upcoming.fill(NEVER);
                 }
                 ri -= 1;
             }
         }
     }
-    next
+    (next, off)
 }
 
 /// `belady`: the next position at which the pair is chosen again, as of its last access,
 /// negated (stored as `NEVER − next`, so never again is 0, the lowest).
 struct Belady {
-    k: usize,
-    tokens: usize,
+    /// Steps + 1: the stride of `off` per layer.
+    steps: usize,
+    off: Vec<usize>,
     next: Vec<u64>,
     key: Vec<u64>,
 }
@@ -227,7 +261,11 @@ impl SharedPrio for Belady {
     fn reset(&mut self) {}
     #[inline(always)]
     fn access(&mut self, pick: SharedPick, _inserted: bool) {
-        self.key[pick.slot] = NEVER - self.next[(pick.l * self.tokens + pick.t) * self.k + pick.i];
+        self.key[pick.slot] = NEVER - self.next[self.off[pick.l * self.steps + pick.s] + pick.i];
+    }
+    #[inline(always)]
+    fn enter_set(&mut self, pick: SharedPick) {
+        self.access(pick, false);
     }
     #[inline(always)]
     fn key(&self, slot: usize, _l: usize) -> u64 {
@@ -256,10 +294,11 @@ impl SharedPrio for NearPick {
     fn key(&self, slot: usize, _l: usize) -> (u64, u64) {
         (self.near[slot], self.last[slot])
     }
+    const CREDITS: bool = true;
     #[inline(always)]
-    fn end_row(&mut self, t: usize, l: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
+    fn credit_row(&mut self, s: usize, l: usize, f: &[u16], _row: &[u16], _scores: Option<&[f32]>) {
         for &e in f.iter().take(self.n) {
-            self.near[l * self.e + usize::from(e)] = t as u64 + 1;
+            self.near[l * self.e + usize::from(e)] = s as u64 + 1;
         }
     }
 }
@@ -293,9 +332,13 @@ impl SharedPrio for Decayed {
     fn key(&self, slot: usize, l: usize) -> (f64, u64) {
         (self.score[slot] / self.multiplier[l], self.last[slot])
     }
-    fn end_row(&mut self, _t: usize, l: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>) {
-        let base = l * self.e;
+    const CREDITS: bool = true;
+    #[inline(always)]
+    fn begin_credits(&mut self, l: usize) {
         self.multiplier[l] *= self.inv_d;
+    }
+    fn credit_row(&mut self, _s: usize, l: usize, f: &[u16], row: &[u16], scores: Option<&[f32]>) {
+        let base = l * self.e;
         let mult = self.multiplier[l];
         if self.router {
             let z = scores.expect("validate guarantees scores for inv_router");
@@ -308,6 +351,9 @@ impl SharedPrio for Decayed {
                 self.score[base + usize::from(e)] += mult;
             }
         }
+    }
+    fn end_credits(&mut self, l: usize) {
+        let (base, mult) = (l * self.e, self.multiplier[l]);
         if mult > 1e100 {
             for s in &mut self.score[base..base + self.e] {
                 *s /= mult;

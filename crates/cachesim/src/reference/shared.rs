@@ -302,7 +302,8 @@ fn next_use(
     pair: (usize, u16),
     (position, token): (usize, usize),
 ) -> Option<usize> {
-    let &(q, u) = uses.get(&pair)?.iter().find(|&&(q, _)| q > position)?;
+    let list = uses.get(&pair)?;
+    let &(q, u) = list.get(list.partition_point(|&(q, _)| q <= position))?;
     // A later layer of the same step has u = token: no sequence start lies between.
     if u > token && starts.range(token + 1..=u).next().is_some() { None } else { Some(q) }
 }

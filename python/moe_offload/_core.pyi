@@ -187,6 +187,7 @@ def replay(
     *,
     policy: str,
     cap: Optional[int] = None,
+    shared_cap: Optional[int] = None,
     layer_caps: Union[Sequence[int], str, os.PathLike[str], None] = None,
     keep: Optional[_MapArg] = None,
     k_used: Optional[int] = None,
@@ -221,7 +222,11 @@ def replay(
     ``exec="host"`` (or ``"host:R"``) prices hybrid execution (SEMANTICS.md §14): non-resident
     experts computed on the CPU; ``overlap`` ``"sequential"`` or ``"concurrent"``; ``host_gbps``
     (GB/s), ``host_ms_per_row`` and ``host_sync_ms`` (ms) override the profile's; adds
-    ``host_runs``, ``loads``, ``copies`` and a ``cost`` with ``tok_s`` and seconds per row."""
+    ``host_runs``, ``loads``, ``copies`` and a ``cost`` with ``tok_s`` and seconds per row.
+
+    ``shared_cap=C`` replays one cache of C (layer, expert) slots for every layer instead of
+    ``cap`` per layer (SEMANTICS.md §15.1); adds ``shared_cap``, ``layer_slots_end`` and
+    ``layer_slots_mean`` (slots each layer holds at the end and on average over counted tokens)."""
 
 def mrc(
     trace: Trace,

@@ -61,7 +61,9 @@ where
 ///
 /// - `policy`: lru, fifo, lfu, belady, near_pick, near_pick_ema, inv_router, perfect_lfu, lfru.
 /// - `cap`: cache capacity per layer, in experts (>= k_used); `layer_caps`: one per layer, or a
-///   JSON file of them (a list, or a plan: its caps, replayed under the plan's settings).
+///   JSON file of them (a list, or a plan: its caps, replayed under the plan's settings);
+///   `shared_cap`: one cache of that many (layer, expert) slots for every layer instead
+///   (SEMANTICS.md §15.1; adds `shared_cap`, `layer_slots_end` and `layer_slots_mean`).
 /// - `keep`: a `KeepMap` or a keep-map path (default: every expert kept).
 /// - `k_used` (default the trace's top-k), `warmup` (tokens not counted, default 64),
 ///   `lam` (λ of cache-aware routing), `j`, `decay`, `near_pick_n`, `semantics`
@@ -77,7 +79,7 @@ where
 /// Runs with the GIL released; Ctrl-C interrupts it.
 #[pyfunction]
 #[pyo3(signature = (
-    trace, *, policy, cap=None, layer_caps=None, keep=None, k_used=None, warmup=64, lam=0.0, j=0,
+    trace, *, policy, cap=None, shared_cap=None, layer_caps=None, keep=None, k_used=None, warmup=64, lam=0.0, j=0,
     decay=0.99, near_pick_n=48, semantics="k-way", reset_at_sequence=false, pin=None, tier2=None,
     served=false, batch=None, link_gbps=None, compute_ms_per_step=None, prefetch=None, calib=None,
     timeline=false, profile=None, bandwidth=None, shuffle=None, exec="transfer", overlap=None, host_gbps=None,
@@ -89,6 +91,7 @@ pub fn replay<'py>(
     trace: &Trace,
     policy: &str,
     cap: Option<usize>,
+    shared_cap: Option<usize>,
     layer_caps: Option<&Bound<'py, PyAny>>,
     keep: Option<&Bound<'py, PyAny>>,
     k_used: Option<usize>,
@@ -119,6 +122,7 @@ pub fn replay<'py>(
     profile_file: Option<std::path::PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let request = ReplayRequest {
+        shared_cap,
         layer_caps: caps_source(layer_caps)?,
         keep: map_source(keep, "keep")?,
         k_used,

@@ -139,6 +139,14 @@ pub enum CacheSimError {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// A combination one cache shared by every layer (SEMANTICS.md §15.1) does not replay.
+    #[error("{what} is not supported with a shared cache: {reason}")]
+    SharedUnsupported {
+        /// What was asked for.
+        what: &'static str,
+        /// Why it is refused.
+        reason: &'static str,
+    },
     /// A parameter is out of its domain (negative or non-finite λ, decay outside (0, 1],
     /// `k_used` = 0, `cap` = 0).
     #[error("invalid {name} = {value}: {reason}")]

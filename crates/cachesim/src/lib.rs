@@ -17,7 +17,8 @@
 //!   fast one (SEMANTICS.md §8.4). All give identical counts.
 //! - Beyond §5, in modules: [`deploy`] (pins, a second tier, served and re-batched steps, cap 0:
 //!   §9–§11), [`prefetch`] and [`timeline`] (§12–§13), [`hybrid`] (non-resident experts computed
-//!   on the CPU, §14), [`mrc`] (every cap of a curve in one pass). [`Replay`] is one request
+//!   on the CPU, §14), [`shared_cache`] (one cache for every layer, §15.1), [`mrc`] (every cap of
+//!   a curve in one pass). [`Replay`] is one request
 //!   (keep set, configuration, deployment, execution) that picks its loop.
 //! - One engine: every policy is one file holding its facts ([`PolicyFacts`]), its token-loop
 //!   state and its deployed priority, named once in the policy table; the plain, lockstep,
@@ -81,6 +82,7 @@ mod reads;
 pub mod reference;
 mod request;
 mod schedule;
+pub mod shared_cache;
 pub mod shuffle;
 pub mod timeline;
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use cachesim::deploy::{Deployment, Schedule, Tier2};
 use cachesim::hybrid::{Exec, Overlap};
+use cachesim::shared_cache::{self, SharedCache};
 use cachesim::{Keep, Policy, Prefetch, ReplayConfig, Semantics};
 use serde::{Deserialize, Serialize};
 use sweep::DeviceProfile;
@@ -26,7 +27,7 @@ mod prefetch;
 mod report;
 
 pub use prefetch::PrefetchReport;
-pub use report::{CountsReport, Hybrid, ReplayReport};
+pub use report::{CountsReport, Hybrid, ReplayReport, Shared};
 
 /// Everything `replay` takes, owned (a front end fills it in; the work may run on another
 /// thread). Field names are the neutral option names of error messages; [`ReplayRequest::new`]
@@ -38,8 +39,13 @@ pub struct ReplayRequest {
     pub trace: TraceSource,
     /// Cache policy (§5).
     pub policy: Policy,
-    /// Cache capacity per layer, in experts; `None` with `layer_caps` (the smallest of them).
+    /// Cache capacity per layer, in experts; `None` with `layer_caps` (the smallest of them) or
+    /// `shared_cap`.
     pub cap: Option<usize>,
+    /// One cache shared by every layer, of this many (layer, expert) slots, instead of a cache
+    /// per layer (SEMANTICS.md §15.1); excludes `cap` and `layer_caps`.
+    #[serde(default)]
+    pub shared_cap: Option<usize>,
     /// Per-layer caps: a list, or a file (a list, or a plan whose settings must be this replay's).
     pub layer_caps: Option<CapsSource>,
     /// Keep map (or a plan: its chosen keep map); `None`: every expert kept.
@@ -108,6 +114,7 @@ impl ReplayRequest {
             trace,
             policy,
             cap,
+            shared_cap: None,
             layer_caps: None,
             keep: None,
             k_used: None,
@@ -219,7 +226,11 @@ impl ReplayRequest {
             plan_check::check(&path.display().to_string(), plan, self, shape.top_k, map.as_ref())?;
         }
         // With per-layer caps and no cap, the base cap is the smallest of them (validated likewise).
-        let cap = self.cap.or_else(|| layer_caps.as_ref().and_then(|c| c.iter().copied().min())).unwrap_or(0);
+        let cap = self
+            .cap
+            .or(self.shared_cap)
+            .or_else(|| layer_caps.as_ref().and_then(|c| c.iter().copied().min()))
+            .unwrap_or(0);
         let cfg = ReplayConfig {
             k_used: self.k_used,
             warmup: self.warmup,
@@ -246,15 +257,18 @@ impl ReplayRequest {
         }
         // A sweep refuses a cap above E (a typo there multiplies); one replay runs it, and says so.
         let e = shape.num_experts;
-        if let Some(c) = std::iter::once(cap).chain(layer_caps.iter().flatten().copied()).find(|&c| c > e) {
+        let per_layer = std::iter::once(cap).filter(|_| self.shared_cap.is_none());
+        if let Some(c) = per_layer.chain(layer_caps.iter().flatten().copied()).find(|&c| c > e) {
             notes.push(Msg::from(format!(
                 "note: cap {c} is more than the {e} experts of a layer: every expert fits and the cache never evicts"
             )));
         }
         let dep = self.deployment(&meta, &shape)?;
+        let shared = self.shared_cap.map(|cap| SharedCache { cap, pins: dep.pins.clone(), schedule: dep.schedule });
         let exec = self.exec;
-        let plain = cachesim::Replay { keep: &keep, config: &cfg, deployment: &dep, exec }.path()
-            == cachesim::ReplayPath::Plain;
+        let plain = shared.is_none()
+            && cachesim::Replay { keep: &keep, config: &cfg, deployment: &dep, exec }.path()
+                == cachesim::ReplayPath::Plain;
         // With a deployment or hybrid execution, `profile` prices the replay; the other
         // prefetch-section options do not apply to it.
         let prefetch_given = self.prefetch_options().next();
@@ -279,6 +293,7 @@ impl ReplayRequest {
             keep,
             cfg,
             dep,
+            shared,
             exec,
             served: self.is_served(),
             prefetch,
@@ -289,8 +304,14 @@ impl ReplayRequest {
 
     /// Values out of range, and options that exclude each other or need another.
     fn check_values(&self) -> Result<()> {
-        if self.cap.is_none() && self.layer_caps.is_none() {
-            usage!("replay needs ‹cap› (experts per layer) or ‹layer_caps› (one per layer)");
+        if self.cap.is_none() && self.layer_caps.is_none() && self.shared_cap.is_none() {
+            usage!(
+                "replay needs ‹cap› (experts per layer), ‹layer_caps› (one per layer) or ‹shared_cap› (one cache for \
+                 every layer)"
+            );
+        }
+        if self.shared_cap.is_some() {
+            self.check_shared()?;
         }
         if self.served && self.batch.is_some() {
             usage!("‹served› and ‹batch› exclude each other: ‹served› replays the recorded steps");
@@ -343,6 +364,30 @@ impl ReplayRequest {
         Ok(())
     }
 
+    /// What one cache shared by every layer (SEMANTICS.md §15.1) may go with: pins, served and
+    /// re-batched steps; not the per-layer caps it replaces, not a second tier or prefetch
+    /// (errors by §15.1), and not yet hybrid execution.
+    fn check_shared(&self) -> Result<()> {
+        let caps = [(self.cap.is_some(), "cap"), (self.layer_caps.is_some(), "layer_caps")];
+        if let Some((_, name)) = caps.into_iter().find(|c| c.0) {
+            usage!(
+                "‹shared_cap› and ‹{name}› exclude each other: one cache of ‹shared_cap› slots replaces the per-layer \
+                 caches (SEMANTICS.md §15.1); give one"
+            );
+        }
+        if self.tier2.is_some() {
+            usage!("‹tier2› with ‹shared_cap›: a second tier under one shared cache is an error (SEMANTICS.md §15.1)");
+        }
+        if let Some(option) = self.prefetch_options().next() {
+            usage!("‹{option}› with ‹shared_cap›: prefetch into one shared cache is an error (SEMANTICS.md §15.1)");
+        }
+        if self.exec.is_hybrid() {
+            let exec = self.exec;
+            usage!("‹exec={exec}› with ‹shared_cap›: hybrid execution with one shared cache is not replayed yet");
+        }
+        Ok(())
+    }
+
     /// The deployment: the pins read and checked against the trace, tier 2, the schedule.
     fn deployment(&self, meta: &trace_io::TraceMeta, shape: &trace_io::Shape) -> Result<Deployment> {
         let pins = match &self.pin {
@@ -369,6 +414,8 @@ pub struct Resolved {
     keep: Keep,
     cfg: ReplayConfig,
     dep: Deployment,
+    /// One cache for every layer (§15.1), with the deployment's pins.
+    shared: Option<SharedCache>,
     exec: Exec,
     served: bool,
     prefetch: Option<prefetch::Resolved>,
@@ -392,17 +439,15 @@ impl Resolved {
             let r = prefetch::run(p, &self.file, &self.name, &self.keep, &self.cfg, &self.profile)?;
             return Ok(ReplayReport::Prefetch(r));
         }
+        if let Some(shared) = &self.shared {
+            let reads = cachesim::deploy::deploy_reads(&self.file.shape(), &self.keep, &self.cfg);
+            let view = self.file.view_for(reads)?;
+            let counts = shared_cache::replay(&view, &self.keep, &self.cfg, shared).map_err(hint)?;
+            return Ok(ReplayReport::Counts(report::shared_counts(counts, &self.dep, self.served, &self.profile)));
+        }
         let request = cachesim::Replay { keep: &self.keep, config: &self.cfg, deployment: &self.dep, exec: self.exec };
         let view = self.file.view_for(request.reads(&self.file.shape()))?;
-        let replayed = request.run(&view).map_err(|e| match e {
-            cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
-                Error::from(e).hint(format!("use ‹k_used={candidates}› or less"))
-            }
-            cachesim::CacheSimError::OfflineWithLambda { .. } => {
-                Error::from(e).hint("drop ‹lambda›, or use an online policy such as lru with ‹lambda›")
-            }
-            e => e.into(),
-        })?;
+        let replayed = request.run(&view).map_err(hint)?;
         let mut notes = Vec::new();
         if self.cfg.reset_at_sequence && view.seq_offsets().is_none_or(|s| s.len() <= 1) {
             notes.push(Msg::from(format!(
@@ -412,5 +457,18 @@ impl Resolved {
         }
         let counts = report::counts(replayed, &self.dep, self.exec, self.served, &self.profile, notes)?;
         Ok(ReplayReport::Counts(counts))
+    }
+}
+
+/// A replay's refusal, with what to change where one option fixes it.
+fn hint(e: cachesim::CacheSimError) -> Error {
+    match e {
+        cachesim::CacheSimError::KUsedAboveCandidates { candidates, .. } => {
+            Error::from(e).hint(format!("use ‹k_used={candidates}› or less"))
+        }
+        cachesim::CacheSimError::OfflineWithLambda { .. } => {
+            Error::from(e).hint("drop ‹lambda›, or use an online policy such as lru with ‹lambda›")
+        }
+        e => e.into(),
     }
 }

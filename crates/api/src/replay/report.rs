@@ -35,6 +35,9 @@ pub struct CountsReport {
     pub costs: Vec<DeployCost>,
     /// Hybrid execution's counts, device and cost (§14).
     pub hybrid: Option<Hybrid>,
+    /// One cache shared by every layer (§15.1): its slots and what each layer held (boxed: most
+    /// replays have none).
+    pub shared: Option<Box<Shared>>,
     /// What the user should know about the result.
     pub notes: Vec<Msg>,
 }
@@ -50,6 +53,45 @@ pub struct Hybrid {
     pub device: HybridDevice,
     /// The cost.
     pub cost: HybridCost,
+}
+
+/// What one cache shared by every layer held (SEMANTICS.md §15.1).
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// C, the shared cache's slots.
+    pub cap: usize,
+    /// Slots each layer index holds when the replay ends, `[L]`.
+    pub layer_slots_end: Vec<usize>,
+    /// Mean slots held per layer index over counted tokens, `[L]`.
+    pub layer_slots_mean: Vec<f64>,
+}
+
+/// Prices a shared-cache replay's counts (§15.1: a miss costs as in §6 wherever its slot came
+/// from).
+pub(super) fn shared_counts(
+    shared: cachesim::shared_cache::SharedCounts,
+    dep: &Deployment,
+    served: bool,
+    profile: &DeviceProfile,
+) -> CountsReport {
+    let costs =
+        profile.bandwidth_gbps.iter().map(|&bw| DeployCost::of(profile, &shared.deploy, false, served, bw)).collect();
+    let info = Shared {
+        cap: shared.cap,
+        layer_slots_mean: shared.layer_slots_mean(),
+        layer_slots_end: shared.layer_slots_end,
+    };
+    CountsReport {
+        counts: shared.deploy,
+        deployment: dep.clone(),
+        plain: false,
+        served,
+        profile: profile.clone(),
+        costs,
+        hybrid: None,
+        shared: Some(Box::new(info)),
+        notes: Vec::new(),
+    }
 }
 
 /// Prices a replay's counts.
@@ -88,7 +130,17 @@ pub(super) fn counts(
         .iter()
         .map(|&bw| DeployCost::of(profile, &counts, dep.tier2.is_some(), served, bw))
         .collect();
-    Ok(CountsReport { counts, deployment: dep.clone(), plain, served, profile: profile.clone(), costs, hybrid, notes })
+    Ok(CountsReport {
+        counts,
+        deployment: dep.clone(),
+        plain,
+        served,
+        profile: profile.clone(),
+        costs,
+        hybrid,
+        shared: None,
+        notes,
+    })
 }
 
 /// The §5 fields every replay document starts with.
@@ -137,6 +189,13 @@ impl CountsReport {
                 (&mut j, sweep::hybrid_fields(h.exec, &h.counts, &p.name, &h.device, &h.cost))
         {
             j.extend(hf);
+        }
+        if let Some(sh) = &self.shared
+            && let Value::Object(j) = &mut j
+        {
+            j.insert("shared_cap".into(), json!(sh.cap));
+            j.insert("layer_slots_end".into(), json!(sh.layer_slots_end));
+            j.insert("layer_slots_mean".into(), json!(sh.layer_slots_mean));
         }
         j
     }

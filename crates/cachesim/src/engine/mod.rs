@@ -10,6 +10,7 @@
 //! - [`cache`]: [`Cache`], the cached experts of one layer (position index, keys beside them).
 //! - [`structures`]: the priority structures the policies build on (an intrusive list, groups
 //!   of equal count, counts per integer key value, a vector selector of the lowest scores).
+//! - [`shared_cache`]: the loop of one cache shared by every layer (SEMANTICS.md §15.1).
 //! - [`shared`]: work that depends only on the trace, computed once for several configurations
 //!   (F tables, softmax tables).
 //! - [`lockstep`]: several configurations of one layer in one pass over its rows, a block of
@@ -27,6 +28,7 @@ pub(crate) mod cache;
 pub(crate) mod evictor;
 pub(crate) mod lockstep;
 pub(crate) mod shared;
+pub(crate) mod shared_cache;
 pub(crate) mod simd;
 pub(crate) mod step_loop;
 pub(crate) mod structures;

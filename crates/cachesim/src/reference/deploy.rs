@@ -82,13 +82,13 @@ pub(crate) fn replay_with_misses(
 }
 
 /// One engine step: the row position of its first row in the served order, and its rows' tokens.
-struct Step {
-    first_position: usize,
-    tokens: Vec<usize>,
+pub(super) struct Step {
+    pub(super) first_position: usize,
+    pub(super) tokens: Vec<usize>,
 }
 
 /// The steps of a schedule, each a list of token indices.
-fn served_steps(trace: &TraceView<'_>, schedule: Schedule) -> Vec<Step> {
+pub(super) fn served_steps(trace: &TraceView<'_>, schedule: Schedule) -> Vec<Step> {
     let tokens = trace.shape().tokens;
     let cut = |offsets: &[u64]| -> Vec<Step> {
         let mut bounds: Vec<usize> = offsets.iter().map(|&o| o as usize).collect();

@@ -19,6 +19,7 @@ use crate::{Keep, LayerCounts, Policy, ReplayConfig, ReplayCounts, Result, Seman
 pub mod deploy;
 pub mod hybrid;
 pub mod prefetch;
+pub mod shared;
 
 /// Replays `trace` like [`crate::replay`], plainly and on one thread.
 ///

@@ -23,9 +23,15 @@ pub struct ReplayArgs {
     /// Cache policy (SEMANTICS.md §5).
     #[arg(long, value_parser = crate::args::policy())]
     pub policy: Policy,
-    /// Cache capacity per layer, in experts (>= k_used). Optional with --layer-caps.
-    #[arg(long, required_unless_present = "layer_caps")]
+    /// Cache capacity per layer, in experts (>= k_used). Optional with --layer-caps or
+    /// --shared-cap.
+    #[arg(long, required_unless_present_any = ["layer_caps", "shared_cap"])]
     pub cap: Option<usize>,
+    /// One cache shared by every layer, of C (layer, expert) slots, instead of --cap per layer
+    /// (SEMANTICS.md §15.1: the OS page cache under mmap, MoE-Infinity's expert cache). 0, or
+    /// >= k_used; may exceed E. Pins (--pin) stay outside it: memory = pins + C experts.
+    #[arg(long)]
+    pub shared_cap: Option<usize>,
     /// Per-layer caps, one per trace layer (comma-separated, a JSON file holding a list, or a
     /// plan written by `moe-offload plan`, whose policy, k_used, warmup and keep map must then be
     /// this replay's too), overriding --cap per layer.
@@ -80,6 +86,7 @@ impl ReplayArgs {
         let (x, d, h) = (&self.extra, &self.deploy, &self.hybrid);
         Ok(ReplayRequest {
             layer_caps: self.layer_caps.as_deref().map(layer_caps).transpose()?,
+            shared_cap: self.shared_cap,
             keep: self.keep.clone().map(MapSource::Path),
             k_used: self.k_used,
             warmup: self.warmup,
@@ -172,6 +179,18 @@ fn write_table(out: &mut impl Write, r: &CountsReport) -> Result<()> {
         Some(h) => writeln!(out, "{}", hybrid::summary_line(h, &r.profile))?,
         None if !r.plain => writeln!(out, "{}", deploy::summary_line(&r.counts, &r.deployment))?,
         None => {}
+    }
+    if let Some(sh) = &r.shared {
+        writeln!(out, "shared cache of {} slots (SEMANTICS.md §15.1)", sh.cap)?;
+        let mut t = comfy_table::Table::new();
+        t.set_header(["layer", "misses", "slots at end", "mean slots"]);
+        for (l, ((&misses, &end), &mean)) in
+            c.layer_misses.iter().zip(&sh.layer_slots_end).zip(&sh.layer_slots_mean).enumerate()
+        {
+            t.add_row([l.to_string(), misses.to_string(), end.to_string(), format!("{mean:.2}")]);
+        }
+        crate::commands::align_numbers(&mut t);
+        writeln!(out, "{t}")?;
     }
     Ok(())
 }

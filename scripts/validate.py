@@ -106,7 +106,7 @@ def main():
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--prompt", type=int, default=128, choices=(16, 64, 128, 512),
                    help="prompt tokens per sequence (one prefill step; profile measure times these row counts)")
-    p.add_argument("--generate", type=int, default=32, help="decode tokens per sequence")
+    p.add_argument("--generate", type=int, default=64, help="decode tokens per sequence")
     p.add_argument("--sequences", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", type=Path, default=None, help="write the rows here")

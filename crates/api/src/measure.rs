@@ -24,8 +24,8 @@ pub struct MeasureReport {
     /// The timings.
     pub measured: capture::measure::Measured,
     /// The profile: `expert_mb`, `compute_ms` (the dense weights' products of one token),
-    /// `host_gbps`, `host_ms_per_row`, `host_sync_ms` 0 (no GPU hand-off on a CPU), no SSD
-    /// bandwidth (not measured).
+    /// `host_gbps`, `host_ms_per_row`, `host_sync_ms` (the fixed part of a layer's expert ops), no
+    /// SSD bandwidth (not measured).
     pub profile: DeviceProfile,
 }
 
@@ -52,7 +52,7 @@ impl MeasureRequest {
             compute_ms_per_step: None,
             host_gbps: Some(m.host_gbps),
             host_ms_per_row: Some(m.host_ms_per_row),
-            host_sync_ms: Some(0.0),
+            host_sync_ms: Some(m.host_sync_ms),
             overlap: None,
             gpu_gb: None,
         };

@@ -8,7 +8,10 @@ use std::time::Instant;
 
 use llama_cpp_sys_2 as sys;
 
-use crate::measure::{DENSE_ROWS, MeasureConfig, Measured, ROWS, Spread};
+use crate::measure::{DENSE_ROWS, EXPERTS_PER_OP, MeasureConfig, Measured, ROWS, Spread};
+
+/// Experts per weight set (the copies are made as sets, as a layer's experts are stored).
+const SET: usize = 8;
 use crate::{CaptureError, Result};
 
 /// The most memory the expert copies may take, bytes.
@@ -143,6 +146,20 @@ impl Ctx {
         t
     }
 
+    /// A 3-D `[ne0, ne1, SET]` set of experts of `ty`, each filled from `pattern`.
+    fn experts(&self, ty: sys::ggml_type, ne0: i64, ne1: i64, pattern: &[u8]) -> *mut sys::ggml_tensor {
+        // SAFETY: the context has room (sized by the caller); each expert's slice is nb[2] bytes
+        // at j · nb[2], and pattern holds one expert (made for this shape and type).
+        unsafe {
+            let t = sys::ggml_new_tensor_3d(self.0, ty, ne0, ne1, SET as i64);
+            let slice = (*t).nb[2];
+            for j in 0..SET {
+                std::ptr::copy_nonoverlapping(pattern.as_ptr(), (*t).data.cast::<u8>().add(j * slice), slice);
+            }
+            t
+        }
+    }
+
     /// Times the graph of the outputs `outs` on `pool`, ms (the plan and its work buffer are
     /// made before the clock starts, as llama.cpp reuses them between tokens).
     fn time(&self, outs: &[*mut sys::ggml_tensor], pool: &Pool) -> f64 {
@@ -238,7 +255,8 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
 
     let pool = Pool::new(threads)?;
     // Routed experts: copies enough to leave the caches, as many as the model has (at most 2 GB).
-    let copies = experts_total.min((COPIES_BYTES / expert_bytes.max(1)).max(2)).max(1);
+    let copies =
+        cfg.expert_copies.unwrap_or_else(|| experts_total.min((COPIES_BYTES / expert_bytes.max(1)).max(2))).max(1);
     progress(&format!(
         "expert: {} x {} ({}), {:.3} MB; {copies} copies; rows {:?}",
         hidden,
@@ -251,48 +269,62 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
         (pattern(gate.ty, hidden, inter)?, pattern(up.ty, hidden, inter)?, pattern(down.ty, inter, hidden)?);
     // SAFETY: plain arithmetic.
     let overhead = unsafe { sys::ggml_tensor_overhead() };
-    let weights = Ctx::new(copies * (expert_bytes + 3 * (overhead + 64)) + (1 << 20))?;
-    let mats: Vec<[*mut sys::ggml_tensor; 3]> = (0..copies)
+    // The copies as sets of SET experts (3-D weights, as the model stores a layer's experts).
+    let sets = copies.div_ceil(SET);
+    let weights = Ctx::new(sets * (SET * expert_bytes + 3 * (overhead + 64)) + (1 << 20))?;
+    let mats: Vec<[*mut sys::ggml_tensor; 3]> = (0..sets)
         .map(|_| {
             [
-                weights.weight(gate.ty, hidden, inter, &pg),
-                weights.weight(up.ty, hidden, inter, &pu),
-                weights.weight(down.ty, inter, hidden, &pd),
+                weights.experts(gate.ty, hidden, inter, &pg),
+                weights.experts(up.ty, hidden, inter, &pu),
+                weights.experts(down.ty, inter, hidden, &pd),
             ]
         })
         .collect();
     let max_rows = *ROWS.last().unwrap_or(&1) as i64;
     let scratch_bytes = 64 * ((hidden + inter) as usize * max_rows as usize * 4 * 3 + 8 * overhead) + (64 << 20);
     let mut next = 0usize;
-    let mut expert_rows = Vec::new();
-    for &n in &ROWS {
+    // One MUL_MAT_ID graph (gate, up, down: the op llama.cpp's MoE block runs) of `n` rows choosing
+    // `used` experts of the next set.
+    let mut time_one = |n: usize, used: usize| -> Result<f64> {
+        let scratch = Ctx::new(scratch_bytes)?;
+        let [g, u, d] = mats[next % sets];
+        next += 1;
+        let x = scratch.input3(hidden, 1, n as i64);
+        let y = scratch.input3(inter, used as i64, n as i64);
+        // SAFETY: the weights and inputs are live tensors of matching extents; ids is an i32
+        // [used, n] tensor of expert indices below SET.
+        Ok(unsafe {
+            let ids = sys::ggml_new_tensor_2d(scratch.0, sys::GGML_TYPE_I32, used as i64, n as i64);
+            let v = std::slice::from_raw_parts_mut((*ids).data.cast::<i32>(), used * n);
+            for (i, id) in v.iter_mut().enumerate() {
+                *id = (i % used) as i32;
+            }
+            let outs = [
+                sys::ggml_mul_mat_id(scratch.0, g, x, ids),
+                sys::ggml_mul_mat_id(scratch.0, u, x, ids),
+                sys::ggml_mul_mat_id(scratch.0, d, y, ids),
+            ];
+            scratch.time(&outs, &pool)
+        })
+    };
+    let mut spread = |n: usize, used: usize| -> Result<Spread> {
         let mut times = Vec::with_capacity(cfg.repeats);
         for r in 0..=cfg.repeats {
-            let scratch = Ctx::new(scratch_bytes)?;
-            let [g, u, d] = mats[next % copies];
-            next += 1;
-            // MUL_MAT_ID, the op llama.cpp's MoE block runs: each weight as a set of one expert,
-            // n rows choosing it.
-            let x = scratch.input3(hidden, 1, n as i64);
-            let y = scratch.input3(inter, 1, n as i64);
-            // SAFETY: the weights and inputs are live tensors of matching extents; ids is an i32
-            // [1, n] tensor of zeros (expert 0 of each one-expert set).
-            let outs = unsafe {
-                let ids = sys::ggml_new_tensor_2d(scratch.0, sys::GGML_TYPE_I32, 1, n as i64);
-                std::ptr::write_bytes((*ids).data.cast::<u8>(), 0, sys::ggml_nbytes(ids));
-                let set = |w: *mut sys::ggml_tensor| sys::ggml_reshape_3d(scratch.0, w, (*w).ne[0], (*w).ne[1], 1);
-                [
-                    sys::ggml_mul_mat_id(scratch.0, set(g), x, ids),
-                    sys::ggml_mul_mat_id(scratch.0, set(u), x, ids),
-                    sys::ggml_mul_mat_id(scratch.0, set(d), y, ids),
-                ]
-            };
-            let ms = scratch.time(&outs, &pool);
+            let ms = time_one(n, used)?;
             if r > 0 {
                 times.push(ms); // the first run warms up
             }
         }
-        expert_rows.push((n, Spread::of(times)));
+        Ok(Spread::of(times))
+    };
+    let mut expert_rows = Vec::new();
+    for &n in &ROWS {
+        expert_rows.push((n, spread(n, 1)?));
+    }
+    let mut experts_per_op = Vec::new();
+    for &j in &EXPERTS_PER_OP {
+        experts_per_op.push((j, spread(1, j)?));
     }
     drop(weights);
 
@@ -363,8 +395,14 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
         dense_rows.push((n, Spread::of(times)));
     }
     let dense_spread = dense_rows[0].1;
-    let t1 = expert_rows[0].1.median_ms;
-    let t64 = expert_rows.last().map_or(t1, |r| r.1.median_ms);
+    // One row, j experts in one op: t(j) = fixed + j · per expert. The fixed part (dispatching a
+    // layer's three ops and their barriers) is the layer's host_sync_ms; the per-expert part gives
+    // host_gbps; the 64-row time less the fixed part, host_ms_per_row.
+    let t_first = experts_per_op[0].1.median_ms;
+    let (j_last, s_last) = experts_per_op[experts_per_op.len() - 1];
+    let per_expert = ((s_last.median_ms - t_first) / (j_last - 1) as f64).max(f64::MIN_POSITIVE);
+    let fixed = (t_first - per_expert).max(0.0);
+    let t64 = expert_rows.last().map_or(t_first, |r| r.1.median_ms);
     let expert_mb = expert_bytes as f64 / 1e6;
     Ok(Measured {
         model: path.clone(),
@@ -378,7 +416,9 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
         dense_rows,
         dense_mb: dense_bytes as f64 / 1e6,
         threads,
-        host_gbps: expert_mb / t1,
-        host_ms_per_row: t64 / max_rows as f64,
+        experts_per_op,
+        host_gbps: expert_mb / per_expert,
+        host_ms_per_row: ((t64 - fixed) / max_rows as f64).max(0.0),
+        host_sync_ms: fixed,
     })
 }

@@ -5,9 +5,13 @@
 //! - Host expert runs: one routed expert (its gate, up and down matrices, of the model's type and
 //!   shape) applied to n = 1, 2, 4, ..., 64 rows with `mul_mat_id`, the op llama.cpp's MoE block runs. Each repeat uses another copy of the expert, as
 //!   many copies as the model has experts (at most 2 GB of them), so that the weights come from
-//!   memory as in a decode step, not from the CPU's caches. `host_gbps` = the expert's bytes over the
-//!   1-row time; `host_ms_per_row` = the 64-row time / 64, so that §14's max(bytes / host_gbps,
-//!   n · host_ms_per_row) equals both ends.
+//!   memory as in a decode step, not from the CPU's caches. Then one row choosing j = 1, 2, 4, 8
+//!   experts in one op, as a decode token does: its time is a fixed part (three ops dispatched,
+//!   their thread barriers) plus j times a per-expert part. `host_gbps` = the expert's bytes over
+//!   the per-expert part; `host_sync_ms` = the fixed part, which §14 charges once per layer with host
+//!   runs (its "synchronisation cost of a layer"; on a CPU-only run, the dispatch of the layer's
+//!   expert ops); `host_ms_per_row` = (the 64-row time − the fixed part) / 64, so that §14's
+//!   sync + max(bytes / host_gbps, n · host_ms_per_row) equals the measured 1-row and 64-row times.
 //! - Dense compute per token (`compute_ms`): one graph holding a matrix-vector product with every
 //!   2-D weight of the model that is not a routed expert (attention, router, shared experts, dense
 //!   FFN blocks, the output head), each of its own type and shape: the weight traffic of one decode
@@ -33,6 +37,9 @@ pub struct MeasureConfig {
     pub threads: Option<usize>,
     /// Repeats of each timing (the median is reported).
     pub repeats: usize,
+    /// Copies of the expert cycled through (`None`: as many as the model has experts, at most
+    /// 2 GB of them; a few copies that fit in the CPU's caches time a warm expert instead).
+    pub expert_copies: Option<usize>,
 }
 
 /// A timing: median, minimum and maximum over the repeats, ms.
@@ -82,14 +89,20 @@ pub struct Measured {
     pub dense_mb: f64,
     /// Threads used.
     pub threads: usize,
-    /// `expert_mb / (1000 · t(1 row) / 1000)`: GB/s.
+    /// Per j of [`EXPERTS_PER_OP`]: one row choosing j experts in one `mul_mat_id` graph.
+    pub experts_per_op: Vec<(usize, Spread)>,
+    /// `expert_mb` over the time of one more expert in the op: `(t(8) − t(1)) / 7`, GB/s.
     pub host_gbps: f64,
-    /// `t(64 rows) / 64`, ms.
+    /// `(t(64 rows) − host_sync_ms) / 64`, ms.
     pub host_ms_per_row: f64,
+    /// The op's fixed part: `t(1) − (t(8) − t(1)) / 7`, ms (at least 0); a layer pays it once.
+    pub host_sync_ms: f64,
 }
 
 /// Rows of the expert timings.
 pub const ROWS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// Experts chosen by one row, in the timings of one op.
+pub const EXPERTS_PER_OP: [usize; 4] = [1, 2, 4, 8];
 /// Rows of the dense timings.
 pub const DENSE_ROWS: [usize; 5] = [1, 16, 64, 128, 512];
 

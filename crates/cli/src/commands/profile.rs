@@ -39,6 +39,10 @@ pub struct MeasureArgs {
     /// Repeats of each timing; the median is used.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
+    /// Copies of the expert cycled through while timing (default: as many as the model has experts,
+    /// at most 2 GB); a few copies that fit in the CPU's caches time a warm expert.
+    #[arg(long, value_name = "N")]
+    expert_copies: Option<usize>,
     /// The profile to write (a device profile for --profile-file).
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -175,7 +179,12 @@ fn measure(a: &MeasureArgs) -> Result<()> {
     use std::io::Write as _;
 
     use crate::args::Spelled;
-    let config = capture::measure::MeasureConfig { model: a.gguf.clone(), threads: a.threads, repeats: a.repeats };
+    let config = capture::measure::MeasureConfig {
+        model: a.gguf.clone(),
+        threads: a.threads,
+        repeats: a.repeats,
+        expert_copies: a.expert_copies,
+    };
     let request = api::measure::MeasureRequest { config, output: a.output.clone() };
     let r = request.run(&mut |line| crate::progress::status!("measuring {line}")).flags()?;
     let mut out = std::io::stdout().lock();
@@ -214,16 +223,20 @@ fn measure(a: &MeasureArgs) -> Result<()> {
         "dense weights of one token: {:.1} MB in {:.4} ms (min {:.4}, max {:.4})",
         m.dense_mb, m.dense.median_ms, m.dense.min_ms, m.dense.max_ms
     )?;
+    let per_op: Vec<String> =
+        m.experts_per_op.iter().map(|(j, s)| format!("{j} experts {:.4} ms", s.median_ms)).collect();
+    writeln!(out, "one row, experts in one op: {}", per_op.join(", "))?;
     let steps: Vec<String> =
         m.dense_rows.iter().skip(1).map(|(n, s)| format!("{n} rows {:.4} ms", s.median_ms)).collect();
     writeln!(out, "dense weights of a step (compute_ms_per_step): {}", steps.join(", "))?;
     writeln!(
         out,
-        "profile: expert_mb {:.6}, compute_ms {:.4}, host_gbps {:.3}, host_ms_per_row {:.5}{}",
+        "profile: expert_mb {:.6}, compute_ms {:.4}, host_gbps {:.3}, host_ms_per_row {:.5}, host_sync_ms {:.4}{}",
         r.profile.expert_mb,
         r.profile.compute_ms,
         m.host_gbps,
         m.host_ms_per_row,
+        m.host_sync_ms,
         a.output.as_ref().map_or(String::new(), |o| format!(" -> {}", o.display()))
     )?;
     Ok(())

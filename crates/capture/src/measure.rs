@@ -54,8 +54,8 @@ pub struct Spread {
 }
 
 impl Spread {
-    /// The spread of `v` (not empty).
-    pub(crate) fn of(mut v: Vec<f64>) -> Spread {
+    /// The median, minimum and maximum of `v` (ms; not empty: panics on an empty list).
+    pub fn of(mut v: Vec<f64>) -> Spread {
         v.sort_by(f64::total_cmp);
         let n = v.len();
         let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
@@ -125,5 +125,18 @@ pub fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Result<Me
     {
         let _ = progress;
         Err(crate::CaptureError::NotBuilt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn the_spread_is_median_min_and_max() {
+        let s = Spread::of(vec![3.0, 1.0, 2.0]);
+        assert_eq!((s.median_ms, s.min_ms, s.max_ms), (2.0, 1.0, 3.0));
+        let s = Spread::of(vec![4.0, 1.0, 2.0, 10.0]);
+        assert_eq!((s.median_ms, s.min_ms, s.max_ms), (3.0, 1.0, 10.0));
     }
 }

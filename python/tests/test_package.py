@@ -190,6 +190,11 @@ REPLAYS = [
     dict(policy="lru", cap=6, exec="host", overlap="concurrent", host_gbps=40.0, link_gbps=25.0, host_ms_per_row=0.05,
          host_sync_ms=0.02),
     dict(policy="lfu", cap=0, batch=4, exec="host:2", host_gbps=40.0, link_gbps=25.0, profile="qwen15-moe-bf16"),
+    # One cache for every layer (SEMANTICS.md §15.1), per token, with pins, re-batched.
+    dict(policy="lru", shared_cap=40),
+    dict(policy="belady", shared_cap=32, warmup=0),
+    dict(policy="lfru", shared_cap=24, pin="pin4.json"),
+    dict(policy="fifo", shared_cap=32, batch=4),
 ]
 
 

@@ -316,5 +316,33 @@ fn bench_deploy(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_replay, bench_floor, bench_prefetch, bench_hybrid, bench_deploy);
+/// One cache for every layer (SEMANTICS.md §15.1) against per-layer caches of the same memory in
+/// the same run (issue #56: at least half the picks/s of plain lru): `plain/lru` caps each of the
+/// 8 layers at 128; `shared/POLICY` replays one cache of 8 · 128 = 1024 (layer, expert) slots.
+fn bench_shared(c: &mut Criterion) {
+    use cachesim::deploy::Schedule;
+    use cachesim::shared_cache::SharedCache;
+    let s = common::BENCH_TRACE;
+    let trace = common::synth(common::BENCH_SEED, s);
+    let view = trace.view();
+    let keep = Keep::full(&view.shape());
+    let pool = one_core_pool();
+    let picks = (s.layers * s.tokens * s.top_k) as u64;
+    let mut group = timed_group(c, "shared");
+    group.throughput(Throughput::Elements(picks));
+    let lru = ReplayConfig::new(Policy::Lru, 128);
+    group.bench_function("plain/lru", |b| {
+        b.iter(|| pool.install(|| cachesim::replay(&view, &keep, &lru).expect("valid")))
+    });
+    let shared = SharedCache { cap: 128 * s.layers, pins: None, schedule: Schedule::PerToken };
+    for p in [Policy::Lru, Policy::Fifo, Policy::Lfu, Policy::PerfectLfu, Policy::Lfru, Policy::Belady] {
+        let cfg = ReplayConfig::new(p, 128);
+        group.bench_function(format!("shared/{p}"), |b| {
+            b.iter(|| pool.install(|| cachesim::shared_cache::replay(&view, &keep, &cfg, &shared).expect("valid")))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_replay, bench_floor, bench_prefetch, bench_hybrid, bench_deploy, bench_shared);
 criterion_main!(benches);

@@ -65,6 +65,12 @@ fn mrc_and_a_verified_plan() {
     assert!(out.contains("verified by replay"), "{out}");
     let p = json(&plan);
     assert_eq!(p["slots"], 40);
+    // The budget flags of `--exec host` are refused on a cache plan, not ignored (issue #55).
+    for flag in ["--kv-gb", "--gpu-budget-gb"] {
+        let args = ["plan", "--in-sample", s(&calib), "--out-of-sample", s(&held), "--budget-gb", "0.04"];
+        let err = fails(&[&args[..], &["--expert-mb", "1", flag, "2", "-o", s(&plan)]].concat());
+        assert!(err.contains(flag) && err.contains("--exec"), "{err}");
+    }
     let chosen = &p["chosen"]["plan"];
     let caps: Vec<u64> = chosen["caps"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
     assert_eq!(caps.len(), 4);

@@ -23,10 +23,10 @@ pub struct HybridFlags {
     #[arg(long)]
     pub exec: Option<Exec>,
     /// GPU memory for pinned experts and the KV cache, GB (default: the profile's gpu_gb).
-    #[arg(long, value_parser = crate::args::non_negative)]
+    #[arg(long, value_parser = crate::args::non_negative, requires = "exec")]
     pub gpu_budget_gb: Option<f64>,
     /// GPU memory the KV cache takes from the budget, GB.
-    #[arg(long, default_value_t = 0.0, value_parser = crate::args::non_negative)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::non_negative, requires = "exec")]
     pub kv_gb: f64,
     /// How host and GPU parts of a layer combine (default: the profile's, else sequential).
     #[arg(long)]

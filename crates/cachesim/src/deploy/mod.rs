@@ -249,12 +249,7 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &De
         return Err(unsupported("reset_at_sequence", "deployed replay does not reset caches at sequence starts"));
     }
     if let Some(pins) = &dep.pins {
-        pins.check_shape(&shape)?;
-        for l in 0..shape.layers {
-            if let Some(e) = (0..shape.num_experts).find(|&e| pins.is_kept(l, e) && !keep.is_kept(l, e)) {
-                return Err(CacheSimError::PinNotKept { layer: l, expert: e });
-            }
-        }
+        check_pins(&shape, keep, pins)?;
     }
     if let Some(t2) = dep.tier2 {
         if !t2.policy.facts().may_be_tier2() {
@@ -268,7 +263,35 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, dep: &De
             });
         }
     }
-    match dep.schedule {
+    check_schedule(trace, dep.schedule, unsupported)
+}
+
+/// §9: pins of the trace's shape, each a kept expert.
+///
+/// # Errors
+/// [`CacheSimError::KeepMismatch`] for another shape; [`CacheSimError::PinNotKept`] naming the
+/// first pin `keep` drops.
+pub(crate) fn check_pins(shape: &Shape, keep: &Keep, pins: &Keep) -> Result<()> {
+    pins.check_shape(shape)?;
+    for l in 0..shape.layers {
+        if let Some(e) = (0..shape.num_experts).find(|&e| pins.is_kept(l, e) && !keep.is_kept(l, e)) {
+            return Err(CacheSimError::PinNotKept { layer: l, expert: e });
+        }
+    }
+    Ok(())
+}
+
+/// §11: the offsets a schedule reads are in the trace, and re-batching has B >= 1; a missing
+/// offset is refused through `unsupported` (the deployed or the shared replay's error).
+///
+/// # Errors
+/// [`CacheSimError::InvalidParameter`] for B = 0; `unsupported`'s error for missing offsets.
+pub(crate) fn check_schedule(
+    trace: &TraceView<'_>,
+    schedule: Schedule,
+    unsupported: fn(&'static str, &'static str) -> CacheSimError,
+) -> Result<()> {
+    match schedule {
         Schedule::PerToken => {}
         Schedule::Served if trace.step_offsets().is_none() => {
             return Err(unsupported("served replay", "the trace records no step_offsets (engine steps)"));

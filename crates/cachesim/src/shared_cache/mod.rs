@@ -138,12 +138,7 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, shared: 
     }
     keep.check_shape(&shape)?;
     if let Some(pins) = &shared.pins {
-        pins.check_shape(&shape)?;
-        for l in 0..shape.layers {
-            if let Some(e) = (0..shape.num_experts).find(|&e| pins.is_kept(l, e) && !keep.is_kept(l, e)) {
-                return Err(CacheSimError::PinNotKept { layer: l, expert: e });
-            }
-        }
+        crate::deploy::check_pins(&shape, keep, pins)?;
     }
     match shared.schedule {
         Schedule::PerToken => {}
@@ -153,21 +148,9 @@ pub fn validate(trace: &TraceView<'_>, keep: &Keep, cfg: &ReplayConfig, shared: 
         _ if cfg.reset_at_sequence => {
             return Err(unsupported("reset_at_sequence", "served and re-batched replay do not reset the cache"));
         }
-        Schedule::Served if trace.step_offsets().is_none() => {
-            return Err(unsupported("served replay", "the trace records no step_offsets (engine steps)"));
-        }
-        Schedule::Rebatch(0) => {
-            return Err(CacheSimError::InvalidParameter {
-                name: "batch",
-                value: "0".into(),
-                reason: "must be at least 1",
-            });
-        }
-        Schedule::Rebatch(_) if trace.seq_offsets().is_none() => {
-            return Err(unsupported("re-batching", "the trace records no seq_offsets (sequence starts)"));
-        }
-        Schedule::Served | Schedule::Rebatch(_) => {}
+        _ => {}
     }
+    crate::deploy::check_schedule(trace, shared.schedule, unsupported)?;
     crate::require(trace, crate::deploy::deploy_reads(&shape, keep, cfg))
 }
 

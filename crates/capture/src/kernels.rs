@@ -124,14 +124,7 @@ impl Ctx {
 
     /// An f32 `[ne0, ne1]` input filled with small values.
     fn input(&self, ne0: i64, ne1: i64) -> *mut sys::ggml_tensor {
-        // SAFETY: as in `weight`.
-        let t = unsafe { sys::ggml_new_tensor_2d(self.0, sys::GGML_TYPE_F32, ne0, ne1) };
-        // SAFETY: an f32 tensor of ne0 · ne1 elements.
-        let data = unsafe { std::slice::from_raw_parts_mut((*t).data.cast::<f32>(), (ne0 * ne1) as usize) };
-        for (i, x) in data.iter_mut().enumerate() {
-            *x = ((i * 7919 % 1000) as f32 - 500.0) / 5000.0;
-        }
-        t
+        self.input3(ne0, ne1, 1)
     }
 
     /// An f32 `[ne0, ne1, ne2]` input filled with small values.

@@ -458,55 +458,49 @@ fn plain_run(
         return Err(CaptureError::Model { path: path.into(), reason: format!("a second context: {}", last_log()) });
     }
     let ctx = Context(raw);
-    let run = |batch: &Batch, sequence: usize| -> Result<()> {
-        // SAFETY: ctx and batch are live; the batch holds n_tokens valid slots. Synchronizing
-        // after each decode is what adds its time to llama.cpp's prompt or decode counters.
-        let rc = unsafe {
-            let rc = sys::llama_decode(ctx.0, batch.0);
-            sys::llama_synchronize(ctx.0);
-            rc
-        };
-        if rc != 0 {
-            return Err(CaptureError::Decode { sequence, code: rc, detail: last_log() });
-        }
-        Ok(())
-    };
     for (si, (seq, fed)) in seqs.iter().zip(generated).enumerate() {
         // SAFETY: ctx is live.
         unsafe { sys::llama_memory_clear(sys::llama_get_memory(ctx.0), true) };
         let mut pos = 0usize;
         for chunk in seq.chunks(batch.1) {
             batch.fill(chunk, pos, Outputs::Last);
-            run(batch, si)?;
+            llama_decode(&ctx, batch, si)?;
             pos += chunk.len();
         }
         for &t in fed {
             batch.fill(&[t], pos, Outputs::Last);
-            run(batch, si)?;
+            llama_decode(&ctx, batch, si)?;
             pos += 1;
         }
     }
     Ok(ctx)
 }
 
-/// Runs one `llama_decode` of `batch`, then hands back the error the eval callback met, if any.
-fn decode(ctx: &Context, sp: *mut State, batch: &Batch, sequence: usize) -> Result<()> {
-    // SAFETY: ctx and batch are live; the batch was filled with n_tokens valid slots. Synchronizing
-    // after each decode is what adds its time to llama.cpp's prompt or decode counters.
+/// Runs one `llama_decode` of `batch` and synchronizes, which is what adds its time to llama.cpp's
+/// prompt or decode counters.
+fn llama_decode(ctx: &Context, batch: &Batch, sequence: usize) -> Result<()> {
+    // SAFETY: ctx and batch are live; the batch was filled with n_tokens valid slots.
     let rc = unsafe {
         let rc = sys::llama_decode(ctx.0, batch.0);
         sys::llama_synchronize(ctx.0);
         rc
     };
-    // SAFETY: no decode is running: the callback cannot touch the State now.
-    let st = unsafe { &mut *sp };
-    if let Some(e) = st.error.take() {
-        return Err(e);
-    }
     if rc != 0 {
         return Err(CaptureError::Decode { sequence, code: rc, detail: last_log() });
     }
     Ok(())
+}
+
+/// [`llama_decode`] with the eval callback recording: the error the callback met, if any, comes
+/// first (it is why the decode stopped).
+fn decode(ctx: &Context, sp: *mut State, batch: &Batch, sequence: usize) -> Result<()> {
+    let decoded = llama_decode(ctx, batch, sequence);
+    // SAFETY: no decode is running: the callback cannot touch the State now.
+    let st = unsafe { &mut *sp };
+    match st.error.take() {
+        Some(e) => Err(e),
+        None => decoded,
+    }
 }
 
 /// The names of the backend devices llama.cpp registered (CPU, and a GPU where built with one).

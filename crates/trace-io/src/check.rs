@@ -2,7 +2,8 @@
 //! reads it.
 //!
 //! The fast path checks whole rows without a branch per element: ids by pairwise vector
-//! compares when the prefix read is short (at most 16 of rows of at least 31), else by a
+//! compares when the prefix read is short (at most 16 of rows of at least 31), by a vectorized
+//! maximum and each pair of a row compared when whole rows of at most 16 are read, else by a
 //! vectorized maximum (range) and a stamp array (repeats), scores, gates and norms by vectorized comparisons
 //! reduced to one flag per block of rows. Blocks run in parallel on the rayon pool; the first
 //! failing block (in the order of the old sequential scan: tensor by tensor, in storage order)
@@ -240,13 +241,13 @@ pub(crate) fn copy_ids(dst: &mut [u16], at: usize, src: &[u16], k: usize) {
 }
 
 /// Per-thread stamps of the ids seen in the current row: `at[id] == stamp`.
-struct Seen {
+pub(crate) struct Seen {
     at: Box<[u32; 1 << 16]>,
     stamp: u32,
 }
 
 impl Seen {
-    fn new() -> Seen {
+    pub(crate) fn new() -> Seen {
         Seen { at: vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("length 2^16"), stamp: 0 }
     }
 
@@ -261,9 +262,41 @@ impl Seen {
     }
 }
 
-/// Whether every row of `block` has its first `r` ids below `num_experts` and distinct. No branch
-/// per id: a vectorized maximum, and the stamps written and compared in one pass.
-fn ids_ok(block: &[u16], m: usize, r: usize, num_experts: usize, seen: &mut Seen) -> bool {
+/// Whether every row of `block` (whole rows of `m` ids) has its first `r` ids below
+/// `num_experts` and distinct: the id rule, also applied by the numpy importer to the ids it
+/// converts. Rows of at most 16 ids read whole by [`short_rows_ok`], others by [`stamps_ok`].
+pub(crate) fn ids_ok(block: &[u16], m: usize, r: usize, num_experts: usize, seen: &mut Seen) -> bool {
+    // One monomorphized loop per row length: the pairs unrolled.
+    macro_rules! short {
+        ($($n:literal)*) => {
+            match m {
+                $($n if r >= $n => short_rows_ok::<$n>(block, num_experts),)*
+                _ => stamps_ok(block, m, r, num_experts, seen),
+            }
+        };
+    }
+    short!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
+/// [`ids_ok`] for rows of `M` ids read whole: a vectorized maximum over the block, and each pair
+/// of a row compared, without a branch or a store per id.
+fn short_rows_ok<const M: usize>(block: &[u16], num_experts: usize) -> bool {
+    let max = block.iter().fold(0u16, |a, &b| a.max(b));
+    let (rows, _) = block.as_chunks::<M>();
+    let mut repeated = false;
+    for row in rows {
+        for i in 0..M {
+            for j in i + 1..M {
+                repeated |= row[i] == row[j];
+            }
+        }
+    }
+    usize::from(max) < num_experts && !repeated
+}
+
+/// [`ids_ok`] for any rows. No branch per id: a vectorized maximum, and the stamps written and
+/// compared in one pass.
+fn stamps_ok(block: &[u16], m: usize, r: usize, num_experts: usize, seen: &mut Seen) -> bool {
     let mut bad = false;
     for row in block.chunks_exact(m) {
         let prefix = &row[..r];
@@ -524,8 +557,28 @@ mod tests {
                 for seed in 0..40 {
                     let b = block(50, m, e, seed * 131 + r as u64);
                     let short = ShortPrefix::new(m, r, e).expect("the short form applies");
-                    let want = ids_ok(&b, m, r, e, &mut seen);
+                    let want = stamps_ok(&b, m, r, e, &mut seen);
                     assert_eq!(short.block_ok(&b, m), want, "m {m}, E {e}, r {r}, seed {seed}");
+                    refused += usize::from(!want);
+                    cases += 1;
+                }
+            }
+        }
+        assert!(refused > cases / 10 && refused < cases, "both verdicts occur ({refused} of {cases})");
+    }
+
+    /// The whole-row check of short rows and the stamp check give the same verdict on every
+    /// block, for every row length it serves.
+    #[test]
+    fn short_rows_agree_with_stamps() {
+        let mut seen = Seen::new();
+        let (mut refused, mut cases) = (0, 0);
+        for m in 1..=16 {
+            for e in [m, m + 3, 128, 65_535] {
+                for seed in 0..40 {
+                    let b = block(50, m, e, seed * 17 + m as u64);
+                    let want = stamps_ok(&b, m, m, e, &mut seen);
+                    assert_eq!(ids_ok(&b, m, m, e, &mut seen), want, "m {m}, E {e}, seed {seed}");
                     refused += usize::from(!want);
                     cases += 1;
                 }

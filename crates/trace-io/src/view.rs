@@ -68,6 +68,19 @@ impl<'a> TraceView<'a> {
     /// non-finite or increasing score, negative or non-finite gate or norm, a `lookahead_ids` id
     /// `>= E` or repeated in its row), [`TraceError::Offsets`] for bad sequence or step boundaries.
     pub fn new(meta: &'a TraceMeta, tokens: usize, candidates: usize, parts: TraceParts<'a>) -> Result<TraceView<'a>> {
+        TraceView::new_validated_before(meta, tokens, candidates, parts, Reads::NOTHING)
+    }
+
+    /// [`TraceView::new`] that does not validate the content `done` again: only for parts whose
+    /// content `done` the caller validated with the same functions ([`crate::check::ids_ok`] for
+    /// ids); shapes, offsets and metadata are checked.
+    pub(crate) fn new_validated_before(
+        meta: &'a TraceMeta,
+        tokens: usize,
+        candidates: usize,
+        parts: TraceParts<'a>,
+        done: Reads,
+    ) -> Result<TraceView<'a>> {
         crate::meta::check_layer_ids(&meta.layer_ids)?;
         let shape = Shape {
             layers: meta.layer_ids.len(),
@@ -85,7 +98,8 @@ impl<'a> TraceView<'a> {
         }
         let mut view = TraceView { meta, shape, parts, reads: Reads::NOTHING };
         view.check_shapes()?;
-        check_content(&shape, &meta.layer_ids, &parts, Reads::EVERYTHING.clamp(&shape, &parts), Reads::NOTHING)?;
+        let all = Reads::EVERYTHING.clamp(&shape, &parts);
+        check_content(&shape, &meta.layer_ids, &parts, all, done.clamp(&shape, &parts))?;
         view.reads = Reads::EVERYTHING.clamp(&shape, &parts);
         Ok(view)
     }
@@ -267,6 +281,20 @@ impl TraceData {
     /// # Errors
     /// As [`TraceView::new`].
     pub fn new(meta: TraceMeta, tokens: usize, candidates: usize, parts: OwnedParts) -> Result<TraceData> {
+        TraceData::new_validated_before(meta, tokens, candidates, parts, Reads::NOTHING)
+    }
+
+    /// [`TraceData::new`] for parts whose content `done` the caller validated with the same
+    /// functions (an importer that checked every id with [`crate::check::ids_ok`] while
+    /// converting them: `Reads::ids(m)`), so that it is not validated a second time; everything
+    /// else is, as [`TraceData::new`] does.
+    pub(crate) fn new_validated_before(
+        meta: TraceMeta,
+        tokens: usize,
+        candidates: usize,
+        parts: OwnedParts,
+        done: Reads,
+    ) -> Result<TraceData> {
         let data = TraceData {
             meta,
             tokens,
@@ -278,7 +306,7 @@ impl TraceData {
             seq_offsets: parts.seq_offsets,
             step_offsets: parts.step_offsets,
         };
-        TraceView::new(&data.meta, tokens, candidates, data.borrowed())?;
+        TraceView::new_validated_before(&data.meta, tokens, candidates, data.borrowed(), done)?;
         Ok(data)
     }
 

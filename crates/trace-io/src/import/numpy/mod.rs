@@ -32,7 +32,7 @@ use std::str::FromStr;
 use npyz::{DType, Endianness, NpyFile, NpyHeader, Order, TypeChar};
 
 use super::{DropReason, Dropped, ImportReport, Imported};
-use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceError, TraceMeta};
+use crate::{OwnedParts, Phase, Reads, Result, ScoreKind, TraceData, TraceError, TraceMeta};
 
 mod elements;
 mod meta;
@@ -201,7 +201,12 @@ pub fn import_numpy(path: impl AsRef<Path>, opts: &NumpyOptions) -> Result<Impor
     }
     let mut at = Where { name: &name, layout: facts.layout, layers, tokens, k, data_start: npy_start };
     let raw = match source {
-        Source::Npy(r) => read_ids(r, int, &at, facts.num_experts).map_err(err)?,
+        Source::Npy(r) => {
+            // The data read straight into the chunk buffer (what the reader holds past the header
+            // first): through the reader's buffer it would be copied twice.
+            let held = r.buffer().to_vec();
+            read_ids(held.as_slice().chain(r.into_inner()), int, &at, facts.num_experts).map_err(err)?
+        }
         Source::Npz(mut zip) => {
             let entry = zip
                 .by_name(&format!("{name}.npy"))
@@ -437,10 +442,10 @@ fn finish(
 ) -> Result<Imported> {
     let err = |msg: String| import_err(path, msg);
     let (layers, tokens, k) = (at.layers, at.tokens, at.k);
-    let Raw { mut ids, padding_row, counts } = raw;
+    let Raw { mut ids, padding_row, padding_rows, id_sums, ids_checked } = raw;
     // Padding tokens: padding rows in every layer; a token padded in some layers only is refused.
     let mut keep = vec![true; tokens];
-    for (t, kept) in keep.iter_mut().enumerate() {
+    for (t, kept) in keep.iter_mut().enumerate().filter(|_| padding_rows > 0) {
         let padded = (0..layers).filter(|&l| padding_row[l * tokens + t]).count();
         if padded == layers {
             *kept = false;
@@ -509,12 +514,24 @@ fn finish(
         out.dedup();
         out
     });
-    // Layers in which every expert is used equally often.
+    // Layers in which every expert is used equally often, c = k T / E times: counted only where
+    // the sum of the layer's ids is the sum that gives, c (0 + 1 + ... + E-1).
     let e = facts.num_experts as usize;
+    let per_layer = kept_tokens * k;
+    let c = per_layer / e.max(1);
     let even: Vec<usize> = (0..layers)
         .filter(|&l| {
-            let c = &counts[l * e..(l + 1) * e];
-            e > 1 && c[0] > 0 && c.iter().all(|&x| x == c[0])
+            e > 1
+                && c > 0
+                && c * e == per_layer
+                && u128::from(id_sums[l]) == (c as u128) * (e as u128) * (e as u128 - 1) / 2
+                && {
+                    let mut counts = vec![0usize; e];
+                    for &id in &ids[l * per_layer..(l + 1) * per_layer] {
+                        counts[usize::from(id)] += 1;
+                    }
+                    counts.iter().all(|&x| x == c)
+                }
         })
         .collect();
     let mut warnings = Vec::new();
@@ -525,7 +542,7 @@ fn finish(
              ffn_moe_topk is the first k rows of an argsort of all E experts; copying its memory flat gives whole \
              permutations of 0..E-1); record the view by its strides (or ggml_cont it) and record again",
             even.len(),
-            counts[even[0] * e],
+            c,
             even[0]
         ));
     }
@@ -553,7 +570,6 @@ fn finish(
         }
         _ => "no sequences (no offsets array, no --chunk)".to_string(),
     });
-    let padding_rows = padding_row.iter().filter(|&&p| p).count();
     notes.push(if padding_rows == 0 {
         "padding: none (no -1)".to_string()
     } else {
@@ -594,7 +610,10 @@ fn finish(
     };
     let sequences = seq_offsets.as_ref().map(Vec::len);
     let parts = OwnedParts { ids, scores: None, gates: None, out_norms: None, seq_offsets, step_offsets: None };
-    let trace = TraceData::new(trace_meta, kept_tokens, k, parts).map_err(|e| e.in_file(path))?;
+    // Ids that passed the trace's own id check while read are not checked a second time.
+    let done = if ids_checked { Reads::ids(k) } else { Reads::NOTHING };
+    let trace =
+        TraceData::new_validated_before(trace_meta, kept_tokens, k, parts, done).map_err(|e| e.in_file(path))?;
     let report = ImportReport {
         format: FORMAT,
         files: 1,

@@ -216,3 +216,36 @@ def test_profile_measure_writes_a_profile_replay_takes(models, tmp_path):
     assert rep["cost"]["tok_s"] > 0 and rep["host_runs"] == rep["picks"]
     p = run("profile", "measure", "--gguf", tmp_path / "ids.txt", check=False)
     assert p.returncode == 1 and "not a GGUF file" in p.stderr, p.stderr
+
+
+def test_profile_measure_times_the_disk_and_capture_counts_what_it_read(models, tmp_path):
+    m = models["qwen3_moe"]
+    prof = tmp_path / "hw.json"
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    doc = json.loads(run("profile", "measure", "--gguf", m["gguf"], "--repeats", 1, "--disk", disk, "--disk-mb", 2,
+                         "--disk-reads", 3, "-o", prof, "--json").stdout)
+    d = doc["measured"]["disk"]
+    modes = {r["mode"]: r for r in d["modes"]}
+    assert "mmap random" in modes and "buffered random" in modes
+    # One expert of 6,144 bytes is read as three slices of one 4 KiB page each.
+    assert d["read_mb"] == 3 * 4096 / 1e6
+    assert all(r["gbps"] > 0 and r["per_expert"]["min_ms"] <= r["per_expert"]["max_ms"] for r in d["modes"])
+    for name in ("direct sequential", "direct random"):
+        if name in modes and modes[name]["amplification"] is not None:
+            assert modes[name]["amplification"] == 1.0
+    # The profile's one SSD bandwidth is the cold mmap read's rate; the test file is gone.
+    assert doc["profile"]["bandwidth_gbps"] == [modes["mmap random"]["gbps"]]
+    assert list(disk.iterdir()) == []
+    token_ids(tmp_path / "ids.txt")
+    trace = tmp_path / "t.safetensors"
+    cap = json.loads(run("capture", m["gguf"], "--tokens", tmp_path / "ids.txt", "--ctx", 64, "--generate", 4,
+                         "--timing-run", "-o", trace, "--json").stdout)
+    t = cap["timings"]
+    assert t["decode_sys_ms"] >= 0 and t["prompt_sys_ms"] >= 0
+    assert t["decode_read_mb"] is None or t["decode_read_mb"] >= 0
+    rep = json.loads(run("replay", trace, "--policy", "lru", "--shared-cap", 4, "--warmup", 0, "--profile-file", prof,
+                         "--json").stdout)
+    assert rep["cost"]["at"][0]["ssd_gbps"] == doc["profile"]["bandwidth_gbps"][0]
+    p = run("profile", "measure", "--gguf", m["gguf"], "--disk", tmp_path / "nowhere", check=False)
+    assert p.returncode == 1 and "nowhere: not a directory" in p.stderr, p.stderr

@@ -24,8 +24,8 @@ pub struct MeasureReport {
     /// The timings.
     pub measured: capture::measure::Measured,
     /// The profile: `expert_mb`, `compute_ms` (the dense weights' products of one token),
-    /// `host_gbps`, `host_ms_per_row`, `host_sync_ms` (the fixed part of a layer's expert ops), no
-    /// SSD bandwidth (not measured).
+    /// `host_gbps`, `host_ms_per_row`, `host_sync_ms` (the fixed part of a layer's expert ops), and
+    /// with a disk the rate of a cold expert read through `mmap` as its one SSD bandwidth.
     pub profile: DeviceProfile,
 }
 
@@ -47,7 +47,8 @@ impl MeasureRequest {
             name: format!("{name}-measured"),
             expert_mb: m.expert_mb,
             compute_ms: m.dense.median_ms,
-            bandwidth_gbps: Vec::new(),
+            // A model streamed through mmap pays one cold mmap read per expert miss (§6).
+            bandwidth_gbps: m.disk.as_ref().map(|d| vec![d.mmap_gbps()]).unwrap_or_default(),
             link_gbps: None,
             compute_ms_per_step: None,
             host_gbps: Some(m.host_gbps),

@@ -413,5 +413,6 @@ pub(crate) fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Re
         host_gbps: expert_mb / per_expert,
         host_ms_per_row: ((t64 - fixed) / max_rows as f64).max(0.0),
         host_sync_ms: fixed,
+        disk: None,
     })
 }

@@ -11,6 +11,7 @@
 //! `cuda`, `metal`, `vulkan`). Without it, [`capture`] returns [`CaptureError::NotBuilt`]; the
 //! recorder and the input readers are the same code either way and are tested without llama.cpp.
 
+pub mod disk;
 mod error;
 pub mod input;
 #[cfg(feature = "llama")]
@@ -132,14 +133,31 @@ impl CaptureConfig {
 pub struct Timings {
     /// Model load, ms.
     pub load_ms: f64,
-    /// Prompt (prefill) time over all sequences, ms, and its token count.
+    /// Prompt (prefill) time over all sequences, ms: the wall time of the prompt's `llama_decode`
+    /// calls, each followed by `llama_synchronize` (llama.cpp's own counter, [`Self::llama_perf_prompt_ms`],
+    /// equals it on a plain run but reads about 0 with the eval callback attached).
     pub prompt_ms: f64,
     /// Prompt tokens.
     pub prompt_tokens: u64,
-    /// Decode time, ms.
+    /// Decode time, ms: the wall time of the decode tokens' `llama_decode` calls, synchronized.
     pub decode_ms: f64,
+    /// llama.cpp's prompt time (`llama_perf_context`'s `t_p_eval_ms`), ms.
+    pub llama_perf_prompt_ms: f64,
+    /// llama.cpp's decode time (`t_eval_ms`), ms.
+    pub llama_perf_decode_ms: f64,
     /// Decode tokens.
     pub decode_tokens: u64,
+    /// Bytes the process fetched from storage during the timed prompt decodes, MB (10^6 bytes;
+    /// `/proc/self/io` `read_bytes`, readahead included): the page-cache misses of a model read
+    /// through `mmap`. `None` where the kernel does not count I/O per task.
+    pub prompt_read_mb: Option<f64>,
+    /// The same during the timed decode tokens, MB.
+    pub decode_read_mb: Option<f64>,
+    /// The process's system CPU time during the timed prompt decodes, ms (`getrusage`: page
+    /// faults and page-cache reclaim of a model read through `mmap`, every thread summed).
+    pub prompt_sys_ms: f64,
+    /// The same during the timed decode tokens, ms.
+    pub decode_sys_ms: f64,
     /// Threads used.
     pub threads: usize,
     /// Batch size used.

@@ -328,6 +328,7 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
     }
     let ctx = Context(raw);
     let mut batch = Batch::new(n_batch);
+    let mut fetched = Fetched::new();
     progress(Progress::Start { sequences: seqs.len(), tokens: prefill_tokens, generate: cfg.generate });
 
     let mut first = true;
@@ -341,7 +342,7 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
         let mut pos = 0usize;
         for chunk in seq.chunks(n_batch) {
             batch.fill(chunk, pos, Outputs::All);
-            decode(&ctx, sp, &batch, si)?;
+            fetched.count(Phase::Prefill, || decode(&ctx, sp, &batch, si))?;
             // SAFETY: between decodes.
             let st = unsafe { &mut *sp };
             st.rec.end_batch(chunk.len(), Phase::Prefill)?;
@@ -361,7 +362,7 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
             }
             batch.fill(&[next], pos, Outputs::All);
             fed.push(next);
-            decode(&ctx, sp, &batch, si)?;
+            fetched.count(Phase::Decode, || decode(&ctx, sp, &batch, si))?;
             // SAFETY: between decodes.
             let st = unsafe { &mut *sp };
             st.rec.end_batch(1, Phase::Decode)?;
@@ -371,8 +372,8 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
         }
         generated.push(fed);
     }
-    let ctx = match cfg.timing {
-        Timing::EvalCallback => ctx,
+    let (ctx, fetched) = match cfg.timing {
+        Timing::EvalCallback => (ctx, fetched),
         Timing::PlainRun => {
             drop(ctx);
             progress(Progress::TimingRun);
@@ -383,12 +384,20 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
     let perf = unsafe { sys::llama_perf_context(ctx.0) };
     let timings = Timings {
         load_ms: perf.t_load_ms,
-        prompt_ms: perf.t_p_eval_ms,
+        // Wall time of the phase's llama_decode calls, each synchronized: llama.cpp's own prompt
+        // counter (t_p_eval_ms) reads about 0 when the eval callback splits the graph.
+        prompt_ms: fetched.prompt_ms,
         // The tokens fed, not llama.cpp's counters: llama_perf_context reports at least 1 decode
         // token even when none ran.
         prompt_tokens: prefill_tokens as u64,
-        decode_ms: perf.t_eval_ms,
+        decode_ms: fetched.decode_ms,
+        llama_perf_prompt_ms: perf.t_p_eval_ms,
+        llama_perf_decode_ms: perf.t_eval_ms,
         decode_tokens: generated.iter().map(Vec::len).sum::<usize>() as u64,
+        prompt_read_mb: fetched.prompt.map(|b| b as f64 / 1e6),
+        decode_read_mb: fetched.decode.map(|b| b as f64 / 1e6),
+        prompt_sys_ms: fetched.prompt_sys_ms,
+        decode_sys_ms: fetched.decode_sys_ms,
         threads,
         batch: n_batch,
         timing: cfg.timing,
@@ -412,10 +421,14 @@ pub(crate) fn run(cfg: &CaptureConfig, progress: &mut dyn FnMut(Progress)) -> Re
         ("llama_prompt_ms_per_token", per_token(timings.prompt_ms, timings.prompt_tokens)),
         ("llama_decode_ms_per_token", per_token(timings.decode_ms, timings.decode_tokens)),
         ("llama_load_ms", format!("{:.1}", timings.load_ms)),
+        ("llama_prompt_read_mb", timings.prompt_read_mb.map_or_else(String::new, |m| format!("{m:.3}"))),
+        ("llama_decode_read_mb", timings.decode_read_mb.map_or_else(String::new, |m| format!("{m:.3}"))),
         ("llama_timed_with_eval_callback", (cfg.timing == Timing::EvalCallback).to_string()),
         ("generate", cfg.generate.to_string()),
     ] {
-        extra.insert(k.to_string(), v);
+        if !v.is_empty() || !k.ends_with("_read_mb") {
+            extra.insert(k.to_string(), v);
+        }
     }
     let meta = TraceMeta {
         model: meta_str(&model, "general.name").filter(|s| !s.is_empty()).unwrap_or_else(|| file.clone()),
@@ -449,7 +462,8 @@ fn plain_run(
     generated: &[Vec<i32>],
     batch: &mut Batch,
     path: &Path,
-) -> Result<Context> {
+) -> Result<(Context, Fetched)> {
+    let mut fetched = Fetched::new();
     cp.cb_eval = None;
     cp.cb_eval_user_data = std::ptr::null_mut();
     // SAFETY: the model is loaded; the parameters are the capture's without the callback.
@@ -464,16 +478,69 @@ fn plain_run(
         let mut pos = 0usize;
         for chunk in seq.chunks(batch.1) {
             batch.fill(chunk, pos, Outputs::Last);
-            llama_decode(&ctx, batch, si)?;
+            fetched.count(Phase::Prefill, || llama_decode(&ctx, batch, si))?;
             pos += chunk.len();
         }
         for &t in fed {
             batch.fill(&[t], pos, Outputs::Last);
-            llama_decode(&ctx, batch, si)?;
+            fetched.count(Phase::Decode, || llama_decode(&ctx, batch, si))?;
             pos += 1;
         }
     }
-    Ok(ctx)
+    Ok((ctx, fetched))
+}
+
+/// Wall time, bytes fetched from storage ([`crate::disk::read_bytes`]) and the process's system
+/// CPU time (page faults, reclaim) of the prompt and the decode `llama_decode`s of one run; a
+/// byte count is `None` once a reading is missing.
+struct Fetched {
+    prompt: Option<u64>,
+    decode: Option<u64>,
+    prompt_ms: f64,
+    decode_ms: f64,
+    prompt_sys_ms: f64,
+    decode_sys_ms: f64,
+}
+
+impl Fetched {
+    fn new() -> Fetched {
+        Fetched {
+            prompt: Some(0),
+            decode: Some(0),
+            prompt_ms: 0.0,
+            decode_ms: 0.0,
+            prompt_sys_ms: 0.0,
+            decode_sys_ms: 0.0,
+        }
+    }
+    /// Runs `f` and adds its wall time, what it fetched and its system time to the phase's counts.
+    fn count(&mut self, phase: Phase, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        let (before, sys_before) = (crate::disk::read_bytes(), sys_ms());
+        let start = std::time::Instant::now();
+        f()?;
+        let wall = start.elapsed().as_secs_f64() * 1e3;
+        let (after, sys_after) = (crate::disk::read_bytes(), sys_ms());
+        let (acc, ms, sys) = if phase == Phase::Decode {
+            (&mut self.decode, &mut self.decode_ms, &mut self.decode_sys_ms)
+        } else {
+            (&mut self.prompt, &mut self.prompt_ms, &mut self.prompt_sys_ms)
+        };
+        *acc = acc.zip(before.zip(after)).map(|(sum, (b, a))| sum + a.saturating_sub(b));
+        *ms += wall;
+        *sys += sys_after - sys_before;
+        Ok(())
+    }
+}
+
+/// The process's system CPU time so far, ms (`getrusage`; every thread of ggml's pool).
+fn sys_ms() -> f64 {
+    // SAFETY: getrusage writes the struct it is given; a zeroed rusage is a valid value.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF needs no other argument.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) } != 0 {
+        return 0.0;
+    }
+    r.ru_stime.tv_sec as f64 * 1e3 + r.ru_stime.tv_usec as f64 / 1e3
 }
 
 /// Runs one `llama_decode` of `batch` and synchronizes, which is what adds its time to llama.cpp's

@@ -22,6 +22,9 @@
 //!   llama.cpp's CPU backend keeps them): a measured `compute_ms_per_step` for a prefill batch of n
 //!   tokens that starts a sequence (SEMANTICS §11). For one row the attention is over one position.
 //!
+//! - With a disk ([`MeasureConfig::disk`]): cold reads of one expert from a file there, direct,
+//!   buffered and through `mmap` ([`crate::disk`]); the `mmap` rate is the profile's SSD bandwidth.
+//!
 //! Every figure is the median of the repeats, with its minimum and maximum.
 
 use std::path::PathBuf;
@@ -40,6 +43,9 @@ pub struct MeasureConfig {
     /// Copies of the expert cycled through (`None`: as many as the model has experts, at most
     /// 2 GB of them; a few copies that fit in the CPU's caches time a warm expert instead).
     pub expert_copies: Option<usize>,
+    /// Also time cold reads of one expert from a file on this disk ([`crate::disk`]).
+    #[serde(default)]
+    pub disk: Option<crate::disk::DiskConfig>,
 }
 
 /// A timing: median, minimum and maximum over the repeats, ms.
@@ -97,6 +103,8 @@ pub struct Measured {
     pub host_ms_per_row: f64,
     /// The op's fixed part: `t(1) − (t(8) − t(1)) / 7`, ms (at least 0); a layer pays it once.
     pub host_sync_ms: f64,
+    /// The disk's figures, when a disk was given ([`MeasureConfig::disk`]).
+    pub disk: Option<crate::disk::DiskMeasured>,
 }
 
 /// Rows of the expert timings.
@@ -119,7 +127,11 @@ pub fn measure(cfg: &MeasureConfig, progress: &mut dyn FnMut(&str)) -> Result<Me
     }
     #[cfg(feature = "llama")]
     {
-        crate::kernels::measure(cfg, progress)
+        let mut m = crate::kernels::measure(cfg, progress)?;
+        if let Some(d) = &cfg.disk {
+            m.disk = Some(crate::disk::measure(d, (m.expert_mb * 1e6).round() as usize, progress)?);
+        }
+        Ok(m)
     }
     #[cfg(not(feature = "llama"))]
     {

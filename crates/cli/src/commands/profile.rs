@@ -43,6 +43,16 @@ pub struct MeasureArgs {
     /// at most 2 GB); a few copies that fit in the CPU's caches time a warm expert.
     #[arg(long, value_name = "N")]
     expert_copies: Option<usize>,
+    /// Also time cold reads of one expert from a test file in this directory (its disk): direct,
+    /// buffered and through mmap; the mmap rate becomes the profile's SSD bandwidth.
+    #[arg(long, value_name = "DIR")]
+    disk: Option<PathBuf>,
+    /// Size of the disk test file, MB.
+    #[arg(long, default_value_t = 1000, requires = "disk")]
+    disk_mb: u64,
+    /// Cold reads timed per disk mode.
+    #[arg(long, default_value_t = 16, requires = "disk")]
+    disk_reads: usize,
     /// The profile to write (a device profile for --profile-file).
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -184,6 +194,11 @@ fn measure(a: &MeasureArgs) -> Result<()> {
         threads: a.threads,
         repeats: a.repeats,
         expert_copies: a.expert_copies,
+        disk: a.disk.as_ref().map(|dir| capture::disk::DiskConfig {
+            reads: a.disk_reads,
+            file_mb: a.disk_mb,
+            ..capture::disk::DiskConfig::new(dir.clone())
+        }),
     };
     let request = api::measure::MeasureRequest { config, output: a.output.clone() };
     let r = request.run(&mut |line| crate::progress::status!("measuring {line}")).flags()?;
@@ -229,14 +244,45 @@ fn measure(a: &MeasureArgs) -> Result<()> {
     let steps: Vec<String> =
         m.dense_rows.iter().skip(1).map(|(n, s)| format!("{n} rows {:.4} ms", s.median_ms)).collect();
     writeln!(out, "dense weights of a step (compute_ms_per_step): {}", steps.join(", "))?;
+    if let Some(d) = &m.disk {
+        writeln!(
+            out,
+            "disk {}: cold reads of one expert ({:.3} MB in three slices) from a {:.0} MB file, read_ahead_kb {}",
+            d.dir.display(),
+            d.read_mb,
+            d.file_mb,
+            d.read_ahead_kb.map_or_else(|| "unknown".into(), |k| k.to_string())
+        )?;
+        let mut t = comfy_table::Table::new();
+        t.set_header(["mode", "median ms", "min ms", "max ms", "GB/s", "bytes read / expert"]);
+        for r in &d.modes {
+            t.add_row([
+                r.mode.to_string(),
+                format!("{:.3}", r.per_expert.median_ms),
+                format!("{:.3}", r.per_expert.min_ms),
+                format!("{:.3}", r.per_expert.max_ms),
+                format!("{:.3}", r.gbps),
+                r.amplification.map_or_else(|| "-".into(), |a| format!("{a:.2}")),
+            ]);
+        }
+        align_numbers(&mut t);
+        writeln!(out, "{t}")?;
+        if let Some(l) = &d.latency {
+            writeln!(out, "4 KiB direct read: {:.3} ms (min {:.3}, max {:.3})", l.median_ms, l.min_ms, l.max_ms)?;
+        }
+        if let Some(n) = &d.note {
+            writeln!(out, "{n}")?;
+        }
+    }
     writeln!(
         out,
-        "profile: expert_mb {:.6}, compute_ms {:.4}, host_gbps {:.3}, host_ms_per_row {:.5}, host_sync_ms {:.4}{}",
+        "profile: expert_mb {:.6}, compute_ms {:.4}, host_gbps {:.3}, host_ms_per_row {:.5}, host_sync_ms {:.4}{}{}",
         r.profile.expert_mb,
         r.profile.compute_ms,
         m.host_gbps,
         m.host_ms_per_row,
         m.host_sync_ms,
+        r.profile.bandwidth_gbps.first().map_or(String::new(), |g| format!(", ssd {g:.3} GB/s")),
         a.output.as_ref().map_or(String::new(), |o| format!(" -> {}", o.display()))
     )?;
     Ok(())

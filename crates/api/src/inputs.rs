@@ -137,7 +137,8 @@ pub fn read_keep(src: &MapSource, pinned: bool) -> Result<KeepMap> {
 }
 
 /// The pins of a pin map, per layer, checked against the trace: a keep-map file or map (its
-/// kept experts), or a plan made with `pin_counts` (`pinned.plan.pins`). A plan made without
+/// kept experts), a plan made with `pin_counts` (`pinned.plan.pins`), or a hybrid plan
+/// (`per_expert.pins`: `replay --exec host` then reproduces its figure). A plan made without
 /// it pins nothing and is refused: its `chosen.keep_map` is the set of experts kept, not a hot
 /// set.
 ///
@@ -145,7 +146,7 @@ pub fn read_keep(src: &MapSource, pinned: bool) -> Result<KeepMap> {
 /// The file cannot be read, is a plan without pins, or holds a map of another model.
 pub fn read_pins(src: &MapSource, meta: &TraceMeta) -> Result<Vec<Vec<u16>>> {
     if let MapSource::Path(path) = src
-        && let Some(layers) = plan_pins(path)?
+        && let Some(layers) = plan_pins(path, meta)?
     {
         return Ok(layers);
     }
@@ -155,10 +156,14 @@ pub fn read_pins(src: &MapSource, meta: &TraceMeta) -> Result<Vec<Vec<u16>>> {
     Ok(map.layers)
 }
 
-/// The pins of a plan file (`pinned.plan.pins`), or `None` when `path` is not a plan.
-fn plan_pins(path: &Path) -> Result<Option<Vec<Vec<u16>>>> {
+/// The pins of a plan file (`pinned.plan.pins`; a hybrid plan's `per_expert.pins`), or `None`
+/// when `path` is not a plan.
+fn plan_pins(path: &Path, meta: &TraceMeta) -> Result<Option<Vec<Vec<u16>>>> {
     let Ok(bytes) = trace_io::read_text(path) else { return Ok(None) };
     let Ok(v) = serde_json::from_slice::<Value>(&bytes) else { return Ok(None) };
+    if v["kind"] == crate::kind::HYBRID_PLAN {
+        return hybrid_plan_pins(path, &v, meta).map(Some);
+    }
     if v.get("chosen").is_none() {
         return Ok(None);
     }
@@ -176,6 +181,33 @@ fn plan_pins(path: &Path) -> Result<Option<Vec<Vec<u16>>>> {
         ))
     })?;
     Ok(Some(layers))
+}
+
+/// The pins of a hybrid plan (`plan --exec host`): its per-expert plan's (`per_expert.pins`, one
+/// list per traced layer of `layer_ids`), checked against the trace's layers and experts. The
+/// per-layer plan (`per_layer`) is the whole-layer placement `export llama-cpp` writes.
+fn hybrid_plan_pins(path: &Path, v: &Value, meta: &TraceMeta) -> Result<Vec<Vec<u16>>> {
+    let name = path.display();
+    let layer_ids: Vec<u32> = serde_json::from_value(v["layer_ids"].clone())
+        .map_err(|_| Error::usage(format!("‹pin› {name}: the hybrid plan's layer_ids is not a list of layer ids")))?;
+    let pins: Vec<Vec<u16>> = serde_json::from_value(v["per_expert"]["pins"].clone()).map_err(|_| {
+        Error::usage(format!("‹pin› {name}: the hybrid plan's per_expert.pins is not a list of expert ids per layer"))
+    })?;
+    if layer_ids != meta.layer_ids || pins.len() != layer_ids.len() {
+        usage!(
+            "‹pin› {name}: a hybrid plan for layers {layer_ids:?}; the trace has layers {:?}: plan on traces of the \
+             same model",
+            meta.layer_ids
+        );
+    }
+    if let Some((l, e)) = pins
+        .iter()
+        .enumerate()
+        .find_map(|(l, p)| p.iter().find(|&&e| u32::from(e) >= meta.num_experts).map(|&e| (l, e)))
+    {
+        usage!("‹pin› {name}: layer {}: expert {e} is not below the trace's E = {}", layer_ids[l], meta.num_experts);
+    }
+    Ok(pins)
 }
 
 /// Per-layer caps: a list, or a JSON file holding a list or a plan written by `plan`.

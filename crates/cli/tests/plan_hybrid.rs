@@ -31,8 +31,8 @@ fn plan_exec_host_writes_both_granularities() {
             |g: &str| -> Vec<u64> { v[g]["counts"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect() };
         assert!(counts("per_layer").iter().all(|&n| n == 0 || n == 16));
         let (pe, pl) = (&v["per_expert"], &v["per_layer"]);
-        // more freedom never loses: per expert at least per layer
-        assert!(pe["tok_s"].as_f64().unwrap() >= pl["tok_s"].as_f64().unwrap());
+        // more freedom never loses where the choice is made: per expert at least per layer in sample
+        assert!(pe["in_sample_tok_s"].as_f64().unwrap() >= pl["in_sample_tok_s"].as_f64().unwrap());
         assert!(pe["tok_s"].as_f64().unwrap() >= pe["baseline_tok_s"].as_f64().unwrap());
         let pins = pe["pins"].as_array().unwrap();
         for (l, n) in counts("per_expert").iter().enumerate() {
@@ -78,4 +78,62 @@ fn plan_exec_host_writes_both_granularities() {
         assert!(e.contains(named), "{extra:?}: {e}");
         assert!(!out.exists(), "{extra:?} wrote {}", out.display());
     }
+}
+
+#[test]
+fn a_hybrid_plan_replays_to_its_own_figure_and_is_chosen_in_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (c, h, p, out) = (d.join("c.safetensors"), d.join("h.safetensors"), d.join("hw.json"), d.join("plan.json"));
+    synth(&c, [3, 16, 2, 4, 400], &["--seed", "1"]);
+    synth(&h, [3, 16, 2, 4, 300], &["--seed", "2"]);
+    std::fs::write(&p, PROFILE).unwrap();
+    // 0.02 GB: 10 experts of 2 MB, fewer than the 48 of the model.
+    let args = ["plan", "--exec", "host", "--in-sample", s(&c), "--out-of-sample", s(&h), "--profile-file", s(&p)];
+    ok(&[&args[..], &["--gpu-budget-gb", "0.02", "--warmup", "16", "-o", s(&out)]].concat());
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let figure = |trace: &std::path::Path| {
+        let r = ok(&[
+            "replay",
+            s(trace),
+            "--policy",
+            "lru",
+            "--pin",
+            s(&out),
+            "--exec",
+            "host",
+            "--cap",
+            "0",
+            "--warmup",
+            "16",
+            "--profile-file",
+            s(&p),
+            "--json",
+        ]);
+        serde_json::from_str::<Value>(&r).unwrap()["cost"]["tok_s"].as_f64().unwrap()
+    };
+    // `replay --pin plan.json --exec host` gives the plan's out-of-sample figure on the held-out
+    // trace, and its in-sample figure, the one it was chosen by, on the calibration trace.
+    let pe = &v["per_expert"];
+    let (held_out, inside) = (figure(&h), figure(&c));
+    assert!((held_out - pe["tok_s"].as_f64().unwrap()).abs() < 1e-9 * held_out, "{held_out} {pe}");
+    assert!((inside - pe["in_sample_tok_s"].as_f64().unwrap()).abs() < 1e-9 * inside, "{inside} {pe}");
+    // A hybrid plan of another model's layers is refused by name.
+    let other = d.join("o.safetensors");
+    synth(&other, [2, 16, 2, 4, 50], &["--seed", "3"]);
+    let e = fails(&[
+        "replay",
+        s(&other),
+        "--policy",
+        "lru",
+        "--pin",
+        s(&out),
+        "--exec",
+        "host",
+        "--cap",
+        "0",
+        "--profile-file",
+        s(&p),
+    ]);
+    assert!(e.contains("a hybrid plan for layers [0, 1, 2]; the trace has layers [0, 1]"), "{e}");
 }

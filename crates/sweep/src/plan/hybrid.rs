@@ -1,9 +1,11 @@
 //! `plan --exec host`: per-layer pinned experts for a GPU memory budget, chosen by the
-//! out-of-sample tok/s of hybrid execution (SEMANTICS.md §14), not by misses.
+//! in-sample tok/s of hybrid execution (SEMANTICS.md §14), not by misses, and reported with the
+//! out-of-sample tok/s of the same choice (the held-out trace never steers the choice, so its
+//! figure is not flattered by it).
 //!
 //! Placement is static (cap 0, every non-pinned pick a host run), one row per step (a decode).
-//! Layer l pins the top n_l experts of its in-sample counts (ties: lower id first). On the
-//! out-of-sample trace, step s of layer l then has m = the chosen experts ranked n_l or below
+//! Layer l pins the top n_l experts of its in-sample counts (ties: lower id first). On a
+//! trace, step s of layer l then has m = the chosen experts ranked n_l or below
 //! as host runs, so h(s, l) = m · max(expert_mb / (1000 · host_gbps), host_ms_per_row / 1000)
 //! plus host_sync_ms / 1000 when m > 0, and g = compute / (1000 · L) (no loads, no copies). With no
 //! copies §14's step time is Σ_l (g + h) or Σ_l max(g, h): a sum over layers, so the total time
@@ -34,7 +36,7 @@ pub enum Granularity {
 pub struct HybridPlanRequest<'a> {
     /// Calibration trace: the pin order (in-sample counts) comes from it.
     pub in_sample: &'a TraceView<'a>,
-    /// Held-out trace: every candidate is evaluated on it.
+    /// Held-out trace: the chosen plan's figures come from it.
     pub out_of_sample: &'a TraceView<'a>,
     /// The device of §14 (overlap included).
     pub device: HybridDevice,
@@ -50,7 +52,7 @@ pub struct HybridPlanRequest<'a> {
     pub granularity: Granularity,
 }
 
-/// Per layer, the out-of-sample counted time in seconds with the top n experts pinned, n = 0..=E.
+/// Per layer, a trace's counted time in seconds with the top n experts pinned, n = 0..=E.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LayerCurves {
     /// `seconds[l][n]`.
@@ -80,11 +82,14 @@ pub struct HybridPlan {
     pub pins: Vec<Vec<u16>>,
     /// GPU memory used: Σ n_l · expert_mb / 1000 + kv_gb, GB.
     pub gpu_gb: f64,
-    /// Out-of-sample tok/s of the plan (from the curves).
+    /// Out-of-sample tok/s of the plan (from the held-out trace's curves).
     pub tok_s: f64,
-    /// The all-CPU baseline (no pins) on the same trace.
+    /// In-sample tok/s of the plan: the figure the counts were chosen by.
+    #[serde(default)]
+    pub in_sample_tok_s: f64,
+    /// The all-CPU baseline (no pins) on the held-out trace.
     pub baseline_tok_s: f64,
-    /// Every expert on the GPU (the upper bound, ignoring the budget).
+    /// Every expert on the GPU (the upper bound, ignoring the budget), on the held-out trace.
     pub all_gpu_tok_s: f64,
 }
 
@@ -218,18 +223,20 @@ pub fn plan_hybrid(req: &HybridPlanRequest<'_>) -> crate::Result<HybridPlan> {
     let slots = ((free_mb / req.device.expert_mb) + 1e-9).floor() as usize;
     let slots = slots.min(a.layers * a.num_experts);
     let order = pin_order(req.in_sample, req.k_used);
+    let chosen_by = layer_curves(req.in_sample, &order, &req.device, req.k_used, req.warmup);
     let curves = layer_curves(req.out_of_sample, &order, &req.device, req.k_used, req.warmup);
     let choices: Vec<usize> = match req.granularity {
         Granularity::Expert => (0..=a.num_experts).collect(),
         Granularity::Layer => vec![0, a.num_experts],
     };
-    let counts = allocate(&curves, &choices, slots).expect("0 pins always fit");
+    let counts = allocate(&chosen_by, &choices, slots).expect("0 pins always fit");
     let pins = counts.iter().zip(&order).map(|(&n, o)| o[..n].to_vec()).collect();
     Ok(HybridPlan {
         granularity: req.granularity,
         overlap: req.device.overlap,
         gpu_gb: counts.iter().sum::<usize>() as f64 * req.device.expert_mb / 1000.0 + req.kv_gb,
         tok_s: curves.tok_s(&counts),
+        in_sample_tok_s: chosen_by.tok_s(&counts),
         baseline_tok_s: curves.tok_s(&vec![0; a.layers]),
         all_gpu_tok_s: curves.tok_s(&vec![a.num_experts; a.layers]),
         counts,

@@ -1,5 +1,5 @@
 //! `moe-offload plan --exec host --gpu-budget-gb X`: pinned experts per layer chosen by the
-//! out-of-sample tok/s of hybrid execution (SEMANTICS.md §14; [`sweep::plan::hybrid`]), at both
+//! in-sample tok/s of hybrid execution, reported with their out-of-sample tok/s (SEMANTICS.md §14; [`sweep::plan::hybrid`]), at both
 //! granularities: per expert (kTransformers-style counts and lists; the `--moe-hot-count` list of
 //! unmerged llama.cpp patches) and per layer (llama.cpp's `-ot ...=CPU`, and `--n-cpu-moe N` when
 //! exactly the same: [`sweep::plan::llama`]).
@@ -137,8 +137,9 @@ pub fn run(a: &super::PlanArgs) -> Result<()> {
     let mut out = crate::commands::human(a.output());
     let line = |p: &HybridPlan| {
         format!(
-            "{:.2} tok/s ({:.2} all-CPU, {:.2} all-GPU), {:.3} GB of GPU memory",
-            p.tok_s, p.baseline_tok_s, p.all_gpu_tok_s, p.gpu_gb
+            "{:.2} tok/s out of sample ({:.2} in sample, where it was chosen; {:.2} all-CPU, {:.2} all-GPU), {:.3} GB \
+             of GPU memory",
+            p.tok_s, p.in_sample_tok_s, p.baseline_tok_s, p.all_gpu_tok_s, p.gpu_gb
         )
     };
     writeln!(

@@ -9,8 +9,9 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct DeployArgs {
     /// Pin map: a keep-map JSON (as `keep --metric frequency --k 8` writes; per-layer sizes
-    /// allowed) of experts held resident outside the cache (SEMANTICS.md §9). Memory per layer
-    /// = pins + cap; `--cap 0` streams every unpinned expert.
+    /// allowed) of experts held resident outside the cache (SEMANTICS.md §9), a plan made with
+    /// `--pin-counts`, or a hybrid plan (`plan --exec host`: its per-expert pins). Memory per
+    /// layer = pins + cap; `--cap 0` streams every unpinned expert.
     #[arg(long)]
     pub pin: Option<PathBuf>,
     // A second memory tier under the cache, POLICY:CAP (its help names the policies).

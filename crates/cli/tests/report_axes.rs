@@ -150,6 +150,14 @@ fn the_hybrid_section_plots_tok_s_against_gpu_experts() {
     for id in ["policies", "capacity", "budget", "deployments", "shift"] {
         assert!(!section(&html, id).contains("exec:host"), "section {id} shows hybrid rows");
     }
+    // The deployments section names the pinned hybrid rows it leaves to the hybrid section (3 pin
+    // maps x 2 overlaps), instead of saying the sweep has no deployed configurations.
+    let deployments = section(&html, "deployments");
+    assert!(deployments.contains("The 6 deployed configurations of this sweep"), "{deployments}");
+    // A curve is never said to stop helping at a point where its table row says it still rises.
+    for row in hybrid.split("<tr>").filter(|r| r.contains("no: still rising")) {
+        assert!(row.contains("not within its range"), "{row}");
+    }
 }
 
 /// docs/hybrid.md's grid (`data/grids/esft-hybrid.json`) on the real ESFT logs: the rows give the

@@ -52,6 +52,18 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
         })
         .collect();
     if !oos.iter().any(|r| r.config.deploy.is_some()) {
+        let hybrid = sweep
+            .rows
+            .iter()
+            .filter(|r| r.sample == Sample::OutOfSample && r.config.hybrid.is_some() && r.config.deploy.is_some())
+            .count();
+        if hybrid > 0 {
+            return Ok(format!(
+                "<p>The {hybrid} deployed configurations of this sweep (held-out trace) all run hybrid execution \
+                 (<code>exec</code> host, SEMANTICS.md §14): their misses are host runs, not loads, so they are \
+                 drawn in the hybrid-execution section, not here.</p>"
+            ));
+        }
         return Ok("<p>No deployed configurations in this sweep. Add <code>pin</code>, <code>tier2</code> or \
                    <code>batch</code> lists to a grid block (docs/grid-format.md, docs/deployments.md) to compare \
                    pinned, cached and tiered memory and to see misses per token against the batch size.</p>"

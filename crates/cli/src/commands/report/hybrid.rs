@@ -171,12 +171,18 @@ pub(super) fn section(sweep: &SweepOutput) -> Result<String> {
             if let Some(stop) = plateau(&points) {
                 let best = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
                 let rising = points.last().is_some_and(|p| p.0 == stop.0) && points.len() > 1;
+                // A curve still rising at its last point has not stopped helping: no point to name.
+                let (at, there) = if rising {
+                    (format!("not within its range (still rising at {})", fmt_x(stop.0)), "-".into())
+                } else {
+                    (fmt_x(stop.0), format!("{:.2}", stop.1))
+                };
                 stops.push(vec![
                     name.clone(),
                     floor_t.map_or("-".into(), |f| format!("{f:.2}")),
                     format!("{best:.2}"),
-                    fmt_x(stop.0),
-                    format!("{:.2}", stop.1),
+                    at,
+                    there,
                     if rising { "no: still rising at the last point".into() } else { "yes".into() },
                 ]);
                 if !rising {

@@ -7,11 +7,19 @@
 //! `Result`, no allocation and no dynamic dispatch inside it.
 //!
 //! A pair is the slot index `l · E + e` (so slot order is (layer, expert) order: ties among
-//! equal priorities go to the lowest slot index). The victim is found by a scan of the cached
-//! slots (C of them): the keys of a credit policy move with its layer's multiplier (§15.1:
-//! S_l[e] / M_l), so no order kept between misses would hold for every policy.
+//! equal priorities go to the lowest slot index). For a policy whose keys change only when their
+//! own pair is accessed (lru, fifo, lfu, perfect_lfu, belady: [`SharedPrio::LOCAL_KEYS`]) the
+//! cached pairs sit in a lazy min-heap of (key, slot): an access pushes the pair's new key, a
+//! stale entry (the pair evicted, or its key changed since) is dropped when it surfaces, and the
+//! victim is the first current entry outside the protected set; the heap is rebuilt from the
+//! cached pairs when stale entries reach a bound, so it never grows past the room reserved
+//! before the loop. The other policies' keys move without an access of their own (a credit
+//! policy's with its layer's multiplier, S_l[e] / M_l; lfru's with its layer's clock), so their
+//! victim is found by a scan of the cached slots (C of them); so is the fallback of §11 step 3
+//! (every cached pair in the set) for every policy.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
 
 use trace_io::TraceView;
 
@@ -50,6 +58,15 @@ pub(crate) trait SharedPrio {
     fn enter_set(&mut self, _pick: SharedPick) {}
     /// The priority of cached pair `slot` (layer index `l`) as it stands.
     fn key(&self, slot: usize, l: usize) -> Self::Key;
+    /// Whether a pair's key changes only when that pair is accessed ([`SharedPrio::access`],
+    /// [`SharedPrio::enter_set`]) or at a reset: then the loop keeps the cached pairs in a lazy
+    /// heap of [`SharedPrio::heap_key`] instead of scanning every cached pair on each miss.
+    const LOCAL_KEYS: bool = false;
+    /// [`SharedPrio::key`] as two integers, in the same order (read only when `LOCAL_KEYS`).
+    #[inline(always)]
+    fn heap_key(&self, _slot: usize) -> (u64, u64) {
+        (0, 0)
+    }
     /// Whether the policy takes credits (§5 step 5, §11 step 4); false: the loop skips them.
     const CREDITS: bool = false;
     /// Before the credits of (step `s`, layer `l`): the lazy decay's multiplier advances once.
@@ -201,6 +218,11 @@ pub(crate) fn run_shared<P: SharedPrio>(
     let mut u = SetBuilder::new(e_count, widest * k);
     let cache_aware = params.lambda > 0.0;
     let (mut now, mut ri, mut stamp) = (0u64, 0usize, 0u64);
+    // LOCAL_KEYS policies: the lazy heap of (key, slot) and the protected entries set aside
+    // while a victim is sought; rebuilt from the cached pairs when it reaches `heap_room`.
+    let heap_room = if P::LOCAL_KEYS { 4 * cap.min(pairs) + 64 } else { 0 };
+    let mut heap: BinaryHeap<Reverse<(u64, u64, u32)>> = BinaryHeap::with_capacity(heap_room + 1);
+    let mut aside: Vec<Reverse<(u64, u64, u32)>> = Vec::with_capacity(if P::LOCAL_KEYS { widest * k + 1 } else { 0 });
 
     for s in 0..plan.steps() {
         let step_rows = rows(plan, s);
@@ -211,6 +233,7 @@ pub(crate) fn run_shared<P: SharedPrio>(
                 pos[c as usize] = ABSENT;
             }
             cached.clear();
+            heap.clear();
             held.fill(0);
             prio.reset();
             ri += 1;
@@ -279,6 +302,9 @@ pub(crate) fn run_shared<P: SharedPrio>(
                     marks[slot] = stamp;
                     if pos[slot] != ABSENT {
                         prio.enter_set(SharedPick { slot, l, s, i, now });
+                        if P::LOCAL_KEYS {
+                            push_key(&prio, &mut heap, &pos, &cached, heap_room, slot);
+                        }
                     }
                 }
             }
@@ -294,6 +320,9 @@ pub(crate) fn run_shared<P: SharedPrio>(
                 if pos[slot] != ABSENT {
                     now += 1;
                     prio.access(SharedPick { slot, l, s, i, now }, false);
+                    if P::LOCAL_KEYS {
+                        push_key(&prio, &mut heap, &pos, &cached, heap_room, slot);
+                    }
                     hits += 1;
                     continue;
                 }
@@ -302,7 +331,12 @@ pub(crate) fn run_shared<P: SharedPrio>(
                     continue;
                 }
                 if cached.len() >= cap {
-                    let v = victim(&prio, &cached, &marks, &done, stamp, e_count);
+                    let v = if P::LOCAL_KEYS {
+                        heap_victim(&prio, &mut heap, &mut aside, &pos, &marks, stamp)
+                            .unwrap_or_else(|| victim(&prio, &cached, &marks, &done, stamp, e_count))
+                    } else {
+                        victim(&prio, &cached, &marks, &done, stamp, e_count)
+                    };
                     let vp = pos[v] as usize;
                     cached.swap_remove(vp);
                     if let Some(&moved) = cached.get(vp) {
@@ -316,6 +350,9 @@ pub(crate) fn run_shared<P: SharedPrio>(
                 held[l] += 1;
                 now += 1;
                 prio.access(SharedPick { slot, l, s, i, now }, true);
+                if P::LOCAL_KEYS {
+                    push_key(&prio, &mut heap, &pos, &cached, heap_room, slot);
+                }
             }
             if counted {
                 counts[l].hits += hits + pin_hits;
@@ -349,6 +386,64 @@ pub(crate) fn run_shared<P: SharedPrio>(
         }
     }
     SharedOut { layers: counts, pinned_hits, slots_end: held, slot_tokens }
+}
+
+/// Pushes cached pair `slot`'s current key; first rebuilds the heap from the cached pairs when it
+/// is full of stale entries (so it never grows past `room`).
+#[inline(always)]
+fn push_key<P: SharedPrio>(
+    prio: &P,
+    heap: &mut BinaryHeap<Reverse<(u64, u64, u32)>>,
+    pos: &[u32],
+    cached: &[u32],
+    room: usize,
+    slot: usize,
+) {
+    if heap.len() >= room {
+        heap.clear();
+        for &c in cached {
+            if c as usize != slot {
+                let (a, b) = prio.heap_key(c as usize);
+                heap.push(Reverse((a, b, c)));
+            }
+        }
+    }
+    debug_assert!(pos[slot] != ABSENT);
+    let (a, b) = prio.heap_key(slot);
+    heap.push(Reverse((a, b, slot as u32)));
+}
+
+/// The victim of §5 step 4 from the lazy heap: the current entry of lowest (key, slot) outside
+/// the current (step, layer)'s set. Stale entries (evicted pairs, old keys) are dropped; the
+/// protected entries met on the way are put back. `None` when every cached pair is protected
+/// (§11 step 3's fallback, left to [`victim`]). The popped victim leaves the heap.
+#[inline(always)]
+fn heap_victim<P: SharedPrio>(
+    prio: &P,
+    heap: &mut BinaryHeap<Reverse<(u64, u64, u32)>>,
+    aside: &mut Vec<Reverse<(u64, u64, u32)>>,
+    pos: &[u32],
+    marks: &[u64],
+    stamp: u64,
+) -> Option<usize> {
+    let mut found = None;
+    while let Some(entry) = heap.pop() {
+        let Reverse((a, b, c)) = entry;
+        let c = c as usize;
+        if pos[c] == ABSENT || prio.heap_key(c) != (a, b) {
+            continue; // stale
+        }
+        if marks[c] == stamp {
+            aside.push(entry);
+            continue;
+        }
+        found = Some(c);
+        break;
+    }
+    for e in aside.drain(..) {
+        heap.push(e);
+    }
+    found
 }
 
 /// The victim of §11 step 3 (§5 step 4 when the set fits) in the one cache: the cached pair of

@@ -121,6 +121,11 @@ impl SharedPrio for Lru {
     fn access(&mut self, pick: SharedPick, _inserted: bool) {
         self.last[pick.slot] = pick.now;
     }
+    const LOCAL_KEYS: bool = true;
+    #[inline(always)]
+    fn heap_key(&self, slot: usize) -> (u64, u64) {
+        (self.last[slot], 0)
+    }
     #[inline(always)]
     fn key(&self, slot: usize, _l: usize) -> u64 {
         self.last[slot]
@@ -140,6 +145,11 @@ impl SharedPrio for Fifo {
         if inserted {
             self.inserted[pick.slot] = pick.now;
         }
+    }
+    const LOCAL_KEYS: bool = true;
+    #[inline(always)]
+    fn heap_key(&self, slot: usize) -> (u64, u64) {
+        (self.inserted[slot], 0)
     }
     #[inline(always)]
     fn key(&self, slot: usize, _l: usize) -> u64 {
@@ -161,6 +171,11 @@ impl SharedPrio for Lfu {
         let s = pick.slot;
         self.count[s] = if inserted { 1 } else { self.count[s] + 1 };
         self.last[s] = pick.now;
+    }
+    const LOCAL_KEYS: bool = true;
+    #[inline(always)]
+    fn heap_key(&self, slot: usize) -> (u64, u64) {
+        (self.count[slot], self.last[slot])
     }
     #[inline(always)]
     fn key(&self, slot: usize, _l: usize) -> (u64, u64) {
@@ -184,6 +199,11 @@ impl SharedPrio for PerfectLfu {
     fn access(&mut self, pick: SharedPick, _inserted: bool) {
         self.total[pick.slot] += 1;
         self.last[pick.slot] = pick.now;
+    }
+    const LOCAL_KEYS: bool = true;
+    #[inline(always)]
+    fn heap_key(&self, slot: usize) -> (u64, u64) {
+        (self.total[slot], self.last[slot])
     }
     #[inline(always)]
     fn key(&self, slot: usize, _l: usize) -> (u64, u64) {
@@ -266,6 +286,11 @@ impl SharedPrio for Belady {
     #[inline(always)]
     fn enter_set(&mut self, pick: SharedPick) {
         self.access(pick, false);
+    }
+    const LOCAL_KEYS: bool = true;
+    #[inline(always)]
+    fn heap_key(&self, slot: usize) -> (u64, u64) {
+        (self.key[slot], 0)
     }
     #[inline(always)]
     fn key(&self, slot: usize, _l: usize) -> u64 {

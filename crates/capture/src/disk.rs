@@ -61,8 +61,8 @@ pub struct ReadMode {
     pub per_expert: Spread,
     /// The expert's bytes over the median time, GB/s (10^9 bytes per second).
     pub gbps: f64,
-    /// Bytes this process fetched from the storage layer per read (`/proc/self/io` `read_bytes`,
-    /// readahead included) over the expert's bytes, mean over the reads; `None` where the kernel
+    /// Bytes the measuring thread fetched from the storage layer per read (`/proc/thread-self/io`
+    /// `read_bytes`, readahead included) over the expert's bytes, mean over the reads; `None` where the kernel
     /// does not count I/O per task. Above 1, a miss also brings in pages no layer asked for
     /// (the read-around of a page fault), which take page-cache memory beside the expert's.
     pub amplification: Option<f64>,
@@ -134,9 +134,20 @@ fn evict(file: &File, path: &Path) -> Result<()> {
 }
 
 /// Bytes this process has fetched from the storage layer (`/proc/self/io` `read_bytes`: what it
-/// caused to be read from a block device, readahead included), if the kernel counts them.
+/// caused to be read from a block device, readahead included, every thread), if the kernel
+/// counts them.
 pub fn read_bytes() -> Option<u64> {
-    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io_read_bytes("/proc/self/io")
+}
+
+/// The same for the calling thread alone (`/proc/thread-self/io`): the disk measurement's reads,
+/// whatever other threads of the process read meanwhile.
+fn thread_read_bytes() -> Option<u64> {
+    io_read_bytes("/proc/thread-self/io")
+}
+
+fn io_read_bytes(file: &str) -> Option<u64> {
+    let io = std::fs::read_to_string(file).ok()?;
     io.lines().find_map(|l| l.strip_prefix("read_bytes:")?.trim().parse().ok())
 }
 
@@ -227,11 +238,11 @@ pub fn measure(cfg: &DiskConfig, expert_bytes: usize, progress: &mut dyn FnMut(&
         let mut fetched = Some(0u64);
         for &s in slots {
             evict(&buffered, &t.path)?;
-            let before = read_bytes();
+            let before = thread_read_bytes();
             let start = Instant::now();
             read(s, buf.get())?;
             ms.push(start.elapsed().as_secs_f64() * 1e3);
-            fetched = fetched.zip(before.zip(read_bytes())).map(|(sum, (b, a))| sum + a.saturating_sub(b));
+            fetched = fetched.zip(before.zip(thread_read_bytes())).map(|(sum, (b, a))| sum + a.saturating_sub(b));
         }
         let per_expert = Spread::of(ms);
         let amplification = fetched.map(|f| f as f64 / 1e6 / slots.len() as f64 / read_mb);

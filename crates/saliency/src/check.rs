@@ -118,7 +118,8 @@ pub fn check_keep_maps(stats: &Stats, maps: &[KeepMap], cfg: &KeepConfig) -> Vec
     // floor). The two families are not compared with each other.
     type Family<'a> = (&'a str, Option<(BudgetScale, u32)>);
     let mut groups: BTreeMap<Family<'_>, Vec<&KeepMap>> = BTreeMap::new();
-    for map in maps.iter().filter(|m| !m.is_full()) {
+    // Placed pin maps are not nesting families (uniform's layers, say, do not nest across N).
+    for map in maps.iter().filter(|m| !m.is_full() && m.placement.is_none()) {
         groups.entry((map.metric.as_str(), map.budget.map(|b| (b.scale, b.floor)))).or_default().push(map);
     }
     for ((metric, budget), mut group) in groups {
@@ -137,6 +138,15 @@ pub fn check_keep_maps(stats: &Stats, maps: &[KeepMap], cfg: &KeepConfig) -> Vec
 
 fn reproduces(stats: &Stats, stats_sha: &str, map: &KeepMap, cfg: &KeepConfig) -> Result<String, String> {
     map.check_shape(stats, "reproduce").map_err(|e| e.to_string())?;
+    if let Some(p) = &map.placement {
+        let rebuilt =
+            KeepMap::place(stats, p.placement, p.total, p.seed).map_err(|e| format!("rebuilding failed: {e}"))?;
+        return if rebuilt.layers == map.layers {
+            Ok(format!("equals the {} placement rebuilt from the statistics", p.placement))
+        } else {
+            Err(format!("differs from the {} placement rebuilt from the statistics", p.placement))
+        };
+    }
     let Some(metric) = map.parsed_metric().map_err(|e| e.to_string())? else {
         let full = KeepMap::full(stats.meta.num_experts, stats.meta.layer_ids.clone());
         return if &full == map {

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{invalid, mismatch};
 use crate::metric::cmp_score;
+use crate::placement::{DEFAULT_PLACEMENT_SEED, Placement, PlacementRecord};
 use crate::{Metric, MetricConfig, Result, SaliencyError, Stats, jsonio, metric_scores, rank_percentiles};
 
 /// The `kind` tag of a keep-map file (its first field, [`KeepMap::write_json`]); ignored when
@@ -48,6 +49,11 @@ pub struct KeepMap {
     /// a uniform-K map.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// For a pin map placed by one of kTransformers' rules ([`KeepMap::place`]): the placement,
+    /// N and seed; `metric` is then the placement's name, `k` the largest per-layer size, and a
+    /// layer may hold no expert. `None` (and absent from the file) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementRecord>,
 }
 
 /// How [`KeepMap::build_budget`] compares experts of different layers. Within a layer every scale
@@ -278,6 +284,7 @@ impl KeepMap {
                     stats_sha256: sha.clone(),
                     short_layers,
                     budget: None,
+                    placement: None,
                 })
             })
             .collect()
@@ -359,6 +366,7 @@ impl KeepMap {
             stats_sha256: stats.sha256(),
             short_layers,
             budget: Some(*budget),
+            placement: None,
         })
     }
 
@@ -375,6 +383,7 @@ impl KeepMap {
             stats_sha256: String::new(),
             short_layers: Vec::new(),
             budget: None,
+            placement: None,
         }
     }
 
@@ -390,6 +399,12 @@ impl KeepMap {
     pub fn label(&self) -> String {
         if self.is_full() {
             return "full".to_string();
+        }
+        if let Some(p) = &self.placement {
+            return match p.seed {
+                Some(seed) if seed != DEFAULT_PLACEMENT_SEED => format!("{}@pins{}:seed{seed}", p.placement, p.total),
+                _ => format!("{}@pins{}", p.placement, p.total),
+            };
         }
         match &self.budget {
             None => format!("{}@{}", self.metric, self.k),
@@ -409,12 +424,12 @@ impl KeepMap {
         self.layers.iter().map(Vec::len).sum()
     }
 
-    /// The metric, or `None` for `full`.
+    /// The metric, or `None` for `full` and for a placed pin map ([`KeepMap::placement`]).
     ///
     /// # Errors
     /// [`SaliencyError::UnknownMetric`] for a name that is neither `full` nor a metric.
     pub fn parsed_metric(&self) -> Result<Option<Metric>> {
-        if self.is_full() { Ok(None) } else { self.metric.parse().map(Some) }
+        if self.is_full() || self.placement.is_some() { Ok(None) } else { self.metric.parse().map(Some) }
     }
 
     /// Kept flags of the layer at index `l`, `[E]` (`true` = kept). Panics if `l >= L`.
@@ -437,6 +452,9 @@ impl KeepMap {
     /// # Errors
     /// [`SaliencyError::Invalid`] or [`SaliencyError::Mismatch`] naming the layer id.
     pub fn validate(&self) -> Result<()> {
+        if let Some(p) = &self.placement {
+            return self.validate_placed(p);
+        }
         self.parsed_metric()?;
         let (k, e) = (self.k as usize, self.num_experts as usize);
         if e == 0 {
@@ -496,6 +514,50 @@ impl KeepMap {
                 let expected = if short { format!("fewer than {k} (short layer)") } else { k.to_string() };
                 return Err(mismatch(format!("layer {layer_id} number of kept experts"), expected, ids.len()));
             }
+        }
+        Ok(())
+    }
+
+    /// [`KeepMap::validate`] for a placed pin map: metric = the placement's name, no budget or
+    /// short layers, a seed for `random` only, ids `< E` strictly ascending, Σ_l |layer| = N,
+    /// K = the largest layer (>= 1).
+    fn validate_placed(&self, p: &PlacementRecord) -> Result<()> {
+        let e = self.num_experts as usize;
+        if self.metric != p.placement.as_str() {
+            return Err(mismatch("metric of a placed pin map", p.placement.as_str(), &self.metric));
+        }
+        if self.budget.is_some() || !self.short_layers.is_empty() {
+            return Err(invalid("placement", "a placed pin map has no budget and no short layers"));
+        }
+        if p.seed.is_some() != (p.placement == Placement::Random) {
+            return Err(invalid("placement.seed", "the random placement records its seed, the others none"));
+        }
+        if e == 0 {
+            return Err(invalid("num_experts", "must be at least 1"));
+        }
+        if self.layers.len() != self.layer_ids.len() {
+            return Err(mismatch("number of layers (layers vs layer_ids)", self.layer_ids.len(), self.layers.len()));
+        }
+        for (ids, &layer_id) in self.layers.iter().zip(&self.layer_ids) {
+            for (i, &id) in ids.iter().enumerate() {
+                if usize::from(id) >= e {
+                    return Err(invalid(format!("layer {layer_id}"), format!("expert id {id} is not below E = {e}")));
+                }
+                if i > 0 && ids[i - 1] >= id {
+                    return Err(invalid(
+                        format!("layer {layer_id}"),
+                        format!("expert id {id} is repeated or out of order"),
+                    ));
+                }
+            }
+        }
+        let total = self.total_kept();
+        if total as u64 != p.total {
+            return Err(mismatch("placement total (sum of pinned experts over layers)", p.total, total));
+        }
+        let max = self.layers.iter().map(Vec::len).max().unwrap_or(0);
+        if max == 0 || max != self.k as usize {
+            return Err(mismatch("k of a placed pin map (largest per-layer size, >= 1)", max, self.k));
         }
         Ok(())
     }

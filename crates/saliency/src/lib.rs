@@ -15,6 +15,8 @@
 //! - [`KeepMap`], [`KeepConfig`]: the experts kept per layer for a metric and budget K
 //!   ([`KeepMap::build`], [`KeepMap::build_many`]), for a global budget with a different K per
 //!   layer ([`KeepMap::build_budget`], [`Budget`], [`BudgetScale`]), or `full`.
+//! - [`Placement`], [`KeepMap::place`]: kTransformers' GPU expert placements (uniform,
+//!   front-loading, random, frequency) as pin maps with a different size per layer.
 //! - [`retention`] → [`Retention`]: out-of-sample retention of a keep map.
 //! - [`check_stats`], [`check_keep_maps`], [`check_retention`] → [`KeepCheck`]: audit checks
 //!   (SEMANTICS.md §8, checks 1 to 3).
@@ -29,6 +31,7 @@ mod expert_profile;
 mod jsonio;
 mod keep;
 mod metric;
+mod placement;
 mod reap_agg;
 mod retention;
 mod stats;
@@ -39,6 +42,7 @@ pub use error::{Result, SaliencyError};
 pub use expert_profile::ExpertStatsOptions;
 pub use keep::{Budget, BudgetScale, KEEP_MAP_KIND, KeepConfig, KeepMap};
 pub use metric::{Metric, MetricConfig, metric_scores, rank_percentiles};
+pub use placement::{DEFAULT_PLACEMENT_SEED, Placement, PlacementRecord, placement_layers};
 pub use reap_agg::{NonFiniteReap, ReapAggCorpus, ReapAggOptions};
 pub use retention::{LayerRetention, RETENTION_TOLERANCE, Retention, RetentionFigures, check_retention, retention};
 pub use stats::{LayerStats, STATS_KIND, Stats, StatsMeta};

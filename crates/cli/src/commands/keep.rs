@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use saliency::{Budget, BudgetScale, KeepConfig, KeepMap, Metric, MetricConfig, Stats};
+use saliency::{Budget, BudgetScale, KeepConfig, KeepMap, Metric, MetricConfig, Placement, Stats};
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("size").required(true).args(["k", "budget"])))]
@@ -14,8 +14,16 @@ pub struct KeepArgs {
     /// Statistics JSON written by `moe-offload stats`.
     pub stats: PathBuf,
     /// Saliency metric: frequency, gate_sum, ean_sum, ean_mean, reap, l2_sum, shrink, hybrid.
-    #[arg(long)]
-    pub metric: Metric,
+    #[arg(long, required_unless_present = "placement", conflicts_with = "placement")]
+    pub metric: Option<Metric>,
+    /// Instead of a metric, a pin map placed by one of kTransformers' GPU expert placements:
+    /// uniform, front (front-loading), random or frequency, with N = --budget experts over all
+    /// layers (for `replay --pin`; a layer may get none).
+    #[arg(long, requires = "budget", conflicts_with_all = ["k", "floor", "budget_scale", "hybrid_base", "allow_short_layers"])]
+    pub placement: Option<Placement>,
+    /// Seed of --placement random (default 42, kTransformers' own).
+    #[arg(long, requires = "placement")]
+    pub seed: Option<u32>,
     /// Experts kept per layer; several comma-separated values (`--k 32,48`) write one map each.
     #[arg(long, value_delimiter = ',', conflicts_with = "budget", value_parser = crate::args::at_least_one)]
     pub k: Vec<usize>,
@@ -70,34 +78,50 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
     }
     super::refuse_overwrite(&a.output, [a.stats.as_path()])?;
     let stats = Stats::read_json(&a.stats)?;
+    super::no_repeats("budget", &a.budget)?;
+    let metric = match (a.metric, a.placement) {
+        (Some(m), _) => m,
+        (None, Some(p)) => {
+            let maps =
+                a.budget.iter().map(|&n| KeepMap::place(&stats, p, n, a.seed)).collect::<saliency::Result<Vec<_>>>()?;
+            return write_maps(a, maps);
+        }
+        (None, None) => bail!("give --metric or --placement"),
+    };
     let cfg = KeepConfig {
         metric: MetricConfig { tau: a.tau, hybrid_base: (!a.hybrid_base.is_empty()).then(|| a.hybrid_base.clone()) },
         allow_short_layers: a.allow_short_layers,
     };
-    if !a.hybrid_base.is_empty() && a.metric != Metric::Hybrid {
+    if !a.hybrid_base.is_empty() && metric != Metric::Hybrid {
         bail!("--hybrid-base applies to --metric hybrid only: drop --hybrid-base or use --metric hybrid");
     }
     super::no_repeats("k", &a.k)?;
-    super::no_repeats("budget", &a.budget)?;
     if a.budget.is_empty() && (a.floor.is_some() || a.budget_scale.is_some()) {
         bail!("--floor and --budget-scale apply to --budget maps only: drop them, or use --budget instead of --k");
     }
-    let mut maps = if a.budget.is_empty() {
-        KeepMap::build_many(&stats, a.metric, &a.k, &cfg).map_err(keep_hint)?
+    let maps = if a.budget.is_empty() {
+        KeepMap::build_many(&stats, metric, &a.k, &cfg).map_err(keep_hint)?
     } else {
         let mut maps = Vec::with_capacity(a.budget.len());
         for &total in &a.budget {
-            let mut b = Budget::new(&stats, a.metric, total);
+            let mut b = Budget::new(&stats, metric, total);
             if let Some(f) = a.floor {
                 b.floor = f;
             }
             if let Some(s) = a.budget_scale {
                 b.scale = s;
             }
-            maps.push(KeepMap::build_budget(&stats, a.metric, &b, &cfg).map_err(keep_hint)?);
+            maps.push(KeepMap::build_budget(&stats, metric, &b, &cfg).map_err(keep_hint)?);
         }
         maps
     };
+    write_maps(a, maps)
+}
+
+/// Writes the maps built (one file, a directory of `<label>.json`, or standard output) and
+/// reports them.
+fn write_maps(a: &KeepArgs, mut maps: Vec<KeepMap>) -> Result<()> {
+    let to_stdout = super::is_stdout(&a.output);
     // Every map is built before any file is written: a failing K leaves no partial output.
     let mut out = super::human(&a.output);
     // A path written as a directory (`maps/`) is one too, existing or not.
@@ -134,7 +158,7 @@ pub fn keep(a: &KeepArgs) -> Result<()> {
             continue;
         }
         write!(out, "wrote {}: {} ({}", super::shown(&path), map.label(), super::layers(map.layers.len()))?;
-        if map.budget.is_some() {
+        if map.budget.is_some() || map.placement.is_some() {
             write!(out, ", {} experts, per-layer K {lo}..={hi}", map.total_kept())?;
         }
         if !map.short_layers.is_empty() {

@@ -89,6 +89,7 @@ mod tests {
             stats_sha256: String::new(),
             short_layers: vec![],
             budget: None,
+            placement: None,
         }
     }
 

@@ -8,6 +8,12 @@
 //!   callback), as CSV rows (`llama-csv`) or a binary record stream (`llama-bin`); ids only.
 //! - [`numpy`]: integer routing arrays (`[layers, tokens, k]` or `[tokens, layers, k]`) in `.npy` /
 //!   `.npz` files (ids only: no scores).
+//! - [`sglang_dump`]: SGLang's `per_token` expert-distribution dumps (`torch.save` files, read by
+//!   the `pytorch-reader` crate): one record per forward pass, physical slots mapped to logical
+//!   experts; ids only.
+//! - [`routed_experts`]: the routed experts SGLang and vLLM return with each response
+//!   (`return_routed_experts`: base64 `int32 [tokens, layers, k]`), one sequence per response;
+//!   ids only.
 //!
 //! Every importer returns an [`Imported`]: the validated trace plus an [`ImportReport`] (records
 //! read, what was dropped and why, warnings) for the caller to show. Importers never print.
@@ -22,9 +28,12 @@ use std::path::Path;
 use crate::{TraceData, TraceError};
 
 pub mod esft;
+pub(crate) mod id_grid;
 pub mod llama_dump;
 pub mod mixtral_jsonl;
 pub mod numpy;
+pub mod routed_experts;
+pub mod sglang_dump;
 pub mod vllm_routelog;
 
 pub use esft::PROB_FLOOR;
@@ -41,7 +50,8 @@ pub struct Imported {
 /// What an importer read and what it did with it. Printed by the CLI through its `Display`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ImportReport {
-    /// The importer (`esft`, `vllm-routelog`, `mixtral-jsonl`, `numpy`, `llama-csv`, `llama-bin`).
+    /// The importer (`esft`, `vllm-routelog`, `mixtral-jsonl`, `numpy`, `llama-csv`, `llama-bin`,
+    /// `sglang-dump`, `routed-experts`).
     pub format: &'static str,
     /// Input files read.
     pub files: usize,
@@ -93,6 +103,9 @@ pub enum DropReason {
     Padding,
     /// Rows repeated byte for byte (same token, layer and ids): the copies after the first.
     Duplicate,
+    /// Forward passes of a kind the importer does not read (SGLang's speculative verify and draft
+    /// passes).
+    OtherPass,
 }
 
 impl fmt::Display for DropReason {
@@ -103,6 +116,7 @@ impl fmt::Display for DropReason {
             DropReason::Skipped => "rows skipped on request (--skip-rows)",
             DropReason::Padding => "padding (every slot -1 in every layer)",
             DropReason::Duplicate => "duplicate rows",
+            DropReason::OtherPass => "forward passes of other modes",
         })
     }
 }

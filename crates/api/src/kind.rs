@@ -23,6 +23,9 @@ pub const RETENTION: &str = "moe-offload-retention";
 pub const REPLAY: &str = "moe-offload-replay";
 /// `stats --reap-agg FILE --list-corpora --json`.
 pub const REAP_CORPORA: &str = "moe-offload-reap-corpora";
+/// `import sglang-dump --json`, `import routed-experts --json`: the trace written and the
+/// importer's report.
+pub const IMPORT: &str = "moe-offload-import";
 /// `capture --json`: the trace written, what was recorded and llama.cpp's timings.
 pub const CAPTURE: &str = "moe-offload-capture";
 /// `profile measure --json`: the timings and the profile made of them.
@@ -45,7 +48,8 @@ pub const SWEEP_RESULTS: &str = sweep::RESULTS_KIND;
 pub const TRACE_FORMAT: &str = trace_io::FORMAT_NAME;
 
 /// Every kind, once (a test checks that no two are equal).
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
+    IMPORT,
     CAPTURE,
     PROFILE_MEASURE,
     PLAN,

@@ -9,6 +9,7 @@
 //! own words through [`Spell`] (`--k-used`, `k_used`).
 //!
 //! - [`capture`]: routing recorded from a GGUF model in llama.cpp, written as a trace.
+//! - [`import`]: the document of `import ... --json` (the trace written and the importer's report).
 //! - [`inspect`]: a trace's shape, metadata and per-layer usage.
 //! - [`measure`]: `profile measure`, this machine's §14 figures from llama.cpp's kernels.
 //! - [`mrc`]: miss-ratio curves.
@@ -21,6 +22,7 @@
 
 pub mod capture;
 pub mod error;
+pub mod import;
 pub mod inputs;
 pub mod inspect;
 pub mod kind;

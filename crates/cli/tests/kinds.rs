@@ -191,6 +191,16 @@ const CASES: &[Case] = &[
         // 3 · 2048 · 1408 · 16 / 8 / 10^6 MB
         check: |v| assert_eq!(v["profile"]["expert_mb"].as_f64(), Some(17.301504)),
     },
+    Case {
+        // Two tokens of one response, one layer, k 2.
+        args: "import routed-experts {d}/routed.jsonl --num-experts 4 -o {d}/routed.safetensors --json",
+        at: At::Stdout,
+        kind: "moe-offload-import",
+        check: |v| {
+            assert_eq!((u(&v["shape"]["tokens"]), u(&v["shape"]["top_k"]), u(&v["sequences"])), (2, 2, 1));
+            assert_eq!(v["report"]["format"], "routed-experts");
+        },
+    },
 ];
 
 /// Splits a case's arguments, with `{d}` replaced by the test directory.
@@ -218,6 +228,8 @@ fn every_json_output_has_its_kind_first() {
             "host_sync_ms": 0.2, "gpu_gb": 1.0}"#,
     )
     .unwrap();
+    // Routed experts of one response, as vLLM returns them in nested lists.
+    std::fs::write(d.join("routed.jsonl"), r#"{"choices": [{"routed_experts": [[[0, 1]], [[2, 3]]]}]}"#).unwrap();
     // A REAP aggregate: one corpus, one layer, one NaN (as the real files have).
     std::fs::write(
         d.join("agg.json"),

@@ -11,6 +11,8 @@ use trace_io::import::esft::{EsftOptions, import_esft_with_report};
 use trace_io::import::llama_dump::{LlamaDumpOptions, import_llama_bin, import_llama_csv};
 use trace_io::import::mixtral_jsonl::{MixtralJsonlOptions, import_mixtral_jsonl};
 use trace_io::import::numpy::{Layout, NumpyOptions, import_numpy};
+use trace_io::import::routed_experts::{RoutedExpertsOptions, import_routed_experts};
+use trace_io::import::sglang_dump::{SglangDumpOptions, import_sglang_dump};
 use trace_io::import::vllm_routelog::{VllmRoutelogOptions, import_vllm_routelog, parse_row_range};
 use trace_io::write_trace;
 
@@ -129,6 +131,54 @@ pub enum ImportCmd {
         after_help = "Example:\n  moe-offload import llama-bin routing.bin --num-experts 128 -o routing.safetensors"
     )]
     LlamaBin(LlamaDumpArgs),
+    /// SGLang's per_token expert-distribution dump (a torch .pt file, one record per forward pass):
+    /// ids only; physical slots mapped to logical experts; passes as engine steps.
+    #[command(
+        after_help = "Example:\n  moe-offload import sglang-dump /tmp/expert_distribution_recorder_1733600000.0_0.pt -o sglang.safetensors\nRecord with: python -m sglang.launch_server ... --expert-distribution-recorder-mode per_token, then POST /start_expert_distribution_record, send the requests, POST /dump_expert_distribution_record (docs/capture.md)."
+    )]
+    SglangDump {
+        /// The dump (`expert_distribution_recorder_<time>_<rank>.pt`), one rank's.
+        input: PathBuf,
+        /// Logical routed experts per layer (default: from the dump's physical-to-logical map).
+        #[arg(long)]
+        num_experts: Option<u32>,
+        /// Model name for the metadata.
+        #[arg(long)]
+        model: Option<String>,
+        /// Output trace.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Print JSON (kind `moe-offload-import`) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The routed experts SGLang or vLLM return with responses (`return_routed_experts`): a JSON
+    /// list of responses, or JSON Lines; one sequence per response (choice); ids only.
+    #[command(
+        after_help = "Examples:\n  moe-offload import routed-experts responses.jsonl --num-experts 128 -o routed.safetensors\n  moe-offload import routed-experts sglang.json --num-experts 128 --top-k 8 -o routed.safetensors\nSGLang's raw payload has no shape: give --top-k or --num-layers (docs/capture.md)."
+    )]
+    RoutedExperts {
+        /// The responses: a JSON list (or one response), or JSON Lines.
+        input: PathBuf,
+        /// Routed experts per layer (no response records it).
+        #[arg(long)]
+        num_experts: u32,
+        /// Layers of the arrays (the model's num_hidden_layers), for SGLang's raw payloads.
+        #[arg(long)]
+        num_layers: Option<usize>,
+        /// k of the arrays (num_experts_per_tok), for SGLang's raw payloads.
+        #[arg(long)]
+        top_k: Option<usize>,
+        /// Model name for the metadata (default: the responses' `model`).
+        #[arg(long)]
+        model: Option<String>,
+        /// Output trace.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Print JSON (kind `moe-offload-import`) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Per-expert count files (JSON, CSV, .npy) or llama.cpp's expert_stats.json: statistics for
     /// `keep --metric frequency` and `retention` (docs/importers.md lists the layouts).
     #[command(
@@ -228,6 +278,7 @@ impl LlamaDumpArgs {
 pub fn run(cmd: ImportCmd) -> Result<()> {
     announce(&cmd);
     let reading = crate::progress::working("import: reading the routing logs");
+    let mut json = false;
     let (imported, output) = match cmd {
         ImportCmd::Counts { input, top_k, layer_ids, num_experts, output } => {
             let opts = CountsOptions { top_k, layer_ids: (!layer_ids.is_empty()).then_some(layer_ids), num_experts };
@@ -256,6 +307,19 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
         }
         ImportCmd::LlamaCsv(a) => a.import(|p, o| import_llama_csv(p, o))?,
         ImportCmd::LlamaBin(a) => a.import(|p, o| import_llama_bin(p, o))?,
+        ImportCmd::SglangDump { input, num_experts, model, output, json: j } => {
+            super::refuse_trace_output(&output)?;
+            super::refuse_overwrite(&output, [input.as_path()])?;
+            json = j;
+            (import_sglang_dump(&input, &SglangDumpOptions { num_experts, model })?, output)
+        }
+        ImportCmd::RoutedExperts { input, num_experts, num_layers, top_k, model, output, json: j } => {
+            super::refuse_trace_output(&output)?;
+            super::refuse_overwrite(&output, [input.as_path()])?;
+            json = j;
+            let opts = RoutedExpertsOptions { num_experts: Some(num_experts), num_layers, top_k, model };
+            (import_routed_experts(&input, &opts)?, output)
+        }
         ImportCmd::Numpy { input, array, layout, num_experts, layers, chunk, phase, model, output } => {
             super::refuse_trace_output(&output)?;
             super::refuse_overwrite(&output, [input.as_path()])?;
@@ -269,6 +333,10 @@ pub fn run(cmd: ImportCmd) -> Result<()> {
     write_trace(&output, &trace.view())?;
     let s = trace.view().shape();
     let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&api::import::document(&output, &trace.view(), &report))?)?;
+        return Ok(());
+    }
     writeln!(out, "{report}")?;
     writeln!(
         out,
@@ -309,6 +377,12 @@ fn announce(cmd: &ImportCmd) {
             if matches!(cmd, ImportCmd::LlamaCsv(_)) { "llama-csv" } else { "llama-bin" },
             a.input.display(),
             size(std::slice::from_ref(&a.input)) as f64 / 1e6
+        ),
+        ImportCmd::SglangDump { input, .. } | ImportCmd::RoutedExperts { input, .. } => crate::progress::status!(
+            "import {}: {}, {:.1} MB",
+            if matches!(cmd, ImportCmd::SglangDump { .. }) { "sglang-dump" } else { "routed-experts" },
+            input.display(),
+            size(std::slice::from_ref(input)) as f64 / 1e6
         ),
         ImportCmd::MixtralJsonl { input, .. } => crate::progress::status!(
             "import mixtral-jsonl: {}, {:.1} MB",

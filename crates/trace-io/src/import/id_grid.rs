@@ -184,6 +184,18 @@ impl Reduced {
     pub fn dropped(&self) -> usize {
         self.keep.iter().map(|kb| kb.iter().filter(|&&x| !x).count()).sum()
     }
+
+    /// The report entry of the padding tokens dropped (each a record in every routed layer), or
+    /// `None` when none was; `detail` says what padding looked like in this runtime's dump.
+    pub fn padding_dropped(&self, detail: &str) -> Option<super::Dropped> {
+        let tokens = self.dropped();
+        (tokens > 0).then(|| super::Dropped {
+            reason: super::DropReason::Padding,
+            records: (tokens * self.layers.len()) as u64,
+            tokens: tokens as u64,
+            detail: detail.into(),
+        })
+    }
 }
 
 /// `0, 1, 2, 5, 6` as `0..=2, 5..=6`.

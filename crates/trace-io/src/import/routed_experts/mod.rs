@@ -27,7 +27,7 @@ use npyz::{DType, NpyHeader, Order, TypeChar};
 use serde_json::Value;
 
 use super::id_grid::{self, Axes, Block};
-use super::{DropReason, Dropped, ImportReport, Imported};
+use super::{Dropped, ImportReport, Imported};
 use crate::{OwnedParts, Phase, Result, ScoreKind, TraceData, TraceMeta};
 
 const FORMAT: &str = "routed-experts";
@@ -254,15 +254,8 @@ pub fn import_routed_experts(path: impl AsRef<Path>, opts: &RoutedExpertsOptions
             r.blank_rows, r.zero_rows
         ));
     }
-    let mut dropped = Vec::new();
-    if dropped_tokens > 0 {
-        dropped.push(Dropped {
-            reason: DropReason::Padding,
-            records: (dropped_tokens * r.layers.len()) as u64,
-            tokens: dropped_tokens as u64,
-            detail: "tokens whose ids are -1 (or unwritten zeros) in every routed layer".into(),
-        });
-    }
+    let dropped: Vec<Dropped> =
+        r.padding_dropped("tokens whose ids are -1 (or unwritten zeros) in every routed layer").into_iter().collect();
     let mut extra = BTreeMap::new();
     extra.insert("prefill_tokens".to_string(), prefill.to_string());
     extra.insert("decode_tokens".to_string(), decode.to_string());

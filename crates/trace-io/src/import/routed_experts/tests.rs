@@ -4,6 +4,7 @@
 //! hand from the rows that script writes.
 
 use super::*;
+use crate::import::DropReason;
 
 fn fixture(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/routed").join(name)

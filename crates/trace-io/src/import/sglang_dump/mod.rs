@@ -499,15 +499,10 @@ fn finish(path: &Path, opts: &SglangDumpOptions, b: Built, c: Counts) -> Result<
     if !c.unknown.is_empty() {
         notes.push(format!("keys not read: {}", c.unknown.join(", ")));
     }
-    let mut dropped = Vec::new();
-    if dropped_tokens > 0 {
-        dropped.push(Dropped {
-            reason: DropReason::Padding,
-            records: (dropped_tokens * r.layers.len()) as u64,
-            tokens: dropped_tokens as u64,
-            detail: "tokens whose ids are -1 in every routed layer (SGLang's padded tokens)".into(),
-        });
-    }
+    let mut dropped: Vec<Dropped> = r
+        .padding_dropped("tokens whose ids are -1 in every routed layer (SGLang's padded tokens)")
+        .into_iter()
+        .collect();
     if c.other > 0 {
         let modes: Vec<String> = c.other_modes.iter().map(i64::to_string).collect();
         dropped.push(Dropped {

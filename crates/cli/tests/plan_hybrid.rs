@@ -10,14 +10,21 @@ use serde_json::Value;
 const PROFILE: &str = r#"{"name": "hw", "expert_mb": 2.0, "compute_ms": 10.0, "host_gbps": 4.0,
   "host_ms_per_row": 3.0, "host_sync_ms": 0.2, "gpu_gb": 1.0}"#;
 
-#[test]
-fn plan_exec_host_writes_both_granularities() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// In `d`: the calibration and held-out traces (3 layers, E = 16, top-2), the profile and the
+/// plan's path, `[c, h, hw.json, plan.json]`.
+fn inputs(d: &std::path::Path) -> [std::path::PathBuf; 4] {
     let (c, h, p, out) = (d.join("c.safetensors"), d.join("h.safetensors"), d.join("hw.json"), d.join("plan.json"));
     synth(&c, [3, 16, 2, 4, 400], &["--seed", "1"]);
     synth(&h, [3, 16, 2, 4, 300], &["--seed", "2"]);
     std::fs::write(&p, PROFILE).unwrap();
+    [c, h, p, out]
+}
+
+#[test]
+fn plan_exec_host_writes_both_granularities() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let [c, h, p, out] = inputs(d);
     for overlap in ["sequential", "concurrent"] {
         let args = ["plan", "--exec", "host", "--in-sample", s(&c), "--out-of-sample", s(&h), "--profile-file", s(&p)];
         let text = ok(&[&args[..], &["--overlap", overlap, "--kv-gb", "0.01", "-o", s(&out)]].concat());
@@ -84,10 +91,7 @@ fn plan_exec_host_writes_both_granularities() {
 fn a_hybrid_plan_replays_to_its_own_figure_and_is_chosen_in_sample() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (c, h, p, out) = (d.join("c.safetensors"), d.join("h.safetensors"), d.join("hw.json"), d.join("plan.json"));
-    synth(&c, [3, 16, 2, 4, 400], &["--seed", "1"]);
-    synth(&h, [3, 16, 2, 4, 300], &["--seed", "2"]);
-    std::fs::write(&p, PROFILE).unwrap();
+    let [c, h, p, out] = inputs(d);
     // 0.02 GB: 10 experts of 2 MB, fewer than the 48 of the model.
     let args = ["plan", "--exec", "host", "--in-sample", s(&c), "--out-of-sample", s(&h), "--profile-file", s(&p)];
     ok(&[&args[..], &["--gpu-budget-gb", "0.02", "--warmup", "16", "-o", s(&out)]].concat());
